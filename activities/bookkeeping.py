@@ -1,0 +1,47 @@
+"""Bookkeeping activities: the workflow's view of a task and its runs, written to the database."""
+
+from __future__ import annotations
+
+import structlog
+from sqlalchemy import Engine
+from temporalio import activity
+
+from activities.contracts import SAVE_EXECUTION, SAVE_TASK
+from store.records import ExecutionRecord, TaskSnapshot
+from store.tasks import save_execution, save_snapshot
+
+log = structlog.get_logger("task_scheduler.bookkeeping")
+
+
+class BookkeepingActivities:
+    """Row writers run as local activities; failures retry until the database is back."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+
+    @activity.defn(name=SAVE_TASK)
+    def save_task(self, snapshot: TaskSnapshot) -> None:
+        """Upsert the task row (older snapshots never overwrite newer ones)."""
+        save_snapshot(self._engine, snapshot)
+        log.info(
+            "task.state",
+            task_id=snapshot.task_id,
+            tenant=snapshot.tenant_id,
+            status=snapshot.status,
+            next_run_at=snapshot.next_run_at.isoformat() if snapshot.next_run_at else None,
+            version=snapshot.state_version,
+        )
+
+    @activity.defn(name=SAVE_EXECUTION)
+    def save_execution(self, record: ExecutionRecord) -> None:
+        """Upsert one execution row by its id (a retry or replay records it once)."""
+        save_execution(self._engine, record)
+        log.info(
+            "execution.state",
+            task_id=record.task_id,
+            execution_id=record.id,
+            tenant=record.tenant_id,
+            status=record.status,
+            reason=record.reason,
+            attempt=record.attempts,
+        )

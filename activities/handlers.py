@@ -1,0 +1,82 @@
+"""Python handlers a task can run by name; applications add their own via an entry point group.
+
+A handler is ``async def handler(ctx: HandlerContext) -> Any`` (a plain function works too).
+Register it in your package's metadata::
+
+    [project.entry-points."task_scheduler.handlers"]
+    send_digest = "myapp.jobs:send_digest"
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from importlib.metadata import entry_points
+from typing import Any
+
+import structlog
+
+ENTRY_POINT_GROUP = "task_scheduler.handlers"
+
+log = structlog.get_logger("task_scheduler.handlers")
+
+
+@dataclass
+class HandlerContext:
+    """What a handler gets: its arguments and the run's identity; ``heartbeat`` keeps it alive."""
+
+    args: dict[str, Any]
+    execution_id: str
+    task_id: str
+    scheduled_at: datetime
+    heartbeat: Callable[..., None] = field(default=lambda *details: None)
+
+
+Handler = Callable[[HandlerContext], Awaitable[Any] | Any]
+
+
+async def noop(ctx: HandlerContext) -> None:
+    """Does nothing; useful to test schedules."""
+    return None
+
+
+async def log_message(ctx: HandlerContext) -> dict[str, Any]:
+    """Logs its arguments and returns them."""
+    log.info("handler.log", execution_id=ctx.execution_id, task_id=ctx.task_id, args=ctx.args)
+    return ctx.args
+
+
+async def sleep(ctx: HandlerContext) -> dict[str, float]:
+    """Sleeps ``seconds`` (default 1), heartbeating every second so it can be cancelled."""
+    seconds = float(ctx.args.get("seconds", 1))
+    if seconds < 0 or seconds > 86400:
+        raise ValueError("sleep: seconds must be between 0 and 86400")
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + seconds
+    while (left := deadline - loop.time()) > 0:
+        ctx.heartbeat(left)
+        await asyncio.sleep(min(1.0, left))
+    return {"slept_seconds": seconds}
+
+
+def load_handlers(extra: Mapping[str, Handler] | None = None) -> dict[str, Handler]:
+    """Every handler registered under the entry point group, plus ``extra`` (tests, embedding)."""
+    found: dict[str, Handler] = {"noop": noop, "log": log_message, "sleep": sleep}
+    for entry in entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            found[entry.name] = entry.load()
+        except Exception as exc:  # one broken plugin must not take the worker down
+            log.error("handler.load_failed", name=entry.name, error=str(exc))
+    found.update(extra or {})
+    return found
+
+
+async def call_handler(handler: Handler, ctx: HandlerContext) -> Any:
+    """Call a handler, sync or async."""
+    result = handler(ctx)
+    if inspect.isawaitable(result):
+        result = await result
+    return result

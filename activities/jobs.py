@@ -1,0 +1,195 @@
+"""The job activity: runs one attempt of a task's job (HTTP call, handler or workflow)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Mapping
+from datetime import timedelta
+from typing import Any
+
+import httpx
+import structlog
+from temporalio import activity
+from temporalio.client import Client, WorkflowFailureError
+from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
+from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
+
+from activities.contracts import RUN_JOB, JobFailureDetails, JobInput, JobResult
+from activities.handlers import Handler, HandlerContext, call_handler
+from scheduling.spec import HandlerJob, HttpJob, WorkflowJob
+
+log = structlog.get_logger("task_scheduler.jobs")
+
+RETRYABLE_4XX = {408, 429}
+
+
+class JobActivities:
+    """Job runners; the worker builds one with its HTTP client, handlers and Temporal client."""
+
+    def __init__(
+        self,
+        *,
+        http: httpx.AsyncClient,
+        handlers: Mapping[str, Handler],
+        client: Client | None,
+        default_task_queue: str,
+        max_response_bytes: int = 1024,
+    ) -> None:
+        self._http = http
+        self._handlers = dict(handlers)
+        self._client = client
+        self._default_task_queue = default_task_queue
+        self._max_response_bytes = max_response_bytes
+
+    @activity.defn(name=RUN_JOB)
+    async def run_job(self, job_input: JobInput) -> JobResult:
+        """Run one attempt of the job, heartbeating so a cancel or a dead worker is noticed."""
+        info = activity.info()
+        bound = log.bind(
+            task_id=job_input.task_id,
+            execution_id=job_input.execution_id,
+            tenant=job_input.tenant_id,
+            attempt=info.attempt,
+        )
+        bound.info("job.start", job_type=job_input.job.type)
+        heartbeats = asyncio.create_task(_heartbeat_forever(info.heartbeat_timeout))
+        try:
+            job = job_input.job
+            if isinstance(job, HttpJob):
+                result = await self._run_http(job, job_input, info.attempt)
+            elif isinstance(job, HandlerJob):
+                result = await self._run_handler(job, job_input, info.attempt)
+            else:
+                result = await self._run_workflow(job, job_input, info.attempt)
+        except asyncio.CancelledError:
+            bound.info("job.cancelled")
+            raise
+        except ApplicationError as exc:
+            bound.warning("job.failed", error=str(exc), retryable=not exc.non_retryable)
+            raise
+        finally:
+            heartbeats.cancel()
+        bound.info("job.completed")
+        return result
+
+    async def _run_http(self, job: HttpJob, job_input: JobInput, attempt: int) -> JobResult:
+        headers = {**job.headers, "Idempotency-Key": job_input.execution_id}
+        content = None
+        if job.body is not None:
+            content = json.dumps(job.body).encode()
+            headers.setdefault("Content-Type", "application/json")
+        try:
+            async with self._http.stream(
+                job.method, job.url, headers=headers, content=content, timeout=job.timeout_seconds
+            ) as response:
+                snippet = await self._read_snippet(response)
+        except httpx.TimeoutException as exc:
+            raise ApplicationError(
+                f"{job.method} {job.url} timed out after {job.timeout_seconds}s",
+                JobFailureDetails(attempt=attempt).model_dump(),
+                type="HttpTimeout",
+            ) from exc
+        except httpx.HTTPError as exc:
+            raise ApplicationError(
+                f"{job.method} {job.url} failed: {type(exc).__name__}: {exc}",
+                JobFailureDetails(attempt=attempt).model_dump(),
+                type="HttpConnectionError",
+            ) from exc
+        status = response.status_code
+        if 200 <= status < 300:
+            return JobResult(attempt=attempt, http_status=status, response_snippet=snippet)
+        details = JobFailureDetails(attempt=attempt, http_status=status, response_snippet=snippet)
+        retryable = status >= 500 or status in RETRYABLE_4XX
+        raise ApplicationError(
+            f"{job.method} {job.url} answered HTTP {status}",
+            details.model_dump(),
+            type="HttpStatus",
+            non_retryable=not retryable,
+        )
+
+    async def _read_snippet(self, response: httpx.Response) -> str:
+        chunks: list[bytes] = []
+        size = 0
+        async for chunk in response.aiter_bytes():
+            chunks.append(chunk)
+            size += len(chunk)
+            if size >= self._max_response_bytes:
+                break
+        return b"".join(chunks)[: self._max_response_bytes].decode("utf-8", errors="replace")
+
+    async def _run_handler(self, job: HandlerJob, job_input: JobInput, attempt: int) -> JobResult:
+        handler = self._handlers.get(job.name)
+        if handler is None:
+            raise ApplicationError(
+                f"no handler named {job.name!r} is registered on this worker",
+                JobFailureDetails(attempt=attempt).model_dump(),
+                type="UnknownHandler",
+                non_retryable=True,
+            )
+        ctx = HandlerContext(
+            args=job.args,
+            execution_id=job_input.execution_id,
+            task_id=job_input.task_id,
+            scheduled_at=job_input.scheduled_at,
+            heartbeat=activity.heartbeat,
+        )
+        try:
+            output = await call_handler(handler, ctx)
+        except (asyncio.CancelledError, ApplicationError):
+            raise
+        except Exception as exc:
+            raise ApplicationError(
+                f"handler {job.name!r} raised {type(exc).__name__}: {exc}",
+                JobFailureDetails(attempt=attempt).model_dump(),
+                type="HandlerError",
+            ) from exc
+        return JobResult(attempt=attempt, output=_jsonable(output))
+
+    async def _run_workflow(self, job: WorkflowJob, job_input: JobInput, attempt: int) -> JobResult:
+        if self._client is None:
+            raise ApplicationError("this worker has no Temporal client for workflow jobs")
+        # The run's workflow id is derived from the execution id: a retried attempt attaches to
+        # the same workflow instead of starting a second one; a failed one may start again.
+        workflow_id = f"{job_input.execution_id}/workflow"
+        timeout = job.execution_timeout_seconds
+        try:
+            handle = await self._client.start_workflow(
+                job.workflow_type,
+                args=job.args,
+                id=workflow_id,
+                task_queue=job.task_queue or self._default_task_queue,
+                id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+                id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE_FAILED_ONLY,
+                execution_timeout=timedelta(seconds=timeout) if timeout else None,
+            )
+        except WorkflowAlreadyStartedError:
+            handle = self._client.get_workflow_handle(workflow_id)
+        try:
+            output = await handle.result()
+        except asyncio.CancelledError:
+            await handle.cancel()
+            raise
+        except WorkflowFailureError as exc:
+            raise ApplicationError(
+                f"workflow {job.workflow_type} ({workflow_id}) failed: {exc.cause}",
+                JobFailureDetails(attempt=attempt).model_dump(),
+                type="WorkflowFailed",
+            ) from exc
+        return JobResult(attempt=attempt, output=_jsonable(output))
+
+
+async def _heartbeat_forever(timeout: timedelta | None) -> None:
+    """Heartbeat often enough that the server sees us alive and can deliver a cancel."""
+    every = max(0.5, min(5.0, (timeout.total_seconds() / 3) if timeout else 5.0))
+    while True:
+        activity.heartbeat()
+        await asyncio.sleep(every)
+
+
+def _jsonable(value: Any) -> Any:
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError):
+        return repr(value)[:1000]
+    return value

@@ -1,0 +1,279 @@
+"""The task specification: what to run (job) and when (schedule), as validated models.
+
+These models are pure (no I/O, no clock) so the API, the workflow's update validator and the
+tests all validate the very same way. Checks that need the current time live in
+``check_timing`` and take the time as an argument.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from enum import StrEnum
+from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from scheduling.cron import CronError, parse_cron
+
+MAX_NAME_LENGTH = 200
+MAX_INTERVAL_SECONDS = 366 * 24 * 3600
+PAST_TOLERANCE = timedelta(minutes=1)
+
+
+class ScheduleType(StrEnum):
+    ONCE = "once"
+    CRON = "cron"
+    INTERVAL = "interval"
+
+
+class IntervalMode(StrEnum):
+    FIXED_RATE = "fixed_rate"
+    FIXED_DELAY = "fixed_delay"
+
+
+class Priority(StrEnum):
+    HIGH = "high"
+    MEDIUM = "medium"
+    LOW = "low"
+
+
+class MissedRunPolicy(StrEnum):
+    SKIP = "skip"
+    SINGLE_CATCHUP = "single_catchup"
+    CATCHUP = "catchup"
+
+
+class OverlapPolicy(StrEnum):
+    SKIP = "skip"
+    BUFFER_ONE = "buffer_one"
+    ALLOW = "allow"
+    CANCEL_RUNNING = "cancel_running"
+
+
+DEFAULT_MISSED_RUN_POLICY = {
+    Priority.HIGH: MissedRunPolicy.CATCHUP,
+    Priority.MEDIUM: MissedRunPolicy.SINGLE_CATCHUP,
+    Priority.LOW: MissedRunPolicy.SKIP,
+}
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class HttpJob(_Strict):
+    """Call an HTTP(S) endpoint; 2xx is success."""
+
+    type: Literal["http"]
+    url: str = Field(max_length=2048, examples=["https://example.com/hooks/report"])
+    method: Literal["GET", "POST", "PUT", "PATCH", "DELETE"] = "POST"
+    headers: dict[str, str] = Field(default_factory=dict)
+    body: Any = None
+    timeout_seconds: float = Field(default=30.0, gt=0, le=3600)
+
+    @field_validator("url")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        parts = urlsplit(value)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError("must be an absolute http:// or https:// URL")
+        return value
+
+    @field_validator("headers")
+    @classmethod
+    def _no_reserved_headers(cls, value: dict[str, str]) -> dict[str, str]:
+        reserved = {"host", "idempotency-key", "content-length", "transfer-encoding"}
+        clash = sorted(name for name in value if name.lower() in reserved)
+        if clash:
+            raise ValueError(f"headers {clash} are set by the scheduler and cannot be overridden")
+        return value
+
+
+class HandlerJob(_Strict):
+    """Run a Python callable registered by name in the worker."""
+
+    type: Literal["handler"]
+    name: str = Field(min_length=1, max_length=200, examples=["noop"])
+    args: dict[str, Any] = Field(default_factory=dict)
+
+
+class WorkflowJob(_Strict):
+    """Start another Temporal workflow as the run and wait for its result."""
+
+    type: Literal["workflow"]
+    workflow_type: str = Field(min_length=1, max_length=200)
+    task_queue: str | None = Field(default=None, max_length=200)
+    args: list[Any] = Field(default_factory=list)
+    execution_timeout_seconds: float | None = Field(default=None, gt=0)
+
+
+JobDetails = Annotated[HttpJob | HandlerJob | WorkflowJob, Field(discriminator="type")]
+
+
+class RetrySpec(_Strict):
+    """How a failed run is retried before it counts as FAILED."""
+
+    max_attempts: int = Field(default=3, ge=1, le=50)
+    initial_interval_seconds: float = Field(default=1.0, gt=0, le=3600)
+    backoff_coefficient: float = Field(default=2.0, ge=1, le=10)
+    maximum_interval_seconds: float = Field(default=300.0, gt=0, le=86400)
+
+
+def _zone(name: str) -> ZoneInfo:
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError) as exc:
+        raise ValueError(f"unknown IANA time zone {name!r}") from exc
+
+
+def _aware(value: datetime | None, field: str) -> datetime | None:
+    if value is not None and value.tzinfo is None:
+        raise ValueError(f"{field} needs a time zone offset, e.g. 2026-12-01T10:00:00Z")
+    return value
+
+
+class ScheduleFields(_Strict):
+    """When a task runs. Shared by the create body, the update body and the workflow state."""
+
+    schedule_type: ScheduleType
+    run_at: datetime | None = Field(default=None, description="once: the instant to run")
+    cron: str | None = Field(
+        default=None,
+        max_length=200,
+        description="cron: 5 fields, or 6 with seconds first",
+        examples=["0 10 * * *"],
+    )
+    timezone: str = Field(default="UTC", max_length=64, description="IANA name, for cron")
+    interval_seconds: float | None = Field(default=None, gt=0, le=MAX_INTERVAL_SECONDS)
+    interval_mode: IntervalMode = IntervalMode.FIXED_RATE
+    start_date: datetime | None = None
+    end_date: datetime | None = None
+    max_runs: int | None = Field(default=None, ge=1)
+
+    @field_validator("run_at", "start_date", "end_date")
+    @classmethod
+    def _tz_aware(cls, value: datetime | None, info: Any) -> datetime | None:
+        return _aware(value, info.field_name)
+
+    @field_validator("timezone")
+    @classmethod
+    def _known_zone(cls, value: str) -> str:
+        _zone(value)
+        return value
+
+    @field_validator("cron")
+    @classmethod
+    def _valid_cron(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
+        try:
+            parse_cron(value)
+        except CronError as exc:
+            raise ValueError(str(exc)) from exc
+        return value.strip()
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ScheduleFields:
+        kind = self.schedule_type
+        if kind is ScheduleType.ONCE:
+            if self.run_at is None:
+                raise ValueError("run_at is required when schedule_type is 'once'")
+            for name in ("cron", "interval_seconds", "max_runs"):
+                if getattr(self, name) is not None:
+                    raise ValueError(f"{name} does not apply to schedule_type 'once'")
+        elif kind is ScheduleType.CRON:
+            if self.cron is None:
+                raise ValueError("cron is required when schedule_type is 'cron'")
+            for name in ("run_at", "interval_seconds"):
+                if getattr(self, name) is not None:
+                    raise ValueError(f"{name} does not apply to schedule_type 'cron'")
+        else:
+            if self.interval_seconds is None:
+                raise ValueError("interval_seconds is required when schedule_type is 'interval'")
+            for name in ("run_at", "cron"):
+                if getattr(self, name) is not None:
+                    raise ValueError(f"{name} does not apply to schedule_type 'interval'")
+        if self.start_date and self.end_date and self.end_date <= self.start_date:
+            raise ValueError("end_date must be after start_date")
+        return self
+
+
+class PolicyFields(_Strict):
+    """Retry and run policies of a task."""
+
+    priority: Priority = Priority.MEDIUM
+    missed_run_policy: MissedRunPolicy | None = Field(
+        default=None,
+        description="after downtime; default from priority: high catchup, medium "
+        "single_catchup, low skip",
+    )
+    max_catchup_runs: int = Field(default=100, ge=1, le=10_000)
+    overlap_policy: OverlapPolicy = OverlapPolicy.SKIP
+
+    retry_policy: RetrySpec = Field(default_factory=RetrySpec)
+    heartbeat_timeout_seconds: float = Field(default=30.0, ge=1, le=3600)
+    run_timeout_seconds: float = Field(
+        default=3600.0, gt=0, le=7 * 86400, description="limit for one attempt of a run"
+    )
+
+
+class TaskSpec(ScheduleFields, PolicyFields):
+    """Everything that defines a task; validated the same way by the API and the workflow."""
+
+    task_name: str = Field(min_length=1, max_length=MAX_NAME_LENGTH, examples=["nightly-report"])
+    job_details: JobDetails
+
+    def effective_missed_run_policy(self) -> MissedRunPolicy:
+        """The missed-run policy, or the default of the task's priority."""
+        return self.missed_run_policy or DEFAULT_MISSED_RUN_POLICY[self.priority]
+
+    def zone(self) -> ZoneInfo:
+        """The task's time zone."""
+        return _zone(self.timezone)
+
+
+class TaskChanges(_Strict):
+    """Fields an update may change; anything left out keeps its value."""
+
+    task_name: str | None = Field(default=None, min_length=1, max_length=MAX_NAME_LENGTH)
+    job_details: JobDetails | None = None
+    schedule_type: ScheduleType | None = None
+    run_at: datetime | None = None
+    cron: str | None = None
+    timezone: str | None = None
+    interval_seconds: float | None = None
+    interval_mode: IntervalMode | None = None
+    start_date: datetime | None = None
+    end_date: datetime | None = None
+    max_runs: int | None = None
+    retry_policy: RetrySpec | None = None
+    heartbeat_timeout_seconds: float | None = None
+    run_timeout_seconds: float | None = None
+    priority: Priority | None = None
+    missed_run_policy: MissedRunPolicy | None = None
+    max_catchup_runs: int | None = None
+    overlap_policy: OverlapPolicy | None = None
+
+    def apply_to(self, spec: TaskSpec) -> TaskSpec:
+        """The spec with these changes applied, validated as a whole (raises ValueError)."""
+        changes = self.model_dump(exclude_unset=True)
+        if "schedule_type" in changes and changes["schedule_type"] != spec.schedule_type:
+            # A new kind of schedule drops the fields of the old one.
+            base = spec.model_dump(exclude={"run_at", "cron", "interval_seconds", "max_runs"})
+        else:
+            base = spec.model_dump()
+        base.update(changes)
+        return TaskSpec.model_validate(base)
+
+
+def check_timing(spec: TaskSpec, now: datetime) -> None:
+    """Refuse schedules that can never fire or that point into the past (raises ValueError)."""
+    if spec.schedule_type is ScheduleType.ONCE and spec.run_at is not None:
+        if spec.run_at < now - PAST_TOLERANCE:
+            raise ValueError(
+                "run_at is more than a minute in the past; check the client's clock and time zone"
+            )
+    if spec.end_date is not None and spec.end_date <= now:
+        raise ValueError("end_date is in the past: the task could never run")

@@ -1,0 +1,104 @@
+"""Tables: Task, TaskExecution and ApiKey."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import JSON, Column, DateTime, Index, TypeDecorator
+from sqlalchemy.engine import Dialect
+from sqlmodel import Field, SQLModel
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """Stores UTC and always gives back timezone-aware datetimes (SQLite drops offsets)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetime given to a UTC column")
+        return value.astimezone(UTC)
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+def utcnow() -> datetime:
+    """The current time, timezone-aware UTC."""
+    return datetime.now(UTC)
+
+
+def _ts(**kwargs: Any) -> Any:
+    return Field(sa_type=UTCDateTime, **kwargs)
+
+
+class Task(SQLModel, table=True):
+    """One scheduled task; its workflow is ``task-<id>``."""
+
+    __tablename__ = "task"
+    __table_args__ = (
+        Index("ix_task_tenant_created", "tenant_id", "created_at", "id"),
+        Index("ix_task_tenant_status", "tenant_id", "status"),
+    )
+
+    id: str = Field(primary_key=True, max_length=64)
+    tenant_id: str = Field(max_length=128)
+    name: str = Field(max_length=200, index=True)
+    schedule_type: str = Field(max_length=16)
+    spec: dict[str, Any] = Field(sa_column=Column(JSON, nullable=False))
+    status: str = Field(max_length=16)
+    status_reason: str | None = Field(default=None, max_length=500)
+    next_run_at: datetime | None = _ts(default=None)
+    last_run_at: datetime | None = _ts(default=None)
+    last_run_status: str | None = Field(default=None, max_length=16)
+    last_execution_id: str | None = Field(default=None, max_length=200)
+    run_count: int = 0
+    success_count: int = 0
+    failure_count: int = 0
+    skipped_count: int = 0
+    consecutive_failures: int = 0
+    state_version: int = 0
+    created_at: datetime = _ts(default_factory=utcnow)
+    updated_at: datetime = _ts(default_factory=utcnow)
+
+
+class TaskExecution(SQLModel, table=True):
+    """One run (or one recorded skip) of a task; id is ``<task_id>:<scheduled_at>``."""
+
+    __tablename__ = "task_execution"
+    __table_args__ = (Index("ix_execution_task_scheduled", "task_id", "scheduled_at"),)
+
+    id: str = Field(primary_key=True, max_length=200)
+    task_id: str = Field(max_length=64)
+    tenant_id: str = Field(max_length=128, index=True)
+    scheduled_at: datetime = _ts()
+    trigger: str = Field(default="schedule", max_length=16)
+    status: str = Field(max_length=16)
+    reason: str | None = Field(default=None, max_length=500)
+    attempts: int = 0
+    started_at: datetime | None = _ts(default=None)
+    finished_at: datetime | None = _ts(default=None)
+    http_status: int | None = None
+    response_snippet: str | None = Field(default=None, max_length=2048)
+    error: str | None = Field(default=None, max_length=2000)
+    created_at: datetime = _ts(default_factory=utcnow)
+
+
+class ApiKey(SQLModel, table=True):
+    """An API key of a tenant; only its SHA-256 hash is stored."""
+
+    __tablename__ = "api_key"
+
+    id: str = Field(primary_key=True, max_length=64)
+    tenant_id: str = Field(max_length=128, index=True)
+    key_hash: str = Field(max_length=128, unique=True)
+    prefix: str = Field(max_length=16)
+    is_admin: bool = False
+    created_at: datetime = _ts(default_factory=utcnow)
+    revoked_at: datetime | None = _ts(default=None)

@@ -1,0 +1,153 @@
+"""Queries on tasks and executions."""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Engine, and_, or_, select
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.orm import Session
+
+from store.models import Task, TaskExecution, utcnow
+from store.records import ExecutionRecord, TaskSnapshot
+
+FINAL_EXECUTION_STATUSES = ("COMPLETED", "FAILED", "CANCELLED", "SKIPPED")
+
+
+def _insert(engine: Engine, table: Any) -> Any:
+    dialect = postgresql if engine.dialect.name == "postgresql" else sqlite
+    return dialect.insert(table)
+
+
+def save_snapshot(engine: Engine, snapshot: TaskSnapshot) -> None:
+    """Insert or update a task row; an older state_version never overwrites a newer one."""
+    values = snapshot.model_dump()
+    values["id"] = values.pop("task_id")
+    stmt = _insert(engine, Task.__table__).values(**values)
+    newer = stmt.excluded.state_version >= Task.__table__.c.state_version
+    changed = {k: stmt.excluded[k] for k in values if k not in ("id", "tenant_id", "created_at")}
+    stmt = stmt.on_conflict_do_update(index_elements=["id"], set_=changed, where=newer)
+    with engine.begin() as connection:
+        connection.execute(stmt)
+
+
+def save_execution(engine: Engine, record: ExecutionRecord) -> None:
+    """Insert or update an execution row by its id; retries of the same run record it once."""
+    values = record.model_dump()
+    table = TaskExecution.__table__
+    stmt = _insert(engine, table).values(**values)
+    # A final row stays final: a late or replayed RUNNING write must not resurrect it.
+    not_final = table.c.status.not_in(FINAL_EXECUTION_STATUSES)
+    changed = {k: stmt.excluded[k] for k in values if k not in ("id", "created_at")}
+    stmt = stmt.on_conflict_do_update(
+        index_elements=["id"],
+        set_=changed,
+        where=or_(not_final, stmt.excluded.status.in_(FINAL_EXECUTION_STATUSES)),
+    )
+    with engine.begin() as connection:
+        connection.execute(stmt)
+
+
+def get_task(engine: Engine, task_id: str, tenant_id: str | None) -> Task | None:
+    """A task by id; ``tenant_id`` None means any tenant (admin)."""
+    with Session(engine) as session:
+        task = session.get(Task, task_id)
+        if task is None or (tenant_id is not None and task.tenant_id != tenant_id):
+            return None
+        session.expunge(task)
+        return task
+
+
+def encode_cursor(created_at: datetime, row_id: str) -> str:
+    """An opaque cursor pointing after the given row."""
+    raw = f"{created_at.isoformat()}|{row_id}".encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> tuple[datetime, str]:
+    """The (created_at, id) a cursor points after; ValueError when malformed."""
+    try:
+        padded = cursor + "=" * (-len(cursor) % 4)
+        created, row_id = base64.urlsafe_b64decode(padded.encode()).decode().split("|", 1)
+        moment = datetime.fromisoformat(created)
+    except Exception as exc:  # any decoding failure means the client sent garbage
+        raise ValueError("cursor is not one this API returned") from exc
+    if moment.tzinfo is None:
+        raise ValueError("cursor is not one this API returned")
+    return moment, row_id
+
+
+def list_tasks(
+    engine: Engine,
+    *,
+    tenant_id: str | None,
+    limit: int,
+    cursor: str | None = None,
+    status: str | None = None,
+    name: str | None = None,
+) -> tuple[Sequence[Task], str | None]:
+    """Tasks newest first, and the cursor of the next page (None at the end)."""
+    query = select(Task)
+    if tenant_id is not None:
+        query = query.where(Task.tenant_id == tenant_id)
+    if status is not None:
+        query = query.where(Task.status == status)
+    if name is not None:
+        query = query.where(Task.name == name)
+    if cursor is not None:
+        created, row_id = decode_cursor(cursor)
+        query = query.where(
+            or_(Task.created_at < created, and_(Task.created_at == created, Task.id < row_id))
+        )
+    query = query.order_by(Task.created_at.desc(), Task.id.desc()).limit(limit + 1)
+    with Session(engine) as session:
+        rows = list(session.scalars(query))
+        for row in rows:
+            session.expunge(row)
+    page, more = rows[:limit], len(rows) > limit
+    return page, (encode_cursor(page[-1].created_at, page[-1].id) if more and page else None)
+
+
+def list_executions(
+    engine: Engine, *, task_id: str, limit: int, cursor: str | None = None
+) -> tuple[Sequence[TaskExecution], str | None]:
+    """A task's executions, newest scheduled first, and the next page's cursor."""
+    table = TaskExecution
+    query = select(table).where(table.task_id == task_id)
+    if cursor is not None:
+        scheduled, row_id = decode_cursor(cursor)
+        query = query.where(
+            or_(
+                table.scheduled_at < scheduled,
+                and_(table.scheduled_at == scheduled, table.id < row_id),
+            )
+        )
+    query = query.order_by(table.scheduled_at.desc(), table.id.desc()).limit(limit + 1)
+    with Session(engine) as session:
+        rows = list(session.scalars(query))
+        for row in rows:
+            session.expunge(row)
+    page, more = rows[:limit], len(rows) > limit
+    return page, (encode_cursor(page[-1].scheduled_at, page[-1].id) if more and page else None)
+
+
+def get_execution(engine: Engine, execution_id: str) -> TaskExecution | None:
+    """One execution row by id."""
+    with Session(engine) as session:
+        row = session.get(TaskExecution, execution_id)
+        if row is not None:
+            session.expunge(row)
+        return row
+
+
+def mark_task(engine: Engine, task_id: str, *, status: str, reason: str) -> None:
+    """Set a task's status directly (used when its workflow cannot be reached)."""
+    with Session(engine) as session:
+        task = session.get(Task, task_id)
+        if task is not None:
+            task.status, task.status_reason, task.updated_at = status, reason, utcnow()
+            session.add(task)
+            session.commit()

@@ -1,0 +1,191 @@
+"""Shared fixtures: Temporal environments (time-skipping and real dev server), databases,
+a local HTTP target server, and a worker factory that registers the production activities."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import uuid
+from collections.abc import AsyncIterator, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from sqlalchemy import Engine
+from temporalio.api.enums.v1 import IndexedValueType
+from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Worker
+
+from activities.handlers import Handler
+from store.engine import make_engine, migrate
+from tests.target import TargetServer
+from worker.build import build_activities, build_worker
+from workflows import attributes
+
+BIN = Path(sys.executable).parent
+
+
+def _binary(name: str) -> str:
+    found = shutil.which(name, path=str(BIN)) or shutil.which(name)
+    if not found:
+        raise RuntimeError(f"{name} not found; run `make test` so the virtualenv has it")
+    return found
+
+
+async def register_search_attributes(client: Client) -> None:
+    """Register the task search attributes on a server that does not know them yet."""
+    kinds = {"Keyword": IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD,
+             "Datetime": IndexedValueType.INDEXED_VALUE_TYPE_DATETIME}
+    await client.operator_service.add_search_attributes(
+        AddSearchAttributesRequest(
+            namespace=client.namespace,
+            search_attributes={name: kinds[kind] for name, kind in attributes.DEFINITIONS.items()},
+        )
+    )
+
+
+@pytest.fixture(scope="session")
+async def time_env() -> AsyncIterator[WorkflowEnvironment]:
+    """A time-skipping test server for workflow semantics."""
+    env = await WorkflowEnvironment.start_time_skipping(
+        data_converter=pydantic_data_converter,
+        test_server_existing_path=_binary("temporal-test-server"),
+    )
+    await register_search_attributes(env.client)
+    yield env
+    await env.shutdown()
+
+
+@pytest.fixture(scope="session")
+async def dev_env() -> AsyncIterator[WorkflowEnvironment]:
+    """A real Temporal dev server (in memory) with the task search attributes."""
+    keys = [attributes.TASK_ID, attributes.TENANT_ID, attributes.TASK_NAME,
+            attributes.TASK_STATUS, attributes.SCHEDULE_TYPE, attributes.NEXT_RUN_AT]
+    env = await WorkflowEnvironment.start_local(
+        data_converter=pydantic_data_converter,
+        dev_server_existing_path=_binary("temporal"),
+        search_attributes=keys,
+        dev_server_extra_args=["--dynamic-config-value", "frontend.enableUpdateWorkflowExecution=true"],
+    )
+    yield env
+    await env.shutdown()
+
+
+@pytest.fixture
+def sqlite_engine(tmp_path: Path) -> Iterator[Engine]:
+    """A migrated SQLite database in a temp dir."""
+    engine = make_engine(f"sqlite:///{tmp_path / 'test.db'}")
+    migrate(engine)
+    yield engine
+    engine.dispose()
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> Iterator[str]:
+    """A throwaway PostgreSQL cluster started with initdb/pg_ctl in a temp dir."""
+    initdb, pg_ctl = shutil.which("initdb"), shutil.which("pg_ctl")
+    if not initdb or not pg_ctl:
+        pytest.fail("PostgreSQL binaries initdb/pg_ctl are required for the PostgreSQL tests")
+    root = Path(tempfile.mkdtemp(prefix="ts-pg-"))
+    data = root / "data"
+    port = _free_port()
+    env = dict(os.environ)
+    run_as: list[str] = []
+    if os.geteuid() == 0:
+        # PostgreSQL refuses to run as root: run the cluster as an unprivileged user.
+        user = "postgres" if _has_user("postgres") else "nobody"
+        shutil.chown(root, user=user)
+        run_as = ["runuser", "-u", user, "--"]
+    subprocess.run([*run_as, initdb, "-D", str(data), "-U", "scheduler", "--auth=trust", "-E", "UTF8"],
+                   check=True, capture_output=True, env=env)
+    subprocess.run(
+        [*run_as, pg_ctl, "-D", str(data), "-l", str(root / "log"), "-w", "-o",
+         f"-p {port} -k {root} -c listen_addresses=127.0.0.1 -c fsync=off", "start"],
+        check=True, capture_output=True, env=env,
+    )
+    try:
+        yield f"postgresql://scheduler@127.0.0.1:{port}/postgres"
+    finally:
+        subprocess.run([*run_as, pg_ctl, "-D", str(data), "-m", "immediate", "stop"],
+                       capture_output=True, env=env)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _has_user(name: str) -> bool:
+    import pwd
+
+    try:
+        pwd.getpwnam(name)
+    except KeyError:
+        return False
+    return True
+
+
+@pytest.fixture
+def postgres_engine(postgres_url: str) -> Iterator[Engine]:
+    """A migrated, empty database on the throwaway cluster."""
+    from sqlalchemy import text
+
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    admin = make_engine(postgres_url)
+    with admin.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        conn.execute(text(f"CREATE DATABASE {name}"))
+    admin.dispose()
+    engine = make_engine(postgres_url.rsplit("/", 1)[0] + f"/{name}")
+    migrate(engine)
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def any_engine(request: pytest.FixtureRequest) -> Engine:
+    """The same test on SQLite and on PostgreSQL."""
+    return request.getfixturevalue(f"{request.param}_engine")  # type: ignore[no-any-return]
+
+
+@pytest.fixture
+async def target() -> AsyncIterator[TargetServer]:
+    """A real HTTP server on 127.0.0.1 that records every request it gets."""
+    server = TargetServer()
+    await server.start()
+    yield server
+    await server.stop()
+
+
+@asynccontextmanager
+async def new_worker(
+    client: Client,
+    engine: Engine,
+    *,
+    task_queue: str | None = None,
+    handlers: Mapping[str, Handler] | None = None,
+    **options: Any,
+) -> AsyncIterator[Worker]:
+    """A worker on a fresh task queue with exactly the production activities."""
+    queue = task_queue or f"tq-{uuid.uuid4()}"
+    executor = ThreadPoolExecutor(max_workers=16)
+    async with httpx.AsyncClient() as http:
+        activities = build_activities(
+            engine=engine, http=http, client=client, task_queue=queue, extra_handlers=handlers
+        )
+        worker = build_worker(client, task_queue=queue, activities=activities, executor=executor, **options)
+        async with worker:
+            yield worker
+    executor.shutdown(wait=False)

@@ -1,0 +1,69 @@
+"""A real local HTTP target server for jobs: records every request, answers as told."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+
+@dataclass
+class Received:
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: bytes
+
+    def json(self) -> Any:
+        return json.loads(self.body) if self.body else None
+
+
+@dataclass
+class TargetServer:
+    """Answers ``/status/<code>``, ``/slow/<seconds>``, ``/hang``, anything else with 200."""
+
+    received: list[Received] = field(default_factory=list)
+    port: int = 0
+    _runner: web.AppRunner | None = None
+    _event: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def start(self) -> None:
+        app = web.Application()
+        app.router.add_route("*", "/{tail:.*}", self._handle)
+        self._runner = web.AppRunner(app)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    def url(self, path: str = "/hook") -> str:
+        return f"http://127.0.0.1:{self.port}{path}"
+
+    async def wait_for(self, count: int, timeout: float = 30) -> list[Received]:
+        """Wait until at least ``count`` requests arrived."""
+        async def _until() -> None:
+            while len(self.received) < count:
+                self._event.clear()
+                await self._event.wait()
+        await asyncio.wait_for(_until(), timeout)
+        return self.received
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        body = await request.read()
+        self.received.append(Received(request.method, request.path, dict(request.headers), body))
+        self._event.set()
+        parts = request.path.strip("/").split("/")
+        if parts[0] == "status" and len(parts) > 1:
+            return web.Response(status=int(parts[1]), text=f"answered {parts[1]}")
+        if parts[0] == "slow" and len(parts) > 1:
+            await asyncio.sleep(float(parts[1]))
+        if parts[0] == "hang":
+            await asyncio.sleep(3600)
+        return web.json_response({"ok": True, "path": request.path})

@@ -1,0 +1,59 @@
+"""Process settings, read from the environment (prefix ``SCHEDULER_``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import SecretStr, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    """Settings shared by the API, the worker and the dev launcher; defaults run the embedded stack."""
+
+    model_config = SettingsConfigDict(env_prefix="SCHEDULER_", extra="ignore")
+
+    env: Literal["dev", "test", "production"] = "dev"
+    data_dir: Path = Path(".data")
+    database_url: str | None = None
+
+    temporal_address: str = "127.0.0.1:7233"
+    temporal_namespace: str = "default"
+    task_queue: str = "task-scheduler"
+    temporal_ui_port: int = 8233
+
+    api_host: str = "127.0.0.1"
+    api_port: int = 8000
+    dev_api_key: SecretStr | None = None
+    auto_migrate: bool = True
+
+    log_format: Literal["console", "json"] | None = None
+    log_level: str = "INFO"
+
+    worker_max_concurrent_activities: int = 1000
+    worker_max_concurrent_workflow_tasks: int = 200
+    http_max_response_bytes: int = 1024
+
+    @model_validator(mode="after")
+    def _refuse_dev_secrets_outside_dev(self) -> Settings:
+        if self.env == "production" and self.dev_api_key is not None:
+            raise ValueError(
+                "SCHEDULER_DEV_API_KEY is a development convenience and is refused when "
+                "SCHEDULER_ENV=production; create keys with `task-scheduler keys create`"
+            )
+        return self
+
+    @property
+    def resolved_database_url(self) -> str:
+        """The database URL, defaulting to a SQLite file under the data directory."""
+        if self.database_url:
+            return self.database_url
+        return f"sqlite:///{(self.data_dir / 'scheduler.db').resolve()}"
+
+    @property
+    def resolved_log_format(self) -> str:
+        """Console logs in dev, JSON elsewhere, unless set explicitly."""
+        if self.log_format:
+            return self.log_format
+        return "console" if self.env == "dev" else "json"

@@ -1,0 +1,40 @@
+"""Custom search attributes, so operators find tasks in the Temporal UI and CLI."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
+
+TASK_ID = SearchAttributeKey.for_keyword("TaskId")
+TENANT_ID = SearchAttributeKey.for_keyword("TenantId")
+TASK_NAME = SearchAttributeKey.for_keyword("TaskName")
+TASK_STATUS = SearchAttributeKey.for_keyword("TaskStatus")
+SCHEDULE_TYPE = SearchAttributeKey.for_keyword("ScheduleType")
+NEXT_RUN_AT = SearchAttributeKey.for_datetime("NextRunAt")
+
+# name -> type, as the dev server's --search-attribute flag and the operator service take them
+DEFINITIONS = {
+    "TaskId": "Keyword",
+    "TenantId": "Keyword",
+    "TaskName": "Keyword",
+    "TaskStatus": "Keyword",
+    "ScheduleType": "Keyword",
+    "NextRunAt": "Datetime",
+}
+
+
+def initial(
+    *, task_id: str, tenant_id: str, name: str, schedule_type: str, next_run_at: datetime | None
+) -> TypedSearchAttributes:
+    """The search attributes a task workflow starts with."""
+    pairs: list[SearchAttributePair[object]] = [
+        SearchAttributePair(TASK_ID, task_id),
+        SearchAttributePair(TENANT_ID, tenant_id),
+        SearchAttributePair(TASK_NAME, name),
+        SearchAttributePair(TASK_STATUS, "PENDING"),
+        SearchAttributePair(SCHEDULE_TYPE, schedule_type),
+    ]
+    if next_run_at is not None:
+        pairs.append(SearchAttributePair(NEXT_RUN_AT, next_run_at))
+    return TypedSearchAttributes(pairs)

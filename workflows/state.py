@@ -1,0 +1,103 @@
+"""The task workflow's input and state: pure models shared by the workflow, the API and tests."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from enum import StrEnum
+
+from pydantic import BaseModel, Field
+
+from scheduling.spec import TaskSpec
+
+
+class TaskStatus(StrEnum):
+    PENDING = "PENDING"
+    RUNNING = "RUNNING"
+    PAUSED = "PAUSED"
+    COMPLETED = "COMPLETED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+
+
+FINAL_STATUSES = frozenset({TaskStatus.COMPLETED, TaskStatus.FAILED, TaskStatus.CANCELLED})
+
+
+class ExecutionStatus(StrEnum):
+    RUNNING = "RUNNING"
+    COMPLETED = "COMPLETED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+    SKIPPED = "SKIPPED"
+
+
+class Trigger(StrEnum):
+    SCHEDULE = "schedule"
+    CATCHUP = "catchup"
+    MANUAL = "manual"
+
+
+class QueuedRun(BaseModel):
+    """A run waiting for the running one to finish (catch-up, buffered or manual)."""
+
+    scheduled_at: datetime
+    trigger: Trigger = Trigger.SCHEDULE
+
+
+class LastRun(BaseModel):
+    """The most recent finished run."""
+
+    execution_id: str
+    scheduled_at: datetime
+    status: ExecutionStatus
+    finished_at: datetime | None = None
+    error: str | None = None
+
+
+class TaskState(BaseModel):
+    """Everything the workflow knows; carried whole across continue-as-new."""
+
+    task_id: str
+    tenant_id: str
+    spec: TaskSpec
+    created_at: datetime
+    anchor: datetime = Field(description="where a fixed-rate interval counts from")
+    status: TaskStatus = TaskStatus.PENDING
+    status_reason: str | None = None
+    next_fire_at: datetime | None = Field(default=None, description="next scheduled time")
+    paused: bool = False
+    resumed_at: datetime | None = Field(
+        default=None, description="fires up to this instant fell inside a pause"
+    )
+    cancel_requested: bool = False
+    queue: list[QueuedRun] = Field(default_factory=list)
+    last_run: LastRun | None = None
+    run_count: int = 0
+    success_count: int = 0
+    failure_count: int = 0
+    skipped_count: int = 0
+    cancelled_count: int = 0
+    consecutive_failures: int = 0
+    running: list[str] = Field(default_factory=list, description="execution ids in progress")
+    continued_as_new: int = 0
+
+
+class TaskWorkflowInput(BaseModel):
+    """Start input of TaskWorkflow; ``state`` is set when continuing as new."""
+
+    task_id: str
+    tenant_id: str
+    spec: TaskSpec
+    created_at: datetime
+    state: TaskState | None = None
+    history_limit: int = Field(default=10_000, description="continue-as-new past this length")
+
+
+def workflow_id(task_id: str) -> str:
+    """The id of a task's workflow."""
+    return f"task-{task_id}"
+
+
+def execution_id(task_id: str, scheduled_at: datetime, trigger: Trigger = Trigger.SCHEDULE) -> str:
+    """The deterministic id of a run: ``<task_id>:<scheduled_at>`` (manual runs are marked)."""
+    stamp = scheduled_at.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return f"{task_id}:manual-{stamp}" if trigger is Trigger.MANUAL else f"{task_id}:{stamp}"
