@@ -1,0 +1,71 @@
+"""The FastAPI application: built by ``create_app``, dependencies made in its lifespan."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+from sqlalchemy import Engine
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+
+from activities.handlers import load_handlers
+from api.errors import install_error_handlers
+from api.metrics import ApiMetrics
+from api.routes import health, tasks
+from api.service import TaskService
+from api.temporal import TemporalGateway
+from store.engine import make_engine, migrate
+from worker.settings import Settings
+
+DESCRIPTION = """
+Durable task scheduling. Every task is a Temporal workflow that sleeps until its next run,
+runs the job (an HTTP call, a registered handler or another workflow) with retries, and
+obeys cancel, update, pause, resume and trigger.
+
+Authenticate with `Authorization: Bearer <api key>`. Errors are `application/problem+json`.
+"""
+
+
+def create_app(
+    settings: Settings | None = None, *, engine: Engine | None = None, client: Client | None = None
+) -> FastAPI:
+    """The API; ``engine`` and ``client`` may be given (tests), else they are made at startup."""
+    settings = settings or Settings()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        own_engine = engine is None
+        db = engine or make_engine(settings.resolved_database_url)
+        if own_engine and settings.auto_migrate:
+            migrate(db)
+        temporal = client or await Client.connect(
+            settings.temporal_address,
+            namespace=settings.temporal_namespace,
+            data_converter=pydantic_data_converter,
+            lazy=True,  # start even while Temporal is down; requests then answer 503
+        )
+        app.state.service = TaskService(
+            db, TemporalGateway(temporal, settings.task_queue), load_handlers().keys()
+        )
+        try:
+            yield
+        finally:
+            if own_engine:
+                db.dispose()
+
+    app = FastAPI(
+        title="task-scheduler",
+        version="0.1.0",
+        description=DESCRIPTION,
+        lifespan=lifespan,
+    )
+    metrics = ApiMetrics()
+    app.state.metrics = metrics
+    app.middleware("http")(metrics.middleware)
+    install_error_handlers(app)
+    app.include_router(tasks.router)
+    app.include_router(health.router)
+
+    return app

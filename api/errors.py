@@ -1,0 +1,135 @@
+"""Errors the API answers with, rendered as RFC 9457 problem+json by one set of handlers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import structlog
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+PROBLEM = "application/problem+json"
+TYPE_BASE = "https://task-scheduler.dev/problems/"
+log = structlog.get_logger("task_scheduler.api")
+
+# Fields of the design that this version does not implement yet: refused, never ignored.
+NOT_YET_SUPPORTED = frozenset(
+    {"jitter_seconds", "drift_threshold_seconds", "max_consecutive_failures", "notify",
+     "catchup_window_seconds"}
+)
+
+
+class ApiError(Exception):
+    """Base of the API's errors: a status, a stable type slug and a human message."""
+
+    status = 500
+    slug = "internal"
+    title = "Internal error"
+
+    def __init__(self, detail: str, *, field: str | None = None, headers: dict[str, str] | None = None) -> None:
+        super().__init__(detail)
+        self.detail = detail
+        self.field = field
+        self.headers = headers or {}
+
+
+class Unauthorized(ApiError):
+    status, slug, title = 401, "unauthorized", "Missing or invalid API key"
+
+
+class TaskNotFound(ApiError):
+    status, slug, title = 404, "task-not-found", "Task not found"
+
+
+class InvalidTask(ApiError):
+    status, slug, title = 422, "invalid-task", "Invalid task"
+
+
+class TaskConflict(ApiError):
+    status, slug, title = 409, "task-conflict", "Task cannot change in its current state"
+
+
+class OutcomeUnknown(ApiError):
+    status, slug, title = 504, "outcome-unknown", "The change was sent but its outcome is unknown"
+
+
+class ServiceUnavailable(ApiError):
+    status, slug, title = 503, "unavailable", "A dependency is unavailable"
+
+
+def problem(status: int, slug: str, title: str, detail: str, **extra: Any) -> JSONResponse:
+    """A problem+json response."""
+    body = {"type": TYPE_BASE + slug, "title": title, "status": status, "detail": detail}
+    body.update({k: v for k, v in extra.items() if v is not None})
+    return JSONResponse(body, status_code=status, media_type=PROBLEM)
+
+
+def _field_path(loc: tuple[Any, ...]) -> str:
+    parts = [str(p) for p in loc if p not in ("body", "query", "path", "header")]
+    # Discriminated unions add the tag to the path (job_details.http.url): drop it.
+    return ".".join(parts) or "body"
+
+
+def _message(error: dict[str, Any]) -> str:
+    kind = error.get("type", "")
+    field = _field_path(tuple(error.get("loc", ())))
+    name = field.rsplit(".", 1)[-1]
+    if kind == "json_invalid":
+        return "the body is not valid JSON"
+    if kind == "extra_forbidden":
+        if name in NOT_YET_SUPPORTED:
+            return f"{field}: not supported yet by this version; remove it"
+        return f"{field}: unknown field"
+    if kind == "missing":
+        return f"{field}: field required"
+    msg = str(error.get("msg", "invalid")).removeprefix("Value error, ")
+    return f"{field}: {msg}" if field != "body" else msg
+
+
+def validation_problem(errors: list[dict[str, Any]]) -> JSONResponse:
+    """422 naming every field at fault."""
+    cleaned = [
+        {"field": _field_path(tuple(e.get("loc", ()))), "message": _message(e)} for e in errors
+    ]
+    return problem(
+        422,
+        "validation",
+        "Request validation failed",
+        "; ".join(c["message"] for c in cleaned),
+        field=cleaned[0]["field"] if cleaned else None,
+        errors=cleaned,
+    )
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """Render every error as problem+json, with no internal detail."""
+
+    @app.exception_handler(ApiError)
+    async def _api_error(request: Request, exc: ApiError) -> JSONResponse:
+        response = problem(exc.status, exc.slug, exc.title, exc.detail, field=exc.field)
+        response.headers.update(exc.headers)
+        return response
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
+        return validation_problem(list(exc.errors()))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        slugs = {404: "not-found", 405: "method-not-allowed", 413: "too-large", 415: "unsupported-media-type"}
+        response = problem(
+            exc.status_code,
+            slugs.get(exc.status_code, "http-error"),
+            str(exc.detail) if exc.status_code != 404 else "Not found",
+            str(exc.detail),
+        )
+        if exc.headers:
+            response.headers.update(exc.headers)
+        return response
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("api.unexpected_error", path=request.url.path)
+        return problem(500, "internal", "Internal error", "an unexpected error occurred")

@@ -1,0 +1,56 @@
+"""Prometheus metrics of the API process."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from sqlalchemy import Engine, func, select
+from sqlalchemy.orm import Session
+from starlette.requests import Request
+from starlette.responses import Response
+
+from store.models import Task
+
+
+class ApiMetrics:
+    """HTTP request counts and latencies by route, and tasks by status (read on scrape)."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.requests = Counter(
+            "scheduler_http_requests_total", "HTTP requests by route, method and status",
+            ["route", "method", "status"], registry=self.registry,
+        )
+        self.latency = Histogram(
+            "scheduler_http_request_duration_seconds", "HTTP request latency by route",
+            ["route", "method"], registry=self.registry,
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+        )
+        self.tasks = Gauge(
+            "scheduler_tasks", "Tasks by status", ["status"], registry=self.registry
+        )
+
+    def refresh_task_counts(self, engine: Engine) -> None:
+        """Count tasks by status (called when /metrics is scraped)."""
+        with Session(engine) as session:
+            counts = dict(session.execute(select(Task.status, func.count()).group_by(Task.status)).all())
+        for status in ("PENDING", "RUNNING", "PAUSED", "COMPLETED", "FAILED", "CANCELLED"):
+            self.tasks.labels(status=status).set(counts.get(status, 0))
+
+    async def middleware(
+        self, request: Request, call_next: Callable[[Request], Awaitable[Response]]
+    ) -> Response:
+        """Time every request and count it by its route template (not its raw path)."""
+        started = time.perf_counter()
+        status = 500
+        try:
+            response = await call_next(request)
+            status = response.status_code
+            return response
+        finally:
+            route = request.scope.get("route")
+            template = getattr(route, "path", "unmatched")
+            self.requests.labels(template, request.method, str(status)).inc()
+            self.latency.labels(template, request.method).observe(time.perf_counter() - started)

@@ -1,0 +1,124 @@
+"""The documented task endpoints."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Body, Path, Query, status
+
+from api.deps import ServiceDep, TenantDep
+from api.schemas import (
+    CREATE_EXAMPLES,
+    ExecutionPage,
+    PauseRequest,
+    TaskCancel,
+    TaskCreate,
+    TaskOut,
+    TaskPage,
+    TaskUpdate,
+)
+from workflows.state import TaskStatus
+
+router = APIRouter(tags=["tasks"])
+
+TaskIdPath = Annotated[str, Path(min_length=1, max_length=64, description="the task id")]
+CreateBody = Annotated[TaskCreate, Body(openapi_examples=CREATE_EXAMPLES)]
+ERRORS = {
+    401: {"description": "missing or invalid API key"},
+    404: {"description": "no such task for this tenant"},
+    409: {"description": "the task has ended and can no longer change"},
+    422: {"description": "invalid input; the message names the field"},
+    503: {"description": "Temporal or the database is unavailable"},
+}
+
+
+@router.post("/task/create", status_code=status.HTTP_201_CREATED, responses=ERRORS)
+async def create_task(body: CreateBody, who: TenantDep, service: ServiceDep) -> TaskOut:
+    """Create a one-time, cron or interval task."""
+    return await service.create(who, body)
+
+
+@router.post("/task/recurring", status_code=status.HTTP_201_CREATED, responses=ERRORS)
+async def create_recurring_task(body: CreateBody, who: TenantDep, service: ServiceDep) -> TaskOut:
+    """Create a recurring (cron or interval) task."""
+    return await service.create(who, body, recurring_only=True)
+
+
+@router.patch("/task/cancel", status_code=status.HTTP_202_ACCEPTED, responses=ERRORS)
+async def cancel_task(
+    body: Annotated[TaskCancel, Body(openapi_examples={"cancel": {"value": {"task_id": "0f1e..."}}})],
+    who: TenantDep,
+    service: ServiceDep,
+) -> TaskOut:
+    """Cancel a task; a running job is cancelled through its heartbeats."""
+    return await service.cancel(who, body.task_id, body.task_name, body.reason)
+
+
+@router.post("/task/update", status_code=status.HTTP_202_ACCEPTED, responses=ERRORS)
+async def update_task(
+    body: Annotated[
+        TaskUpdate,
+        Body(openapi_examples={"new-cron": {"value": {"task_id": "0f1e...", "cron": "30 9 * * 1-5"}}}),
+    ],
+    who: TenantDep,
+    service: ServiceDep,
+) -> TaskOut:
+    """Change a task; the workflow re-plans at once. Answers with the new state."""
+    return await service.update(who, body.task_id, body.changes())
+
+
+@router.get("/tasks/{task_id}", responses=ERRORS)
+async def get_task(task_id: TaskIdPath, who: TenantDep, service: ServiceDep) -> TaskOut:
+    """A task: status, schedule, next run, last run and run counts."""
+    return await service.get(who, task_id)
+
+
+@router.get("/tasks", responses=ERRORS)
+@router.get("/tasks/", include_in_schema=False)
+async def list_tasks(
+    who: TenantDep,
+    service: ServiceDep,
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+    cursor: Annotated[str | None, Query(max_length=500)] = None,
+    status: Annotated[TaskStatus | None, Query()] = None,
+    name: Annotated[str | None, Query(max_length=200)] = None,
+    all_tenants: Annotated[bool, Query(description="admin keys only")] = False,
+) -> TaskPage:
+    """Tasks newest first, filtered by status or name, with a cursor for the next page."""
+    return await service.list(
+        who, limit=limit, cursor=cursor, status=status.value if status else None, name=name,
+        all_tenants=all_tenants,
+    )
+
+
+@router.get("/tasks/{task_id}/executions", responses=ERRORS)
+async def list_executions(
+    task_id: TaskIdPath,
+    who: TenantDep,
+    service: ServiceDep,
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+    cursor: Annotated[str | None, Query(max_length=500)] = None,
+) -> ExecutionPage:
+    """A task's run history (runs and recorded skips), newest first."""
+    return await service.executions(who, task_id, limit=limit, cursor=cursor)
+
+
+@router.post("/tasks/{task_id}/pause", status_code=status.HTTP_202_ACCEPTED, responses=ERRORS)
+async def pause_task(
+    task_id: TaskIdPath, who: TenantDep, service: ServiceDep,
+    body: Annotated[PauseRequest | None, Body()] = None,
+) -> TaskOut:
+    """Stop starting runs until resumed (a running job finishes)."""
+    return await service.pause(who, task_id, body.reason if body else None)
+
+
+@router.post("/tasks/{task_id}/resume", status_code=status.HTTP_202_ACCEPTED, responses=ERRORS)
+async def resume_task(task_id: TaskIdPath, who: TenantDep, service: ServiceDep) -> TaskOut:
+    """Start runs again; fires that fell inside the pause are recorded as skipped."""
+    return await service.resume(who, task_id)
+
+
+@router.post("/tasks/{task_id}/trigger", status_code=status.HTTP_202_ACCEPTED, responses=ERRORS)
+async def trigger_task(task_id: TaskIdPath, who: TenantDep, service: ServiceDep) -> TaskOut:
+    """Run the task's job now, outside its schedule."""
+    return await service.trigger(who, task_id)

@@ -1,0 +1,208 @@
+"""The task service: what each endpoint does, between the database and Temporal."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+import structlog
+from anyio import to_thread
+from pydantic import ValidationError
+from sqlalchemy import Engine
+from sqlalchemy.exc import OperationalError, SQLAlchemyError
+
+from api.errors import InvalidTask, ServiceUnavailable, TaskConflict, TaskNotFound
+from api.schemas import ExecutionOut, ExecutionPage, TaskOut, TaskPage
+from api.temporal import TemporalGateway
+from scheduling.fire import first_fire
+from scheduling.spec import HandlerJob, ScheduleType, TaskChanges, TaskSpec, check_timing
+from store.models import Task
+from store.records import TaskSnapshot
+from store.tasks import get_task, list_executions, list_tasks, save_snapshot
+from workflows.state import TaskState, TaskStatus
+
+log = structlog.get_logger("task_scheduler.api")
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who is calling: a tenant, possibly with admin rights."""
+
+    tenant_id: str
+    is_admin: bool = False
+
+
+async def in_thread(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """Run a blocking store call off the event loop; database outages become 503."""
+    try:
+        return await to_thread.run_sync(lambda: fn(*args, **kwargs))
+    except OperationalError as exc:
+        raise ServiceUnavailable("the database is unavailable") from exc
+
+
+class TaskService:
+    """Creates tasks and relays changes to their workflows."""
+
+    def __init__(self, engine: Engine, temporal: TemporalGateway, handlers: Collection[str]) -> None:
+        self.engine = engine
+        self.temporal = temporal
+        self.handlers = frozenset(handlers)
+
+    # ------------------------------------------------------------- create and read
+    async def create(self, who: Principal, spec: TaskSpec, *, recurring_only: bool = False) -> TaskOut:
+        """Validate, start the workflow, then write the row; 201 means the task will run."""
+        now = datetime.now(UTC)
+        if recurring_only and spec.schedule_type is ScheduleType.ONCE:
+            raise InvalidTask(
+                "schedule_type: /task/recurring takes 'cron' or 'interval'; use /task/create "
+                "for a one-time task",
+                field="schedule_type",
+            )
+        self._check(spec, now)
+        task_id = uuid.uuid4().hex
+        await self.temporal.start_task(task_id=task_id, tenant_id=who.tenant_id, spec=spec, created_at=now)
+        snapshot = TaskSnapshot(
+            task_id=task_id,
+            tenant_id=who.tenant_id,
+            name=spec.task_name,
+            schedule_type=spec.schedule_type.value,
+            spec=spec.model_dump(mode="json"),
+            status=TaskStatus.PENDING.value,
+            next_run_at=first_fire(spec, now),
+            created_at=now,
+            updated_at=now,
+            state_version=0,
+        )
+        try:
+            # Version 0: anything the workflow has written already wins.
+            await to_thread.run_sync(lambda: save_snapshot(self.engine, snapshot))
+        except SQLAlchemyError as exc:
+            # The workflow's first step writes the same row, so the task is not lost.
+            log.warning("task.row_write_deferred", task_id=task_id, error=type(exc).__name__)
+        log.info("task.created", task_id=task_id, tenant=who.tenant_id, schedule=spec.schedule_type.value)
+        return TaskOut.from_row(
+            Task(
+                id=task_id,
+                tenant_id=who.tenant_id,
+                name=spec.task_name,
+                schedule_type=spec.schedule_type.value,
+                spec=snapshot.spec,
+                status=snapshot.status,
+                next_run_at=snapshot.next_run_at,
+                created_at=now,
+                updated_at=now,
+            )
+        )
+
+    async def get(self, who: Principal, task_id: str) -> TaskOut:
+        """A task of the caller's tenant (404 for anyone else's)."""
+        return TaskOut.from_row(await self._row(who, task_id))
+
+    async def list(
+        self, who: Principal, *, limit: int, cursor: str | None, status: str | None,
+        name: str | None, all_tenants: bool,
+    ) -> TaskPage:
+        """Tasks newest first with a cursor for the next page."""
+        tenant = None if (all_tenants and who.is_admin) else who.tenant_id
+        try:
+            rows, next_cursor = await in_thread(
+                list_tasks, self.engine, tenant_id=tenant, limit=limit, cursor=cursor,
+                status=status, name=name,
+            )
+        except ValueError as exc:
+            raise InvalidTask(f"cursor: {exc}", field="cursor") from exc
+        return TaskPage(items=[TaskOut.from_row(r) for r in rows], next_cursor=next_cursor)
+
+    async def executions(self, who: Principal, task_id: str, *, limit: int, cursor: str | None) -> ExecutionPage:
+        """A task's run history, newest first."""
+        await self._row(who, task_id)
+        try:
+            rows, next_cursor = await in_thread(
+                list_executions, self.engine, task_id=task_id, limit=limit, cursor=cursor
+            )
+        except ValueError as exc:
+            raise InvalidTask(f"cursor: {exc}", field="cursor") from exc
+        return ExecutionPage(items=[ExecutionOut.from_row(r) for r in rows], next_cursor=next_cursor)
+
+    # ------------------------------------------------------------- changes
+    async def update(self, who: Principal, task_id: str, changes: TaskChanges) -> TaskOut:
+        """Validate the change against the current task, then apply it in the workflow."""
+        row = await self._row(who, task_id)
+        self._refuse_final(row)
+        try:
+            new_spec = changes.apply_to(TaskSpec.model_validate(row.spec))
+        except ValidationError as exc:
+            raise InvalidTask(_first_error(exc)) from exc
+        self._check(new_spec, datetime.now(UTC))
+        return TaskOut.from_state(await self.temporal.update(task_id, changes))
+
+    async def cancel(self, who: Principal, task_id: str, task_name: str | None, reason: str | None) -> TaskOut:
+        """Cancel a task; its running job is cancelled too."""
+        row = await self._row(who, task_id)
+        if task_name is not None and task_name != row.name:
+            raise TaskConflict(
+                f"task_name {task_name!r} does not match task {task_id} (named {row.name!r})",
+                field="task_name",
+            )
+        self._refuse_final(row)
+        return self._out(await self.temporal.cancel(task_id, reason))
+
+    async def pause(self, who: Principal, task_id: str, reason: str | None) -> TaskOut:
+        """Pause a task."""
+        self._refuse_final(await self._row(who, task_id))
+        return self._out(await self.temporal.pause(task_id, reason))
+
+    async def resume(self, who: Principal, task_id: str) -> TaskOut:
+        """Resume a paused task."""
+        self._refuse_final(await self._row(who, task_id))
+        return self._out(await self.temporal.resume(task_id))
+
+    async def trigger(self, who: Principal, task_id: str) -> TaskOut:
+        """Run a task's job now, outside its schedule."""
+        self._refuse_final(await self._row(who, task_id))
+        return self._out(await self.temporal.trigger(task_id))
+
+    # ------------------------------------------------------------- helpers
+    def _check(self, spec: TaskSpec, now: datetime) -> None:
+        try:
+            check_timing(spec, now)
+        except ValueError as exc:
+            message = str(exc)
+            raise InvalidTask(message, field=message.split(" ", 1)[0]) from exc
+        job = spec.job_details
+        if isinstance(job, HandlerJob) and job.name not in self.handlers:
+            known = ", ".join(sorted(self.handlers))
+            raise InvalidTask(
+                f"job_details.name: no handler named {job.name!r} is registered (known: {known})",
+                field="job_details.name",
+            )
+
+    async def _row(self, who: Principal, task_id: str) -> Task:
+        tenant = None if who.is_admin else who.tenant_id
+        row = await in_thread(get_task, self.engine, task_id, tenant)
+        if row is None:
+            raise TaskNotFound(f"no task {task_id}")
+        return row
+
+    @staticmethod
+    def _refuse_final(row: Task) -> None:
+        if row.status in (TaskStatus.COMPLETED, TaskStatus.FAILED, TaskStatus.CANCELLED):
+            raise TaskConflict(f"task {row.id} is {row.status} and can no longer change")
+
+    @staticmethod
+    def _out(state: TaskState) -> TaskOut:
+        return TaskOut.from_state(state)
+
+
+def _first_error(exc: ValidationError) -> str:
+    errors = exc.errors()
+    if not errors:
+        return str(exc)
+    first = errors[0]
+    field = ".".join(str(p) for p in first.get("loc", ()))
+    msg = str(first.get("msg", "invalid")).removeprefix("Value error, ")
+    return f"{field}: {msg}" if field else msg

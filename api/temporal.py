@@ -1,0 +1,140 @@
+"""Every Temporal call the API makes, with Temporal's errors mapped to the API's."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from datetime import datetime, timedelta
+from typing import Any
+
+from temporalio.api.enums.v1 import TaskQueueType
+from temporalio.api.taskqueue.v1 import TaskQueue
+from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
+from temporalio.client import (
+    Client,
+    WorkflowUpdateFailedError,
+    WorkflowUpdateRPCTimeoutOrCancelledError,
+)
+from temporalio.common import Priority, WorkflowIDReusePolicy
+from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
+from temporalio.service import RPCError, RPCStatusCode
+
+from api.errors import InvalidTask, OutcomeUnknown, ServiceUnavailable, TaskConflict, TaskNotFound
+from scheduling.fire import first_fire
+from scheduling.spec import TaskChanges, TaskSpec
+from workflows import attributes
+from workflows.state import TaskState, TaskWorkflowInput, workflow_id
+from workflows.task import PRIORITY_KEYS, TaskWorkflow
+
+UPDATE_TIMEOUT = timedelta(seconds=20)
+
+
+@asynccontextmanager
+async def _temporal_errors(task_id: str | None = None) -> AsyncIterator[None]:
+    try:
+        yield
+    except WorkflowUpdateRPCTimeoutOrCancelledError as exc:
+        raise OutcomeUnknown(
+            "the change was sent to the task but no answer came in time; it may still be "
+            "applied: read the task to see its state"
+        ) from exc
+    except WorkflowUpdateFailedError as exc:
+        cause = exc.cause
+        message = str(cause) if cause else str(exc)
+        if isinstance(cause, ApplicationError) and cause.type == "TaskFinished":
+            raise TaskConflict(message) from exc
+        raise InvalidTask(message) from exc
+    except RPCError as exc:
+        if exc.status is RPCStatusCode.NOT_FOUND:
+            raise TaskConflict(f"task {task_id} has ended and can no longer change") from exc
+        if exc.status is RPCStatusCode.FAILED_PRECONDITION and "completed" in exc.message.lower():
+            raise TaskConflict(f"task {task_id} has ended and can no longer change") from exc
+        raise ServiceUnavailable(f"Temporal is unavailable: {exc.status.name}") from exc
+    except (ConnectionError, OSError, RuntimeError) as exc:
+        # The SDK raises RuntimeError when it cannot connect at all.
+        raise ServiceUnavailable("Temporal is unavailable") from exc
+
+
+class TemporalGateway:
+    """Starts task workflows and sends them updates, signals and queries."""
+
+    def __init__(self, client: Client, task_queue: str) -> None:
+        self.client = client
+        self.task_queue = task_queue
+
+    async def start_task(
+        self, *, task_id: str, tenant_id: str, spec: TaskSpec, created_at: datetime
+    ) -> None:
+        """Start the task's workflow; the workflow id is derived from the task id."""
+        async with _temporal_errors(task_id):
+            try:
+                await self.client.start_workflow(
+                    TaskWorkflow.run,
+                    TaskWorkflowInput(
+                        task_id=task_id, tenant_id=tenant_id, spec=spec, created_at=created_at
+                    ),
+                    id=workflow_id(task_id),
+                    task_queue=self.task_queue,
+                    id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+                    search_attributes=attributes.initial(
+                        task_id=task_id,
+                        tenant_id=tenant_id,
+                        name=spec.task_name,
+                        schedule_type=spec.schedule_type.value,
+                        next_run_at=first_fire(spec, created_at),
+                    ),
+                    priority=Priority(priority_key=PRIORITY_KEYS[spec.priority]),
+                    static_summary=f"{spec.task_name} ({spec.schedule_type.value})",
+                )
+            except WorkflowAlreadyStartedError as exc:
+                raise TaskConflict(f"task {task_id} already exists") from exc
+
+    async def update(self, task_id: str, changes: TaskChanges) -> TaskState:
+        """Apply changes through the workflow's validated update."""
+        return await self._update(task_id, TaskWorkflow.update_task, changes)
+
+    async def cancel(self, task_id: str, reason: str | None) -> TaskState:
+        """Cancel the task (a running job is cancelled through its heartbeats)."""
+        return await self._update(task_id, TaskWorkflow.cancel_update, reason)
+
+    async def pause(self, task_id: str, reason: str | None) -> TaskState:
+        """Pause the task."""
+        return await self._update(task_id, TaskWorkflow.pause_update, reason)
+
+    async def resume(self, task_id: str) -> TaskState:
+        """Resume the task."""
+        return await self._update(task_id, TaskWorkflow.resume_update)
+
+    async def trigger(self, task_id: str) -> TaskState:
+        """Run the task's job now."""
+        return await self._update(task_id, TaskWorkflow.trigger_update)
+
+    async def _update(self, task_id: str, update: Any, *args: Any) -> TaskState:
+        handle = self.client.get_workflow_handle_for(TaskWorkflow.run, workflow_id(task_id))
+        # An explicit update id: a retried request cannot apply the same change twice.
+        update_id = f"{update.__name__}-{uuid.uuid4()}"
+        async with _temporal_errors(task_id):
+            result: TaskState = await handle.execute_update(
+                update, *args, id=update_id, rpc_timeout=UPDATE_TIMEOUT
+            )
+            return result
+
+    async def health(self) -> dict[str, Any]:
+        """Whether the server answers and how many workers poll the task queue."""
+        ok = await self.client.service_client.check_health(timeout=timedelta(seconds=3))
+        pollers: dict[str, int] = {}
+        for kind, name in (
+            (TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW, "workflow"),
+            (TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY, "activity"),
+        ):
+            response = await self.client.workflow_service.describe_task_queue(
+                DescribeTaskQueueRequest(
+                    namespace=self.client.namespace,
+                    task_queue=TaskQueue(name=self.task_queue),
+                    task_queue_type=kind,
+                ),
+                timeout=timedelta(seconds=3),
+            )
+            pollers[name] = len(response.pollers)
+        return {"server": bool(ok), "pollers": pollers}

@@ -1,0 +1,100 @@
+"""The `task-scheduler` command: dev, api, worker, migrate and keys."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+
+from worker.logging import configure_logging
+from worker.settings import Settings
+
+
+def _api(settings: Settings) -> int:
+    import uvicorn
+
+    from api.app import create_app
+
+    uvicorn.run(
+        create_app(settings), host=settings.api_host, port=settings.api_port,
+        log_level=settings.log_level.lower(), access_log=False,
+    )
+    return 0
+
+
+def _worker(settings: Settings) -> int:
+    from worker.run import run_worker
+
+    asyncio.run(run_worker(settings))
+    return 0
+
+
+def _migrate(settings: Settings) -> int:
+    from store.engine import make_engine, migrate
+
+    migrate(make_engine(settings.resolved_database_url))
+    print("database is at the newest schema")
+    return 0
+
+
+def _keys(settings: Settings, args: argparse.Namespace) -> int:
+    from store.engine import make_engine, migrate
+    from store.keys import create_key, list_keys, revoke_key
+
+    engine = make_engine(settings.resolved_database_url)
+    if settings.auto_migrate:
+        migrate(engine)
+    if args.keys_command == "create":
+        row, plain = create_key(engine, args.tenant, admin=args.admin)
+        print(f"key id {row.id} for tenant {row.tenant_id}{' (admin)' if row.is_admin else ''}")
+        print(f"API key (shown once): {plain}")
+    elif args.keys_command == "list":
+        for row in list_keys(engine, args.tenant):
+            state = f"revoked {row.revoked_at:%Y-%m-%d}" if row.revoked_at else "active"
+            admin = "admin" if row.is_admin else ""
+            print(f"{row.id}  {row.tenant_id:20}  {row.prefix}...  {state:18} {admin}")
+    else:
+        if not revoke_key(engine, args.key_id):
+            print(f"no active key {args.key_id}", file=sys.stderr)
+            return 1
+        print(f"revoked {args.key_id}")
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    """The command-line interface."""
+    root = argparse.ArgumentParser(prog="task-scheduler", description=__doc__)
+    commands = root.add_subparsers(dest="command", required=True)
+    commands.add_parser("dev", help="run the embedded stack (dev server, worker, API)")
+    commands.add_parser("api", help="run the REST API")
+    commands.add_parser("worker", help="run a Temporal worker")
+    commands.add_parser("migrate", help="bring the database schema up to date")
+    keys = commands.add_parser("keys", help="manage API keys").add_subparsers(
+        dest="keys_command", required=True
+    )
+    create = keys.add_parser("create", help="create a key (printed once)")
+    create.add_argument("--tenant", required=True)
+    create.add_argument("--admin", action="store_true", help="may list across tenants")
+    listing = keys.add_parser("list", help="list keys")
+    listing.add_argument("--tenant")
+    revoke = keys.add_parser("revoke", help="revoke a key by id")
+    revoke.add_argument("key_id")
+    return root
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the console script."""
+    args = parser().parse_args(argv)
+    settings = Settings()
+    configure_logging(settings.resolved_log_format, settings.log_level)
+    if args.command == "dev":
+        from worker.dev import run_dev
+
+        return run_dev(settings)
+    if args.command == "keys":
+        return _keys(settings, args)
+    return {"api": _api, "worker": _worker, "migrate": _migrate}[args.command](settings)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

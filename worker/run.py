@@ -1,0 +1,71 @@
+"""Runs the Temporal worker process until SIGINT/SIGTERM."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import structlog
+from temporalio.client import Client
+
+from store.engine import make_engine, migrate
+from worker.build import build_activities, build_worker, connect
+from worker.settings import Settings
+
+log = structlog.get_logger("task_scheduler.worker")
+
+
+async def connect_with_retry(settings: Settings, stop: asyncio.Event) -> Client | None:
+    """Connect to Temporal, retrying while it starts; None if asked to stop first."""
+    delay = 0.5
+    while not stop.is_set():
+        try:
+            return await connect(settings.temporal_address, settings.temporal_namespace)
+        except Exception as exc:  # the server may still be starting
+            log.warning("temporal.unavailable", address=settings.temporal_address, error=str(exc))
+            try:
+                await asyncio.wait_for(stop.wait(), delay)
+            except TimeoutError:
+                pass
+            delay = min(delay * 2, 10)
+    return None
+
+
+async def run_worker(settings: Settings) -> None:
+    """Poll the task queue until a stop signal arrives, then finish in-flight work."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    engine = make_engine(settings.resolved_database_url)
+    if settings.auto_migrate:
+        migrate(engine)
+    client = await connect_with_retry(settings, stop)
+    if client is None:
+        return
+    executor = ThreadPoolExecutor(max_workers=32, thread_name_prefix="bookkeeping")
+    async with httpx.AsyncClient(follow_redirects=True) as http:
+        activities = build_activities(
+            engine=engine,
+            http=http,
+            client=client,
+            task_queue=settings.task_queue,
+            max_response_bytes=settings.http_max_response_bytes,
+        )
+        worker = build_worker(
+            client,
+            task_queue=settings.task_queue,
+            activities=activities,
+            executor=executor,
+            max_concurrent_activities=settings.worker_max_concurrent_activities,
+            max_concurrent_workflow_tasks=settings.worker_max_concurrent_workflow_tasks,
+        )
+        log.info("worker.started", task_queue=settings.task_queue, address=settings.temporal_address)
+        async with worker:
+            await stop.wait()
+            log.info("worker.stopping")
+    executor.shutdown(wait=True)
+    engine.dispose()
+    log.info("worker.stopped")
