@@ -13,7 +13,15 @@ from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 from scheduling.cron import CronError, parse_cron
 
@@ -255,6 +263,13 @@ class TaskChanges(_Strict):
     missed_run_policy: MissedRunPolicy | None = None
     max_catchup_runs: int | None = None
     overlap_policy: OverlapPolicy | None = None
+
+    @model_serializer(mode="wrap")
+    def _only_given(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # Only the fields the caller gave travel (to the workflow too): an absent field means
+        # "keep", while an explicit null clears an optional field.
+        data: dict[str, Any] = handler(self)
+        return {k: v for k, v in data.items() if k in self.model_fields_set}
 
     def apply_to(self, spec: TaskSpec) -> TaskSpec:
         """The spec with these changes applied, validated as a whole (raises ValueError)."""

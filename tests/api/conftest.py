@@ -1,0 +1,67 @@
+"""A real API server (uvicorn on 127.0.0.1) in front of a real worker and dev server."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+import uvicorn
+from sqlalchemy import Engine
+from temporalio.testing import WorkflowEnvironment
+
+from api.app import create_app
+from store.engine import make_engine, migrate
+from store.keys import create_key
+from tests.conftest import new_worker
+from worker.settings import Settings
+
+
+@dataclass
+class Stack:
+    base_url: str
+    engine: Engine
+    task_queue: str
+    keys: dict[str, str]
+    env: WorkflowEnvironment
+
+    def client(self, tenant: str | None = "t1") -> httpx.AsyncClient:
+        headers = {"Authorization": f"Bearer {self.keys[tenant]}"} if tenant else {}
+        return httpx.AsyncClient(base_url=self.base_url, headers=headers, timeout=30)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+async def stack(dev_env: WorkflowEnvironment, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Stack]:
+    """API + worker on a fresh task queue and SQLite database, served over real HTTP."""
+    path: Path = tmp_path_factory.mktemp("api") / "api.db"
+    engine = make_engine(f"sqlite:///{path}")
+    migrate(engine)
+    keys = {
+        "t1": create_key(engine, "t1")[1],
+        "t2": create_key(engine, "t2")[1],
+        "admin": create_key(engine, "ops", admin=True)[1],
+    }
+    queue = f"api-{uuid.uuid4()}"
+    port = _free_port()
+    settings = Settings(env="test", task_queue=queue, api_port=port)
+    app = create_app(settings, engine=engine, client=dev_env.client)
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on"))
+    async with new_worker(dev_env.client, engine, task_queue=queue):
+        serving = asyncio.create_task(server.serve())
+        while not server.started:
+            await asyncio.sleep(0.02)
+        yield Stack(f"http://127.0.0.1:{port}", engine, queue, keys, dev_env)
+        server.should_exit = True
+        await serving
+    engine.dispose()

@@ -1,0 +1,108 @@
+"""Bad input gets a 4xx naming the field, and changes nothing."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from tests.api.conftest import Stack
+
+FUTURE = (datetime.now(UTC) + timedelta(days=1)).isoformat()
+GOOD: dict[str, Any] = {
+    "task_name": "valid",
+    "job_details": {"type": "http", "url": "https://example.com/hook"},
+    "schedule_type": "cron",
+    "cron": "0 10 * * *",
+    "timezone": "Europe/Berlin",
+}
+
+
+def with_(**changes: Any) -> dict[str, Any]:
+    body = {**GOOD, **changes}
+    return {k: v for k, v in body.items() if v is not ...}
+
+
+BAD_BODIES = [
+    ("bad cron", with_(cron="61 25 * * *"), "cron"),
+    ("cron with 4 fields", with_(cron="* * * *"), "cron"),
+    ("unknown time zone", with_(timezone="Mars/Olympus_Mons"), "timezone"),
+    ("end before start", with_(start_date="2030-01-02T00:00:00Z", end_date="2030-01-01T00:00:00Z"), "end_date"),
+    ("run_at in the past", {**with_(cron=...), "schedule_type": "once",
+                            "run_at": (datetime.now(UTC) - timedelta(minutes=5)).isoformat()}, "run_at"),
+    ("run_at without offset", {**with_(cron=...), "schedule_type": "once", "run_at": "2030-01-01T10:00:00"}, "run_at"),
+    ("unknown field", with_(colour="blue"), "colour"),
+    ("field of a later version", with_(jitter_seconds=30), "jitter_seconds"),
+    ("missing task_name", with_(task_name=...), "task_name"),
+    ("missing job_details", with_(job_details=...), "job_details"),
+    ("missing cron", with_(cron=...), "cron"),
+    ("wrong type", with_(task_name=["a"]), "task_name"),
+    ("wrong schedule_type", with_(schedule_type="weekly"), "schedule_type"),
+    ("unknown handler", with_(job_details={"type": "handler", "name": "no-such-handler"}), "job_details.name"),
+    ("non-http url", with_(job_details={"type": "http", "url": "ftp://example.com/x"}), "url"),
+    ("file url", with_(job_details={"type": "http", "url": "file:///etc/passwd"}), "url"),
+    ("unknown job type", with_(job_details={"type": "shell", "command": "rm -rf /"}), "job_details"),
+    ("name over 200", with_(task_name="x" * 201), "task_name"),
+    ("negative interval", {**with_(cron=...), "schedule_type": "interval", "interval_seconds": -5}, "interval_seconds"),
+    ("zero interval", {**with_(cron=...), "schedule_type": "interval", "interval_seconds": 0}, "interval_seconds"),
+    ("reserved header", with_(job_details={"type": "http", "url": "https://e.com", "headers": {"Idempotency-Key": "x"}}), "headers"),
+    ("cron fields on once", {**GOOD, "schedule_type": "once", "run_at": FUTURE}, "cron"),
+    ("retry attempts zero", with_(retry_policy={"max_attempts": 0}), "max_attempts"),
+]
+
+
+async def _tenant_state(stack: Stack) -> tuple[int, int]:
+    async with stack.client("t2") as api:
+        rows = len((await api.get("/tasks", params={"limit": 500})).json()["items"])
+    workflows = await stack.env.client.count_workflows("TenantId = 't2'")
+    return rows, workflows.count
+
+
+@pytest.mark.parametrize(("case", "body", "field"), BAD_BODIES, ids=[c[0] for c in BAD_BODIES])
+async def test_bad_create_body_is_a_4xx_naming_the_field(stack: Stack, case: str, body: dict[str, Any], field: str) -> None:
+    before = await _tenant_state(stack)
+    async with stack.client("t2") as api:
+        response = await api.post("/task/create", json=body)
+    assert 400 <= response.status_code < 500, response.text
+    assert response.headers["content-type"].startswith("application/problem+json")
+    problem = response.json()
+    assert field in problem["detail"], problem
+    assert "Traceback" not in response.text
+    assert await _tenant_state(stack) == before
+
+
+async def test_malformed_json_and_wrong_content(stack: Stack) -> None:
+    before = await _tenant_state(stack)
+    async with stack.client("t2") as api:
+        broken = await api.post("/task/create", content=b'{"task_name": "x",', headers={"Content-Type": "application/json"})
+        assert broken.status_code == 422 and "JSON" in broken.json()["detail"]
+        not_object = await api.post("/task/create", json=["a", "b"])
+        assert 400 <= not_object.status_code < 500
+        empty = await api.post("/task/create")
+        assert 400 <= empty.status_code < 500
+    assert await _tenant_state(stack) == before
+
+
+async def test_recurring_endpoint_refuses_once(stack: Stack) -> None:
+    async with stack.client("t2") as api:
+        response = await api.post("/task/recurring", json={**with_(cron=...), "schedule_type": "once", "run_at": FUTURE})
+    assert response.status_code == 422 and "schedule_type" in response.json()["detail"]
+
+
+async def test_bad_update_changes_nothing(stack: Stack) -> None:
+    async with stack.client("t1") as api:
+        task = (await api.post("/task/recurring", json=GOOD)).json()
+        for change, field in (({"timezone": "Nowhere/Land"}, "timezone"), ({"cron": "x"}, "cron"),
+                              ({"end_date": "2001-01-01T00:00:00Z"}, "end_date"), ({"bogus": 1}, "bogus"),
+                              ({"interval_seconds": 5}, "interval_seconds")):
+            response = await api.post("/task/update", json={"task_id": task["task_id"], **change})
+            assert response.status_code == 422, response.text
+            assert field in response.json()["detail"]
+        after = (await api.get(f"/tasks/{task['task_id']}")).json()
+        assert after["schedule"] == task["schedule"] and after["next_run_at"] == task["next_run_at"]
+        missing = await api.post("/task/update", json={"task_id": "does-not-exist", "cron": "* * * * *"})
+        assert missing.status_code == 404
+        wrong_name = await api.patch("/task/cancel", json={"task_id": task["task_id"], "task_name": "other"})
+        assert wrong_name.status_code == 409 and "task_name" in wrong_name.json()["detail"]
+        assert (await api.get(f"/tasks/{task['task_id']}")).json()["status"] == "PENDING"
