@@ -154,7 +154,7 @@ def postgres_engine(postgres_url: str) -> Iterator[Engine]:
     engine.dispose()
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
+@pytest.fixture(params=["sqlite", "postgres"])
 def any_engine(request: pytest.FixtureRequest) -> Engine:
     """The same test on SQLite and on PostgreSQL."""
     return request.getfixturevalue(f"{request.param}_engine")  # type: ignore[no-any-return]

@@ -1,15 +1,29 @@
 from __future__ import annotations
-import asyncio, time
+import asyncio, time, uuid
+from contextlib import asynccontextmanager
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
+import httpx
+from temporalio.worker import Worker
 from temporalio.api.testservice.v1 import LockTimeSkippingRequest, UnlockTimeSkippingRequest
 from store.tasks import list_executions
 from tests.conftest import new_worker
 from tests.workflows.helpers import spec, start_task
 from workflows.task import TaskWorkflow
+from worker.build import build_activities, WORKFLOWS
+
+@asynccontextmanager
+async def ns_worker(client, engine, task_queue):
+    async with httpx.AsyncClient() as http:
+        acts = build_activities(engine=engine, http=http, client=client, task_queue=task_queue)
+        with ThreadPoolExecutor(8) as ex:
+            w = Worker(client, task_queue=task_queue, workflows=list(WORKFLOWS), activities=acts, activity_executor=ex, max_cached_workflows=0)
+            async with w:
+                yield w
 
 async def test_probe_down(time_env, sqlite_engine):
-    async with new_worker(time_env.client, sqlite_engine) as worker:
-        q = worker.task_queue
+    q = f"tq-{uuid.uuid4()}"
+    async with ns_worker(time_env.client, sqlite_engine, q) as worker:
         h = await start_task(time_env, q, spec(schedule_type="interval", interval_seconds=1800, missed_run_policy="catchup"))
         await time_env.sleep(timedelta(minutes=10))
         st = await h.query(TaskWorkflow.query_state)

@@ -1,0 +1,76 @@
+"""Job kinds through the API: another Temporal workflow as the run; the Temporal UI's view."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from datetime import UTC, datetime
+
+from temporalio import workflow
+from temporalio.api.enums.v1 import EventType
+from temporalio.worker import Worker
+
+from activities.handlers import ENTRY_POINT_GROUP, load_handlers
+from tests.api.conftest import Stack
+from tests.api.test_e2e import wait_for_status
+
+
+@workflow.defn(name="EchoWorkflow", sandboxed=False)
+class EchoWorkflow:
+    @workflow.run
+    async def run(self, region: str, count: int) -> str:
+        return f"{region}:{count}"
+
+
+async def test_workflow_job_runs_existing_workflow_and_waits_for_it(stack: Stack) -> None:
+    queue = f"echo-{uuid.uuid4()}"
+    async with Worker(stack.env.client, task_queue=queue, workflows=[EchoWorkflow]):
+        async with stack.client() as api:
+            created = await api.post("/task/create", json={
+                "task_name": "echo", "schedule_type": "once", "run_at": datetime.now(UTC).isoformat(),
+                "job_details": {"type": "workflow", "workflow_type": "EchoWorkflow",
+                                "task_queue": queue, "args": ["eu", 3]},
+            })
+            assert created.status_code == 201, created.text
+            task_id = created.json()["task_id"]
+            final = await wait_for_status(api, task_id, {"COMPLETED", "FAILED"})
+            assert final["status"] == "COMPLETED", final
+            execution_id = final["last_run"]["execution_id"]
+    child = stack.env.client.get_workflow_handle(f"{execution_id}/workflow")
+    assert await child.result() == "eu:3"
+
+
+async def test_search_attributes_and_summaries_show_in_temporal(stack: Stack) -> None:
+    async with stack.client() as api:
+        created = await api.post("/task/recurring", json={
+            "task_name": "ui-visible", "job_details": {"type": "handler", "name": "noop"},
+            "schedule_type": "cron", "cron": "0 10 * * *", "timezone": "Europe/Berlin",
+        })
+        task_id = created.json()["task_id"]
+        await wait_for_status(api, task_id, {"PENDING"})
+    query = (f"TaskId = '{task_id}' AND TenantId = 't1' AND TaskName = 'ui-visible' "
+             "AND ScheduleType = 'cron' AND TaskStatus = 'PENDING' AND NextRunAt > '2000-01-01T00:00:00Z'")
+    deadline = asyncio.get_running_loop().time() + 20
+    while (await stack.env.client.count_workflows(query)).count != 1:
+        assert asyncio.get_running_loop().time() < deadline, "task not findable by its search attributes"
+        await asyncio.sleep(0.3)
+    handle = stack.env.client.get_workflow_handle(f"task-{task_id}")
+    timers: list = []
+    while not timers:  # the timer is recorded when the workflow task that sets it completes
+        assert asyncio.get_running_loop().time() < deadline, "the workflow never slept on a timer"
+        history = await handle.fetch_history()
+        timers = [e for e in history.events if e.event_type == EventType.EVENT_TYPE_TIMER_STARTED]
+        await asyncio.sleep(0.1)
+    summary = stack.env.client.data_converter.payload_converter.from_payload(timers[-1].user_metadata.summary, str)
+    assert summary.startswith("sleep until ") and "+01:00" in summary and "cron 0 10 * * * Europe/Berlin" in summary
+
+
+def test_handler_registry_comes_from_entry_points() -> None:
+    from importlib.metadata import entry_points
+
+    names = {e.name for e in entry_points(group=ENTRY_POINT_GROUP)}
+    assert {"noop", "log", "sleep"} <= names
+    async def extra(ctx: object) -> str:
+        return "x"
+    handlers = load_handlers({"extra": extra})
+    assert {"noop", "log", "sleep", "extra"} <= set(handlers)

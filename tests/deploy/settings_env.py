@@ -1,0 +1,31 @@
+"""Which SCHEDULER_* variables the app reads, and the Settings a deployed process would build."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+import pytest
+
+from worker.settings import Settings
+
+# Variables the deployment sets for a feature that issue 5 adds to Settings in parallel.
+# Remove a name from here as soon as its Settings field lands, so a typo cannot hide behind it.
+AWAITED_SETTINGS = {"SCHEDULER_WORKER_METRICS_PORT"}
+
+
+def unknown_settings(env: Mapping[str, str]) -> set[str]:
+    """SCHEDULER_* names in env that Settings does not read (it ignores unknown ones silently)."""
+    known = {f"SCHEDULER_{name.upper()}" for name in Settings.model_fields}
+    return {k for k in env if k.startswith("SCHEDULER_")} - known - AWAITED_SETTINGS
+
+
+def settings_from(env: Mapping[str, str], monkeypatch: pytest.MonkeyPatch) -> Settings:
+    """The Settings a process would build from exactly these SCHEDULER_* variables."""
+    for name in list(os.environ):
+        if name.startswith("SCHEDULER_"):
+            monkeypatch.delenv(name)
+    for name, value in env.items():
+        if name.startswith("SCHEDULER_") and name not in AWAITED_SETTINGS:
+            monkeypatch.setenv(name, value)
+    return Settings()

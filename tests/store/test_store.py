@@ -1,0 +1,81 @@
+"""The same store behaviour on SQLite and on a real PostgreSQL cluster."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from sqlalchemy import Engine
+
+from store.keys import create_key, find_active_key, list_keys, revoke_key
+from store.records import ExecutionRecord, TaskSnapshot
+from store.tasks import get_task, list_executions, list_tasks, save_execution, save_snapshot
+
+T0 = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
+
+
+def snapshot(task_id: str, *, version: int, status: str = "PENDING", tenant: str = "t1",
+             created: datetime = T0, name: str = "n") -> TaskSnapshot:
+    return TaskSnapshot(
+        task_id=task_id, tenant_id=tenant, name=name, schedule_type="cron",
+        spec={"cron": "0 10 * * *"}, status=status, next_run_at=created + timedelta(hours=1),
+        created_at=created, updated_at=created, state_version=version,
+    )
+
+
+def test_newer_snapshot_wins_older_never_overwrites(any_engine: Engine) -> None:
+    save_snapshot(any_engine, snapshot("a", version=0))
+    save_snapshot(any_engine, snapshot("a", version=3, status="RUNNING"))
+    save_snapshot(any_engine, snapshot("a", version=2, status="PENDING"))  # late, older writer
+    row = get_task(any_engine, "a", "t1")
+    assert row is not None and row.status == "RUNNING" and row.state_version == 3
+    assert row.next_run_at == T0 + timedelta(hours=1) and row.next_run_at.tzinfo is not None
+    assert get_task(any_engine, "a", "t2") is None
+    assert get_task(any_engine, "a", None) is not None
+
+
+def test_execution_recorded_once_and_final_stays_final(any_engine: Engine) -> None:
+    running = ExecutionRecord(id="a:1", task_id="a", tenant_id="t1", scheduled_at=T0,
+                              status="RUNNING", started_at=T0)
+    save_execution(any_engine, running)
+    save_execution(any_engine, running)  # a retried bookkeeping call
+    done = running.model_copy(update={"status": "COMPLETED", "attempts": 2, "finished_at": T0})
+    save_execution(any_engine, done)
+    save_execution(any_engine, running)  # a late RUNNING write must not resurrect it
+    rows, cursor = list_executions(any_engine, task_id="a", limit=10)
+    assert [(r.id, r.status, r.attempts) for r in rows] == [("a:1", "COMPLETED", 2)]
+    assert cursor is None
+
+
+def test_task_pages_newest_first_with_filters(any_engine: Engine) -> None:
+    for n in range(7):
+        save_snapshot(any_engine, snapshot(f"t{n}", version=1, created=T0 + timedelta(minutes=n),
+                                           status="PAUSED" if n % 3 == 0 else "PENDING", name=f"name-{n % 2}"))
+    save_snapshot(any_engine, snapshot("other", version=1, tenant="t2"))
+    seen, cursor = [], None
+    while True:
+        page, cursor = list_tasks(any_engine, tenant_id="t1", limit=3, cursor=cursor)
+        seen += [r.id for r in page]
+        if cursor is None:
+            break
+    assert seen == [f"t{n}" for n in range(6, -1, -1)]
+    paused, _ = list_tasks(any_engine, tenant_id="t1", limit=10, status="PAUSED")
+    assert sorted(r.id for r in paused) == ["t0", "t3", "t6"]
+    named, _ = list_tasks(any_engine, tenant_id="t1", limit=10, name="name-1")
+    assert sorted(r.id for r in named) == ["t1", "t3", "t5"]
+    everyone, _ = list_tasks(any_engine, tenant_id=None, limit=100)
+    assert "other" in {r.id for r in everyone}
+    with pytest.raises(ValueError):
+        list_tasks(any_engine, tenant_id="t1", limit=3, cursor="not-a-cursor")
+
+
+def test_keys_hashed_and_revocable(any_engine: Engine) -> None:
+    row, plain = create_key(any_engine, "t1")
+    assert plain not in row.key_hash and row.key_hash != plain
+    found = find_active_key(any_engine, plain)
+    assert found is not None and found.tenant_id == "t1" and not found.is_admin
+    assert find_active_key(any_engine, plain + "x") is None
+    assert revoke_key(any_engine, row.id)
+    assert find_active_key(any_engine, plain) is None
+    assert not revoke_key(any_engine, row.id)
+    assert [k.id for k in list_keys(any_engine, "t1")] == [row.id]

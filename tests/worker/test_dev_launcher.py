@@ -1,0 +1,112 @@
+"""`task-scheduler dev` (what `make run` starts): the whole stack, stopped by a signal, and a
+second start that finds every task of the first still scheduled."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import httpx
+import pytest
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class DevStack:
+    def __init__(self, data_dir: Path) -> None:
+        self.data_dir = data_dir
+        self.api_port, self.temporal_port, self.ui_port = _free_port(), _free_port(), _free_port()
+        self.process: subprocess.Popen[str] | None = None
+        self.log = data_dir / "dev.log"
+
+    def start(self) -> None:
+        env = {
+            **os.environ,
+            "SCHEDULER_DATA_DIR": str(self.data_dir),
+            "SCHEDULER_API_PORT": str(self.api_port),
+            "SCHEDULER_TEMPORAL_ADDRESS": f"127.0.0.1:{self.temporal_port}",
+            "SCHEDULER_TEMPORAL_UI_PORT": str(self.ui_port),
+        }
+        env.pop("SCHEDULER_DEV_API_KEY", None)
+        env.pop("SCHEDULER_DATABASE_URL", None)
+        offset = self.log.stat().st_size if self.log.exists() else 0
+        out = self.log.open("a")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "worker.cli", "dev"], env=env, stdout=out, stderr=subprocess.STDOUT,
+            text=True, cwd=Path(__file__).resolve().parents[2],
+        )
+        deadline = time.monotonic() + 90
+        while "Press Ctrl-C to stop" not in self.log.read_text()[offset:]:
+            assert self.process.poll() is None, self.log.read_text()[-3000:]
+            assert time.monotonic() < deadline, self.log.read_text()[-3000:]
+            time.sleep(0.2)
+
+    def stop(self, sig: int = signal.SIGINT) -> int:
+        assert self.process is not None
+        self.process.send_signal(sig)
+        return self.process.wait(timeout=60)
+
+    def api(self) -> httpx.Client:
+        key = (self.data_dir / "dev_api_key").read_text().strip()
+        return httpx.Client(base_url=f"http://127.0.0.1:{self.api_port}",
+                            headers={"Authorization": f"Bearer {key}"}, timeout=30)
+
+
+@pytest.fixture
+def dev_stack(tmp_path: Path) -> Iterator[DevStack]:
+    stack = DevStack(tmp_path)
+    yield stack
+    if stack.process is not None and stack.process.poll() is None:
+        stack.process.kill()
+        stack.process.wait()
+
+
+def _no_child_left(stack: DevStack) -> None:
+    ports = (stack.api_port, stack.temporal_port, stack.ui_port)
+    for port in ports:
+        with socket.socket() as sock:
+            assert sock.connect_ex(("127.0.0.1", port)) != 0, f"port {port} still answers"
+
+
+def test_dev_stack_survives_a_restart(dev_stack: DevStack) -> None:
+    dev_stack.start()
+    output = dev_stack.log.read_text()
+    key = (dev_stack.data_dir / "dev_api_key").read_text().strip()
+    assert key in output and f"127.0.0.1:{dev_stack.api_port}" in output
+    with dev_stack.api() as api:
+        assert api.get("/checkHealth").status_code == 200
+        run_at = datetime.now(UTC) + timedelta(seconds=25)
+        created = api.post("/task/create", json={
+            "task_name": "after-restart", "job_details": {"type": "handler", "name": "noop"},
+            "schedule_type": "once", "run_at": run_at.isoformat(),
+        })
+        assert created.status_code == 201, created.text
+        task_id = created.json()["task_id"]
+    assert dev_stack.stop(signal.SIGINT) == 0
+    _no_child_left(dev_stack)
+    assert (dev_stack.data_dir / "temporal.db").exists()
+
+    dev_stack.start()  # the same data directory: the same key, the same tasks
+    assert (dev_stack.data_dir / "dev_api_key").read_text().strip() == key
+    with dev_stack.api() as api:
+        task = api.get(f"/tasks/{task_id}").json()
+        assert task["status"] == "PENDING" and task["next_run_at"] is not None
+        deadline = time.monotonic() + 90
+        while api.get(f"/tasks/{task_id}").json()["status"] != "COMPLETED":
+            assert time.monotonic() < deadline, api.get(f"/tasks/{task_id}").json()
+            time.sleep(0.5)
+        runs = api.get(f"/tasks/{task_id}/executions").json()["items"]
+        assert [r["status"] for r in runs] == ["COMPLETED"]
+    assert dev_stack.stop(signal.SIGTERM) == 0
+    _no_child_left(dev_stack)
