@@ -21,7 +21,8 @@ test: $(STAMP)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 bench: $(STAMP)
-	$(BIN)/python -m bench
+	$(BIN)/python -m pip install --quiet -e '.[test,bench]'
+	$(BIN)/python -m bench $(BENCH_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check . && $(BIN)/mypy --strict scheduling store workflows activities api worker

@@ -16,6 +16,7 @@ from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 
 from activities.contracts import RUN_JOB, JobFailureDetails, JobInput, JobResult
+from activities.egress import EgressRefused
 from activities.handlers import Handler, HandlerContext, call_handler
 from scheduling.spec import HandlerJob, HttpJob, WorkflowJob
 
@@ -84,6 +85,13 @@ class JobActivities:
                 job.method, job.url, headers=headers, content=content, timeout=job.timeout_seconds
             ) as response:
                 snippet = await self._read_snippet(response)
+        except EgressRefused as exc:
+            raise ApplicationError(
+                f"{job.method} {job.url} refused: {exc}",
+                JobFailureDetails(attempt=attempt).model_dump(),
+                type="EgressRefused",
+                non_retryable=True,
+            ) from exc
         except httpx.TimeoutException as exc:
             raise ApplicationError(
                 f"{job.method} {job.url} timed out after {job.timeout_seconds}s",

@@ -10,6 +10,7 @@ from sqlalchemy import Engine
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 
+from activities.egress import EgressPolicy
 from activities.handlers import load_handlers
 from api.errors import install_error_handlers
 from api.metrics import ApiMetrics
@@ -47,7 +48,10 @@ def create_app(
             lazy=True,  # start even while Temporal is down; requests then answer 503
         )
         app.state.service = TaskService(
-            db, TemporalGateway(temporal, settings.task_queue), load_handlers().keys()
+            db,
+            TemporalGateway(temporal, settings.task_queue),
+            load_handlers().keys(),
+            EgressPolicy.from_list(settings.egress_allow_list),
         )
         try:
             yield

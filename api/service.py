@@ -14,11 +14,12 @@ from pydantic import ValidationError
 from sqlalchemy import Engine
 from sqlalchemy.exc import OperationalError, SQLAlchemyError
 
+from activities.egress import EgressPolicy, EgressRefused
 from api.errors import InvalidTask, ServiceUnavailable, TaskConflict, TaskNotFound
 from api.schemas import ExecutionOut, ExecutionPage, TaskOut, TaskPage
 from api.temporal import TemporalGateway
 from scheduling.fire import first_fire
-from scheduling.spec import HandlerJob, ScheduleType, TaskChanges, TaskSpec, check_timing
+from scheduling.spec import HandlerJob, HttpJob, ScheduleType, TaskChanges, TaskSpec, check_timing
 from store.models import Task
 from store.records import TaskSnapshot
 from store.tasks import get_task, list_executions, list_tasks, save_snapshot
@@ -47,10 +48,17 @@ async def in_thread(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
 class TaskService:
     """Creates tasks and relays changes to their workflows."""
 
-    def __init__(self, engine: Engine, temporal: TemporalGateway, handlers: Collection[str]) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        temporal: TemporalGateway,
+        handlers: Collection[str],
+        egress: EgressPolicy | None = None,
+    ) -> None:
         self.engine = engine
         self.temporal = temporal
         self.handlers = frozenset(handlers)
+        self.egress = egress or EgressPolicy()
 
     # ------------------------------------------------------------- create and read
     async def create(self, who: Principal, spec: TaskSpec, *, recurring_only: bool = False) -> TaskOut:
@@ -62,7 +70,7 @@ class TaskService:
                 "for a one-time task",
                 field="schedule_type",
             )
-        self._check(spec, now)
+        await self._check(spec, now)
         task_id = uuid.uuid4().hex
         await self.temporal.start_task(task_id=task_id, tenant_id=who.tenant_id, spec=spec, created_at=now)
         snapshot = TaskSnapshot(
@@ -137,7 +145,7 @@ class TaskService:
             new_spec = changes.apply_to(TaskSpec.model_validate(row.spec))
         except ValidationError as exc:
             raise InvalidTask(_first_error(exc)) from exc
-        self._check(new_spec, datetime.now(UTC))
+        await self._check(new_spec, datetime.now(UTC))
         return TaskOut.from_state(await self.temporal.update(task_id, changes))
 
     async def cancel(self, who: Principal, task_id: str, task_name: str | None, reason: str | None) -> TaskOut:
@@ -167,13 +175,18 @@ class TaskService:
         return self._out(await self.temporal.trigger(task_id))
 
     # ------------------------------------------------------------- helpers
-    def _check(self, spec: TaskSpec, now: datetime) -> None:
+    async def _check(self, spec: TaskSpec, now: datetime) -> None:
         try:
             check_timing(spec, now)
         except ValueError as exc:
             message = str(exc)
             raise InvalidTask(message, field=message.split(" ", 1)[0]) from exc
         job = spec.job_details
+        if isinstance(job, HttpJob):
+            try:
+                await self.egress.check_url(job.url)
+            except EgressRefused as exc:
+                raise InvalidTask(f"job_details.url: {exc}", field="job_details.url") from exc
         if isinstance(job, HandlerJob) and job.name not in self.handlers:
             known = ", ".join(sorted(self.handlers))
             raise InvalidTask(

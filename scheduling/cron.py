@@ -40,28 +40,63 @@ def _hour_field(expression: str) -> str:
 
 
 def next_cron_fire(expression: str, zone: ZoneInfo, after: datetime) -> datetime:
-    """The first fire time strictly after ``after`` (UTC in, UTC out)."""
+    """The first fire time strictly after ``after`` (UTC in, UTC out).
+
+    croniter walks naive wall-clock times (pure calendar arithmetic, no DST guessing); each wall
+    time is then mapped to real instants by the rules in this module's docstring.
+    """
     six = len(expression.split()) == 6
-    # croniter needs an explicit base; without one it would read the real clock.
-    local_after = after.astimezone(zone)
-    iterator = croniter(expression, local_after, second_at_beginning=six)
     hourly = _hour_field(expression) in ("*", "*/1")
-    for _ in range(4):
-        candidate: datetime = iterator.get_next(datetime)
-        if candidate <= local_after:
-            continue
-        if not hourly and _is_second_occurrence(candidate, zone):
-            continue
-        return candidate.astimezone(UTC)
+    # No wall time earlier than this can map to an instant after ``after``: offsets near
+    # ``after`` are the one at ``after`` and the one after a change within the next hours.
+    lowest_offset = min(_offset(after, zone), _offset(after + _MAX_SHIFT, zone))
+    start = (after.astimezone(UTC) + lowest_offset).replace(tzinfo=None)
+    # croniter needs an explicit base; without one it would read the real clock.
+    walls = croniter(expression, start, second_at_beginning=six)
+    seconds: list[datetime] = []
+    for _ in range(_MAX_STEPS):
+        wall: datetime = walls.get_next(datetime)
+        first, second = _instants(wall, zone)
+        if hourly and second is not None and second > after:
+            seconds.append(second)
+        if first > after:
+            # Instants of first occurrences grow with the wall time, so this is the earliest
+            # one; only a repeated (second) occurrence seen on the way can come sooner.
+            return min([first, *seconds])
     raise CronError(f"cron {expression!r} has no next fire time after {after.isoformat()}")
 
 
-def _is_second_occurrence(moment: datetime, zone: ZoneInfo) -> bool:
-    """True when this wall time already happened one offset change earlier (fall back)."""
-    utc_moment = moment.astimezone(UTC)
-    wall = utc_moment.astimezone(zone).replace(tzinfo=None)
-    for hours in (1, 2):
-        earlier = (utc_moment - timedelta(hours=hours)).astimezone(zone)
-        if earlier.replace(tzinfo=None) == wall:
-            return True
-    return False
+# The largest offset change of any zone (Antarctica/Troll: 2 h), with room to spare.
+_MAX_SHIFT = timedelta(hours=3)
+_MAX_STEPS = 100_000
+
+
+def _offset(moment: datetime, zone: ZoneInfo) -> timedelta:
+    offset = moment.astimezone(zone).utcoffset()
+    assert offset is not None
+    return offset
+
+
+def _instants(wall: datetime, zone: ZoneInfo) -> tuple[datetime, datetime | None]:
+    """The instant a naive wall time runs at, and its second occurrence when it repeats."""
+    first = wall.replace(tzinfo=zone, fold=0).astimezone(UTC)
+    second = wall.replace(tzinfo=zone, fold=1).astimezone(UTC)
+    if first == second:
+        return first, None
+    if first < second:
+        return first, second  # fall back: the wall time happens twice
+    # Spring forward: the wall time does not exist; fold=1 reads it with the new offset (an
+    # instant before the change), fold=0 with the old one (after it). Run at the change itself.
+    return _change_instant(wall, zone, before=second, after=first), None
+
+
+def _change_instant(wall: datetime, zone: ZoneInfo, *, before: datetime, after: datetime) -> datetime:
+    """The first whole second in (before, after] whose wall time is later than ``wall``."""
+    low, high = int(before.timestamp()), int(after.timestamp())
+    while high - low > 1:
+        middle = (low + high) // 2
+        if datetime.fromtimestamp(middle, zone).replace(tzinfo=None) > wall:
+            high = middle
+        else:
+            low = middle
+    return datetime.fromtimestamp(high, UTC)

@@ -6,7 +6,6 @@ time), never from the clock, so a recurring task does not drift.
 
 from __future__ import annotations
 
-import math
 from datetime import datetime, timedelta
 from zoneinfo import ZoneInfo
 
@@ -18,8 +17,14 @@ def first_fire(spec: TaskSpec, created_at: datetime) -> datetime | None:
     """The first fire time of a task created at ``created_at``."""
     if spec.schedule_type is ScheduleType.ONCE:
         return _bounded(spec, spec.run_at)
-    if spec.schedule_type is ScheduleType.INTERVAL and spec.start_date is not None:
+    if (
+        spec.schedule_type is ScheduleType.INTERVAL
+        and spec.start_date is not None
+        and spec.start_date >= created_at
+    ):
         return _bounded(spec, spec.start_date)
+    # A start_date already past counts like the anchor of a fixed-rate interval: the first fire
+    # is the next one after now, never a backlog of fires from before the task existed.
     return next_fire(spec, anchor=created_at, after=created_at)
 
 
@@ -31,12 +36,17 @@ def next_fire(spec: ScheduleFields, *, anchor: datetime, after: datetime) -> dat
     """
     if spec.schedule_type is ScheduleType.ONCE:
         return None
-    if spec.start_date is not None and after < spec.start_date:
-        # Fire at start_date itself when it is on the schedule.
-        after = spec.start_date - timedelta(microseconds=1)
+    before_start = spec.start_date is not None and after < spec.start_date
+    candidate: datetime | None
     if spec.schedule_type is ScheduleType.CRON:
         assert spec.cron is not None
+        if before_start:
+            assert spec.start_date is not None
+            # Fire at start_date itself when it is on the schedule.
+            after = spec.start_date - timedelta(microseconds=1)
         candidate = next_cron_fire(spec.cron, ZoneInfo(spec.timezone), after)
+    elif before_start:
+        candidate = spec.start_date
     else:
         assert spec.interval_seconds is not None
         step = timedelta(seconds=spec.interval_seconds)
@@ -47,8 +57,8 @@ def next_fire(spec: ScheduleFields, *, anchor: datetime, after: datetime) -> dat
             if after < origin:
                 candidate = origin
             else:
-                count = math.floor((after - origin) / step) + 1
-                candidate = origin + step * count
+                # Integer microseconds: a float quotient can land one step short.
+                candidate = origin + step * ((after - origin) // step + 1)
     return _bounded(spec, candidate)
 
 

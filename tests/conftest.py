@@ -27,6 +27,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
+from activities.egress import EgressPolicy, guarded_client
 from activities.handlers import Handler
 from store.engine import make_engine, migrate
 from tests.target import TargetServer
@@ -176,12 +177,17 @@ async def new_worker(
     *,
     task_queue: str | None = None,
     handlers: Mapping[str, Handler] | None = None,
+    egress: EgressPolicy | None = None,
     **options: Any,
 ) -> AsyncIterator[Worker]:
-    """A worker on a fresh task queue with exactly the production activities."""
+    """A worker on a fresh task queue with exactly the production activities.
+
+    HTTP jobs go through the egress guard; by default it allowlists loopback only, for the
+    local target server."""
     queue = task_queue or f"tq-{uuid.uuid4()}"
     executor = ThreadPoolExecutor(max_workers=16)
-    async with httpx.AsyncClient() as http:
+    policy = egress or EgressPolicy.from_list(["127.0.0.1"])
+    async with guarded_client(policy) as http:
         activities = build_activities(
             engine=engine, http=http, client=client, task_queue=queue, extra_handlers=handlers
         )

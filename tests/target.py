@@ -23,7 +23,8 @@ class Received:
 
 @dataclass
 class TargetServer:
-    """Answers ``/status/<code>``, ``/slow/<seconds>``, ``/hang``, anything else with 200."""
+    """Answers ``/status/<code>``, ``/slow/<seconds>``, ``/hang``, ``/redirect?to=<url>``,
+    anything else with 200 and a JSON body."""
 
     received: list[Received] = field(default_factory=list)
     port: int = 0
@@ -62,6 +63,8 @@ class TargetServer:
         parts = request.path.strip("/").split("/")
         if parts[0] == "status" and len(parts) > 1:
             return web.Response(status=int(parts[1]), text=f"answered {parts[1]}")
+        if parts[0] == "redirect":
+            raise web.HTTPFound(request.query["to"])
         if parts[0] == "slow" and len(parts) > 1:
             await asyncio.sleep(float(parts[1]))
         if parts[0] == "hang":

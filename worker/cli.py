@@ -1,4 +1,5 @@
-"""The `task-scheduler` command: dev, api, worker, migrate and keys."""
+"""The `task-scheduler` command: dev, api, worker, migrate, keys, and the operator commands
+tasks and dead-letters (clients of the REST API)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import argparse
 import asyncio
 import sys
 
+from worker import ops
 from worker.logging import configure_logging
 from worker.settings import Settings
 
@@ -79,6 +81,7 @@ def parser() -> argparse.ArgumentParser:
     listing.add_argument("--tenant")
     revoke = keys.add_parser("revoke", help="revoke a key by id")
     revoke.add_argument("key_id")
+    ops.add_commands(commands)
     return root
 
 
@@ -93,6 +96,8 @@ def main(argv: list[str] | None = None) -> int:
         return run_dev(settings)
     if args.command == "keys":
         return _keys(settings, args)
+    if args.command in ("tasks", "dead-letters"):
+        return ops.run(args, settings.data_dir)
     return {"api": _api, "worker": _worker, "migrate": _migrate}[args.command](settings)
 
 

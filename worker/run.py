@@ -6,10 +6,10 @@ import asyncio
 import signal
 from concurrent.futures import ThreadPoolExecutor
 
-import httpx
 import structlog
 from temporalio.client import Client
 
+from activities.egress import EgressPolicy, guarded_client
 from store.engine import make_engine, migrate
 from worker.build import build_activities, build_worker, connect
 from worker.settings import Settings
@@ -46,7 +46,7 @@ async def run_worker(settings: Settings) -> None:
     if client is None:
         return
     executor = ThreadPoolExecutor(max_workers=32, thread_name_prefix="bookkeeping")
-    async with httpx.AsyncClient(follow_redirects=True) as http:
+    async with guarded_client(EgressPolicy.from_list(settings.egress_allow_list)) as http:
         activities = build_activities(
             engine=engine,
             http=http,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import SecretStr, model_validator
+from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -34,6 +34,11 @@ class Settings(BaseSettings):
     worker_max_concurrent_activities: int = 1000
     worker_max_concurrent_workflow_tasks: int = 200
     http_max_response_bytes: int = 1024
+    egress_allow: str = Field(
+        default="",
+        description="comma-separated hosts, IPs or CIDRs that HTTP jobs may reach although "
+        "they are not public (loopback, private, link-local...)",
+    )
 
     @model_validator(mode="after")
     def _refuse_dev_secrets_outside_dev(self) -> Settings:
@@ -50,6 +55,14 @@ class Settings(BaseSettings):
         if self.database_url:
             return self.database_url
         return f"sqlite:///{(self.data_dir / 'scheduler.db').resolve()}"
+
+    @property
+    def egress_allow_list(self) -> list[str]:
+        """The egress allowlist; in dev, loopback is allowed unless set explicitly."""
+        entries = [e.strip() for e in self.egress_allow.split(",") if e.strip()]
+        if not entries and self.env == "dev":
+            return ["127.0.0.0/8", "::1/128", "localhost"]
+        return entries
 
     @property
     def resolved_log_format(self) -> str:

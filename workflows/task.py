@@ -95,7 +95,6 @@ class TaskWorkflow:
                     await self._stop_runs()
                     self._finish(TaskStatus.CANCELLED, state.status_reason or "cancelled")
                     break
-                now = workflow.now()
                 if not state.paused:
                     await self._fire_due()
                 self._start_queued()
@@ -108,7 +107,7 @@ class TaskWorkflow:
                     await workflow.wait_condition(workflow.all_handlers_finished)
                     state.continued_as_new += 1
                     workflow.continue_as_new(self._input.model_copy(update={"state": state}))
-                await self._sleep(now)
+                await self._sleep()
         except asyncio.CancelledError:
             # Cancelled through Temporal itself (e.g. `temporal workflow cancel`): stop the
             # running job, record the end, then let the workflow end as cancelled.
@@ -120,8 +119,11 @@ class TaskWorkflow:
         await workflow.wait_condition(workflow.all_handlers_finished)
         return state
 
-    async def _sleep(self, now: datetime) -> None:
+    async def _sleep(self) -> None:
         state = self._state
+        # Read the clock now, not at the top of the loop: the bookkeeping in between takes time
+        # and a timer set from a stale "now" would fire that much late.
+        now = workflow.now()
         due = None if state.paused else state.next_fire_at
         timeout = None
         summary = None
@@ -151,17 +153,25 @@ class TaskWorkflow:
             state.queue.append(QueuedRun(scheduled_at=decision.scheduled_at, trigger=decision.trigger))
         elif decision.action == "buffer":
             # buffer_one keeps only the newest waiting fire; the one it replaces is recorded.
-            waiting = [q for q in state.queue if q.trigger is not Trigger.MANUAL]
-            for old in waiting:
-                state.queue.remove(old)
-                await self._record_skip(old.scheduled_at, "overlap")
+            await self._replace_waiting()
             state.queue.append(QueuedRun(scheduled_at=decision.scheduled_at))
         elif decision.action == "cancel_running":
             for handle in self._active.values():
                 handle.cancel()
+            await self._replace_waiting()
             state.queue.insert(0, QueuedRun(scheduled_at=decision.scheduled_at))
         else:
             self._start_run(QueuedRun(scheduled_at=decision.scheduled_at, trigger=decision.trigger))
+
+    async def _replace_waiting(self) -> None:
+        """Drop the scheduled fire waiting for the running one (recorded as skipped).
+
+        Catch-up and manual runs stay queued: the missed-run policy or a user asked for them.
+        """
+        state = self._state
+        for old in [q for q in state.queue if q.trigger is Trigger.SCHEDULE]:
+            state.queue.remove(old)
+            await self._record_skip(old.scheduled_at, "overlap")
 
     def _start_queued(self) -> None:
         state = self._state
@@ -513,7 +523,11 @@ class TaskWorkflow:
             state.anchor = now
             state.run_count = 0 if new_spec.schedule_type is ScheduleType.ONCE else state.run_count
             state.next_fire_at = self._limit_runs(first_fire(new_spec, now))
+            # Runs waiting under the old schedule are dropped, and recorded as such.
+            dropped = [q for q in state.queue if q.trigger is not Trigger.MANUAL]
             state.queue = [q for q in state.queue if q.trigger is Trigger.MANUAL]
+            for old in dropped:
+                await self._record_skip(old.scheduled_at, "rescheduled")
         self._wake = True
         await self._save()
         return state
@@ -524,9 +538,11 @@ class TaskWorkflow:
         check_timing(changes.apply_to(self._state.spec), workflow.now())
 
     def _refuse_if_final(self, verb: str) -> None:
-        if self._state.status in FINAL_STATUSES or self._state.cancel_requested:
+        state = self._state
+        if state.status in FINAL_STATUSES or state.cancel_requested:
+            status = "being cancelled" if state.status not in FINAL_STATUSES else state.status.value
             raise ApplicationError(
-                f"task is {self._state.status.value} and can no longer be {verb}",
+                f"task is {status} and can no longer be {verb}",
                 type="TaskFinished",
                 non_retryable=True,
             )

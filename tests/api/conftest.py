@@ -54,7 +54,7 @@ async def stack(dev_env: WorkflowEnvironment, tmp_path_factory: pytest.TempPathF
     }
     queue = f"api-{uuid.uuid4()}"
     port = _free_port()
-    settings = Settings(env="test", task_queue=queue, api_port=port)
+    settings = Settings(env="test", task_queue=queue, api_port=port, egress_allow="127.0.0.1")
     app = create_app(settings, engine=engine, client=dev_env.client)
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on"))
     async with new_worker(dev_env.client, engine, task_queue=queue):

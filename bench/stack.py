@@ -1,0 +1,238 @@
+"""The processes a benchmark runs: a fresh Temporal dev server per system, and either the
+scheduler's worker and API or the bare baseline worker. Everything binds 127.0.0.1 and is
+stopped by its PID."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import psutil
+
+from workflows.attributes import DEFINITIONS
+
+BIN = Path(sys.executable).parent
+HOST = "127.0.0.1"
+
+
+def free_port() -> int:
+    """A TCP port nobody listens on right now."""
+    with socket.socket() as s:
+        s.bind((HOST, 0))
+        return int(s.getsockname()[1])
+
+
+def wait_for_port(port: int, timeout: float, process: subprocess.Popen[bytes]) -> None:
+    """Block until something listens on the port, or fail if the process died."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"{process.args[0]} exited with code {process.returncode}")
+        try:
+            with socket.create_connection((HOST, port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.2)
+    raise RuntimeError(f"nothing listens on {HOST}:{port} after {timeout:.0f}s")
+
+
+def stop_process(process: subprocess.Popen[bytes], timeout: float = 20) -> None:
+    """SIGTERM this one process (by PID), then SIGKILL if it does not exit."""
+    if process.poll() is not None:
+        return
+    process.send_signal(signal.SIGTERM)
+    try:
+        process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+def rss_bytes(process: subprocess.Popen[bytes]) -> int:
+    """Resident memory of a process and its children."""
+    try:
+        root = psutil.Process(process.pid)
+        return sum(p.memory_info().rss for p in [root, *root.children(recursive=True)])
+    except psutil.Error:
+        return 0
+
+
+def file_bytes(path: Path) -> int:
+    """Size of a SQLite database with its -wal and -shm files."""
+    return sum(p.stat().st_size for p in (path, Path(f"{path}-wal"), Path(f"{path}-shm")) if p.exists())
+
+
+@dataclass
+class Stack:
+    """A Temporal dev server in a temporary directory plus the processes run against it."""
+
+    name: str
+    directory: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="bench-")))
+    port: int = 0
+    processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    logs: list[Path] = field(default_factory=list)
+
+    @property
+    def address(self) -> str:
+        """The Temporal gRPC address."""
+        return f"{HOST}:{self.port}"
+
+    @property
+    def temporal_db(self) -> Path:
+        """The dev server's SQLite file."""
+        return self.directory / "temporal.db"
+
+    def spawn(self, role: str, command: list[str], env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+        """Start a child process whose output goes to a log file in the stack directory."""
+        log = self.directory / f"{role}.log"
+        self.logs.append(log)
+        with log.open("wb") as out:
+            process = subprocess.Popen(
+                command, env={**os.environ, **(env or {})}, stdout=out, stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        self.processes[role] = process
+        return process
+
+    def start_server(self) -> None:
+        """The dev server with the same settings as production's embedded stack (WAL pragmas)."""
+        self.port = free_port()
+        command = [
+            str(BIN / "temporal"), "server", "start-dev",
+            "--ip", HOST, "--port", str(self.port), "--ui-port", str(free_port()), "--headless",
+            "--db-filename", str(self.temporal_db),
+            "--sqlite-pragma", "journal_mode=wal", "--sqlite-pragma", "synchronous=normal",
+            "--log-level", "warn",
+        ]
+        for name, kind in DEFINITIONS.items():
+            command += ["--search-attribute", f"{name}={kind}"]
+        server = self.spawn("temporal", command)
+        wait_for_port(self.port, 60, server)
+
+    def rss(self, role: str) -> int:
+        """Resident memory of one role's process."""
+        return rss_bytes(self.processes[role])
+
+    def check_alive(self) -> list[str]:
+        """Roles whose process has exited."""
+        return [role for role, p in self.processes.items() if p.poll() is not None]
+
+    def tail(self, role: str, lines: int = 15) -> str:
+        """The end of a role's log, for error reports."""
+        path = self.directory / f"{role}.log"
+        if not path.exists():
+            return ""
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+
+    def stop(self, keep: bool = False) -> None:
+        """Stop every process, newest first, and remove the directory unless asked to keep it."""
+        for process in reversed(list(self.processes.values())):
+            stop_process(process)
+        if not keep:
+            shutil.rmtree(self.directory, ignore_errors=True)
+
+
+@dataclass
+class SchedulerStack(Stack):
+    """The scheduler as in production: dev server, `task-scheduler worker`, `task-scheduler api`."""
+
+    api_port: int = 0
+    api_key: str = ""
+    task_queue: str = "task-scheduler-bench"
+
+    @property
+    def database_url(self) -> str:
+        """The scheduler's SQLite URL."""
+        return f"sqlite:///{self.scheduler_db}"
+
+    @property
+    def scheduler_db(self) -> Path:
+        """The scheduler's SQLite file."""
+        return self.directory / "scheduler.db"
+
+    @property
+    def api_url(self) -> str:
+        """Base URL of the REST API."""
+        return f"http://{HOST}:{self.api_port}"
+
+    def start(self) -> None:
+        """Migrate, make an API key, start server, worker and API, and wait until healthy."""
+        from store.engine import make_engine, migrate
+        from store.keys import create_key
+
+        engine = make_engine(self.database_url)
+        migrate(engine)
+        _, self.api_key = create_key(engine, "bench")
+        engine.dispose()
+        self.start_server()
+        self.api_port = free_port()
+        env = {
+            "SCHEDULER_TEMPORAL_ADDRESS": self.address,
+            "SCHEDULER_DATABASE_URL": self.database_url,
+            "SCHEDULER_DATA_DIR": str(self.directory),
+            "SCHEDULER_API_HOST": HOST,
+            "SCHEDULER_API_PORT": str(self.api_port),
+            "SCHEDULER_TASK_QUEUE": self.task_queue,
+            "SCHEDULER_ENV": "test",
+            "SCHEDULER_LOG_LEVEL": "WARNING",
+            "SCHEDULER_AUTO_MIGRATE": "false",
+        }
+        self.spawn("worker", [str(BIN / "task-scheduler"), "worker"], env)
+        api = self.spawn("api", [str(BIN / "task-scheduler"), "api"], env)
+        wait_for_port(self.api_port, 60, api)
+        self.wait_healthy(60)
+
+    def wait_healthy(self, timeout: float) -> None:
+        """Until /checkHealth answers 200 (database, Temporal and a worker are up)."""
+        deadline = time.monotonic() + timeout
+        last = ""
+        while time.monotonic() < deadline:
+            if dead := self.check_alive():
+                raise RuntimeError(f"{dead} exited:\n" + "\n".join(self.tail(r) for r in dead))
+            try:
+                answer = httpx.get(f"{self.api_url}/checkHealth", timeout=5)
+                if answer.status_code == 200:
+                    return
+                last = answer.text
+            except httpx.HTTPError as exc:
+                last = repr(exc)
+            time.sleep(0.5)
+        raise RuntimeError(f"the scheduler stack is not healthy after {timeout:.0f}s: {last}")
+
+    def headers(self) -> dict[str, str]:
+        """Authorization for the bench tenant."""
+        return {"Authorization": f"Bearer {self.api_key}"}
+
+
+@dataclass
+class BareStack(Stack):
+    """A dev server with the baseline worker (bench.baseline) as its own process."""
+
+    task_queue: str = "bench-baseline"
+
+    def start(self, activity_slots: int = 1000) -> None:
+        """Start the server and the baseline worker."""
+        self.start_server()
+        self.spawn(
+            "worker",
+            [sys.executable, "-m", "bench.baseline", "--address", self.address,
+             "--task-queue", self.task_queue, "--activity-slots", str(activity_slots)],
+        )
+        ready = self.directory / "worker.log"
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if self.check_alive():
+                raise RuntimeError("baseline worker exited:\n" + self.tail("worker"))
+            if ready.exists() and "baseline worker polling" in ready.read_text(errors="replace"):
+                return
+            time.sleep(0.2)
+        raise RuntimeError("baseline worker did not start")

@@ -1,0 +1,282 @@
+"""The operator commands `task-scheduler tasks ...` and `dead-letters ...`: clients of the REST API.
+
+They never touch the database: what an operator sees is what the API answers, with the same
+tenant isolation. Tables for humans; ``--json`` prints the API's JSON for scripts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+
+DEFAULT_URL = "http://127.0.0.1:8000"
+TASK_STATUSES = ("PENDING", "RUNNING", "PAUSED", "COMPLETED", "FAILED", "CANCELLED")
+EXIT_API_ERROR, EXIT_USAGE = 1, 2
+
+
+class ApiProblem(Exception):
+    """The API refused the request, or could not be reached; the message is for the operator."""
+
+
+class UsageProblem(Exception):
+    """The command cannot be sent as given (e.g. no API key)."""
+
+
+@dataclass
+class OpsClient:
+    """A small synchronous client of the REST API, authenticated with one tenant's key."""
+
+    http: httpx.Client
+
+    def call(self, method: str, path: str, **kwargs: Any) -> Any:
+        """Send a request; the parsed JSON body (None for 204), or ApiProblem with the detail."""
+        try:
+            response = self.http.request(method, path, **kwargs)
+        except httpx.HTTPError as exc:
+            raise ApiProblem(f"cannot reach the API at {self.http.base_url}: {exc}") from exc
+        if response.status_code >= 400:
+            raise ApiProblem(_problem_detail(response))
+        if response.status_code == 204 or not response.content:
+            return None
+        return response.json()
+
+
+def _problem_detail(response: httpx.Response) -> str:
+    try:
+        body = response.json()
+    except ValueError:
+        body = None
+    if isinstance(body, dict) and body.get("detail"):
+        return f"{response.status_code}: {body['detail']}"
+    return f"{response.status_code}: {response.text.strip()[:500] or response.reason_phrase}"
+
+
+def _query(**params: Any) -> dict[str, Any]:
+    return {k: v for k, v in params.items() if v not in (None, False)}
+
+
+# ----------------------------------------------------------------- formatting
+def _when(value: str | None) -> str:
+    if not value:
+        return "-"
+    moment = datetime.fromisoformat(value)
+    return moment.strftime("%Y-%m-%d %H:%M:%S%z").replace("+0000", "Z")
+
+
+def _millis(start: str | None, end: str | None) -> str:
+    if not start or not end:
+        return "-"
+    delta = datetime.fromisoformat(end) - datetime.fromisoformat(start)
+    return f"{delta.total_seconds() * 1000:.0f}ms"
+
+
+def schedule_summary(task: dict[str, Any]) -> str:
+    """One line for a task's schedule: the cron and zone, the interval, or the instant."""
+    schedule = task.get("schedule", {})
+    kind = task.get("schedule_type")
+    if kind == "cron":
+        return f"cron {schedule.get('cron')} {schedule.get('timezone') or 'UTC'}"
+    if kind == "interval":
+        seconds = schedule.get("interval_seconds")
+        return f"every {seconds:g}s {schedule.get('interval_mode') or ''}".strip()
+    return f"once {_when(schedule.get('run_at'))}"
+
+
+def _table(headers: Sequence[str], rows: Sequence[Sequence[str]], width: int = 48) -> str:
+    cells = [[c if len(c) <= width else c[: width - 1] + "…" for c in row] for row in rows]
+    widths = [max([len(h), *(len(r[i]) for r in cells)]) for i, h in enumerate(headers)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True))]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in cells]
+    return "\n".join(line.rstrip() for line in lines)
+
+
+def _outcome(run: dict[str, Any]) -> str:
+    if run.get("error"):
+        return str(run["error"]).splitlines()[0]
+    if run.get("http_status"):
+        return f"HTTP {run['http_status']}"
+    return str(run.get("reason") or "")
+
+
+def _task_lines(task: dict[str, Any]) -> str:
+    last = task.get("last_run")
+    job = task.get("job_details", {})
+    target = job.get("url") or job.get("name") or job.get("workflow_type") or ""
+    fields = [
+        ("task", task["task_id"]),
+        ("name", task["task_name"]),
+        ("tenant", task["tenant_id"]),
+        ("status", task["status"] + (f" ({task['status_reason']})" if task.get("status_reason") else "")),
+        ("schedule", schedule_summary(task)),
+        ("job", f"{job.get('type', '?')} {target}".strip()),
+        ("next run", _when(task.get("next_run_at"))),
+        ("last run", f"{last['status']} at {_when(last['scheduled_at'])}" if last else "-"),
+        ("runs", f"{task['run_count']} ({task['success_count']} ok, {task['failure_count']} failed, "
+                 f"{task['skipped_count']} skipped)"),
+        ("created", _when(task.get("created_at"))),
+    ]
+    return "\n".join(f"{k + ':':10} {v}" for k, v in fields)
+
+
+def _tasks_table(page: dict[str, Any]) -> str:
+    rows = [
+        [t["task_id"], t["task_name"], t["status"], schedule_summary(t), _when(t.get("next_run_at")),
+         t["last_run"]["status"] if t.get("last_run") else "-",
+         f"{t['run_count']}/{t['success_count']}/{t['failure_count']}/{t['skipped_count']}"]
+        for t in page["items"]
+    ]
+    headers = ["TASK", "NAME", "STATUS", "SCHEDULE", "NEXT RUN", "LAST", "RUNS/OK/FAIL/SKIP"]
+    return _table(headers, rows) if rows else "no tasks"
+
+
+def _runs_table(page: dict[str, Any], *, with_task: bool = False) -> str:
+    rows = [
+        ([r.get("task_name") or r["task_id"]] if with_task else [])
+        + [r["id"], _when(r["scheduled_at"]), r["trigger"], r["status"], str(r["attempts"]),
+           _millis(r["scheduled_at"], r.get("started_at")),
+           _millis(r.get("started_at"), r.get("finished_at")), _outcome(r)]
+        for r in page["items"]
+    ]
+    headers = (["TASK"] if with_task else []) + [
+        "EXECUTION", "SCHEDULED", "TRIGGER", "STATUS", "TRIES", "LATE", "TOOK", "OUTCOME"]
+    return _table(headers, rows, width=72) if rows else "no executions"
+
+
+def _with_cursor(text: str, page: dict[str, Any]) -> str:
+    if page.get("next_cursor"):
+        return f"{text}\nmore: --cursor {page['next_cursor']}"
+    return text
+
+
+# ----------------------------------------------------------------- commands
+Command = Callable[[OpsClient, argparse.Namespace], tuple[Any, str]]
+
+
+def _tasks_list(api: OpsClient, a: argparse.Namespace) -> tuple[Any, str]:
+    params = _query(limit=a.limit, cursor=a.cursor, status=a.status, name=a.name,
+                    all_tenants=a.all_tenants)
+    page = api.call("GET", "/tasks", params=params)
+    return page, _with_cursor(_tasks_table(page), page)
+
+
+def _tasks_get(api: OpsClient, a: argparse.Namespace) -> tuple[Any, str]:
+    task = api.call("GET", f"/tasks/{quote(a.task_id, safe='')}")
+    return task, _task_lines(task)
+
+
+def _tasks_cancel(api: OpsClient, a: argparse.Namespace) -> tuple[Any, str]:
+    task = api.call("PATCH", "/task/cancel", json=_query(task_id=a.task_id, reason=a.reason))
+    return task, _task_lines(task)
+
+
+def _tasks_pause(api: OpsClient, a: argparse.Namespace) -> tuple[Any, str]:
+    task = api.call("POST", f"/tasks/{quote(a.task_id, safe='')}/pause", json=_query(reason=a.reason))
+    return task, _task_lines(task)
+
+
+def _tasks_signal(action: str) -> Command:
+    def run(api: OpsClient, a: argparse.Namespace) -> tuple[Any, str]:
+        task = api.call("POST", f"/tasks/{quote(a.task_id, safe='')}/{action}")
+        return task, _task_lines(task)
+
+    return run
+
+
+def _tasks_executions(api: OpsClient, a: argparse.Namespace) -> tuple[Any, str]:
+    page = api.call("GET", f"/tasks/{quote(a.task_id, safe='')}/executions",
+                    params=_query(limit=a.limit, cursor=a.cursor))
+    return page, _with_cursor(_runs_table(page), page)
+
+
+def _dead_letters_list(api: OpsClient, a: argparse.Namespace) -> tuple[Any, str]:
+    page = api.call("GET", "/dead-letters", params=_query(limit=a.limit, cursor=a.cursor))
+    return page, _with_cursor(_runs_table(page, with_task=True), page)
+
+
+def _dead_letters_replay(api: OpsClient, a: argparse.Namespace) -> tuple[Any, str]:
+    run = api.call("POST", f"/dead-letters/{quote(a.execution_id, safe='')}/replay")
+    return run, f"replaying {a.execution_id}: {run.get('status', 'accepted')}"
+
+
+def add_commands(commands: Any) -> None:
+    """Add the `tasks` and `dead-letters` commands to the CLI's subparsers."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--url", default=os.environ.get("SCHEDULER_API_URL", DEFAULT_URL),
+                        help="the API (env SCHEDULER_API_URL; default %(default)s)")
+    common.add_argument("--key", default=os.environ.get("SCHEDULER_API_KEY"),
+                        help="API key (env SCHEDULER_API_KEY; default: the dev key file)")
+    common.add_argument("--json", action="store_true", help="print the API's JSON")
+
+    def leaf(group: Any, name: str, run: Command, help_: str) -> argparse.ArgumentParser:
+        sub: argparse.ArgumentParser = group.add_parser(name, parents=[common], help=help_)
+        sub.set_defaults(ops=run)
+        return sub
+
+    def paging(sub: argparse.ArgumentParser) -> None:
+        sub.add_argument("--limit", type=int, default=50, help="at most this many (1-500)")
+        sub.add_argument("--cursor", help="the cursor a previous page printed")
+
+    tasks = commands.add_parser("tasks", help="list and operate tasks through the API")
+    group = tasks.add_subparsers(dest="tasks_command", required=True)
+    listing = leaf(group, "list", _tasks_list, "tasks, newest first")
+    paging(listing)
+    listing.add_argument("--status", choices=TASK_STATUSES, type=str.upper)
+    listing.add_argument("--name", help="only tasks with this name")
+    listing.add_argument("--all-tenants", action="store_true", help="admin keys only")
+    for name, run, help_ in [
+        ("get", _tasks_get, "a task's status, schedule and counts"),
+        ("cancel", _tasks_cancel, "cancel a task"),
+        ("pause", _tasks_pause, "pause a task"),
+        ("resume", _tasks_signal("resume"), "resume a paused task"),
+        ("trigger", _tasks_signal("trigger"), "run a task's job now"),
+        ("executions", _tasks_executions, "a task's run history, newest first"),
+    ]:
+        sub = leaf(group, name, run, help_)
+        sub.add_argument("task_id")
+        if name in ("cancel", "pause"):
+            sub.add_argument("--reason")
+        if name == "executions":
+            paging(sub)
+
+    dead = commands.add_parser("dead-letters", help="runs that failed for good")
+    group = dead.add_subparsers(dest="dead_letters_command", required=True)
+    paging(leaf(group, "list", _dead_letters_list, "dead-lettered runs, newest first"))
+    leaf(group, "replay", _dead_letters_replay, "run a dead-lettered execution again").add_argument(
+        "execution_id")
+
+
+def resolve_key(given: str | None, data_dir: Path) -> str:
+    """The key to send: --key / SCHEDULER_API_KEY, else the dev key file of the data directory."""
+    if given:
+        return given
+    dev_key = data_dir / "dev_api_key"
+    if dev_key.is_file():
+        return dev_key.read_text().strip()
+    raise UsageProblem(f"no API key: pass --key, set SCHEDULER_API_KEY, or create {dev_key}")
+
+
+def run(args: argparse.Namespace, data_dir: Path) -> int:
+    """Run one operator command; 0 on success, 1 when the API refuses, 2 for usage errors."""
+    try:
+        key = resolve_key(args.key, data_dir)
+        headers = {"Authorization": f"Bearer {key}", "Accept": "application/json"}
+        with httpx.Client(base_url=args.url, headers=headers, timeout=30) as http:
+            body, text = args.ops(OpsClient(http), args)
+    except UsageProblem as exc:
+        print(f"task-scheduler: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except ApiProblem as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_API_ERROR
+    print(json.dumps(body, indent=2) if args.json else text)
+    return 0
