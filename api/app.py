@@ -13,11 +13,14 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from activities.egress import EgressPolicy
 from activities.handlers import load_handlers
 from api.errors import install_error_handlers
+from api.guards import BodyGuard
 from api.metrics import ApiMetrics
-from api.routes import health, tasks
+from api.ratelimit import TenantRateLimiter
+from api.routes import health, tasks, ui
 from api.service import TaskService
 from api.temporal import TemporalGateway
 from store.engine import make_engine, migrate
+from store.quotas import Quota
 from worker.settings import Settings
 
 DESCRIPTION = """
@@ -52,6 +55,16 @@ def create_app(
             TemporalGateway(temporal, settings.task_queue),
             load_handlers().keys(),
             EgressPolicy.from_list(settings.egress_allow_list),
+            Quota(
+                max_active_tasks=settings.quota_max_active_tasks,
+                min_interval_seconds=settings.quota_min_interval_seconds,
+                allow_seconds_cron=settings.quota_allow_seconds_cron,
+                max_body_bytes=settings.quota_max_body_bytes,
+                max_header_bytes=settings.quota_max_header_bytes,
+            ),
+        )
+        app.state.rate_limiter = TenantRateLimiter(
+            settings.rate_limit_storage, settings.rate_limit_writes, settings.rate_limit_reads
         )
         try:
             yield
@@ -68,8 +81,10 @@ def create_app(
     metrics = ApiMetrics()
     app.state.metrics = metrics
     app.middleware("http")(metrics.middleware)
+    app.add_middleware(BodyGuard, max_bytes=settings.max_request_bytes)
     install_error_handlers(app)
     app.include_router(tasks.router)
     app.include_router(health.router)
+    app.include_router(ui.router)
 
     return app

@@ -51,6 +51,22 @@ class TaskConflict(ApiError):
     status, slug, title = 409, "task-conflict", "Task cannot change in its current state"
 
 
+class QuotaExceeded(ApiError):
+    status, slug, title = 403, "quota-exceeded", "A tenant quota is exceeded"
+
+
+class PayloadTooLarge(ApiError):
+    status, slug, title = 413, "too-large", "Request body too large"
+
+
+class RateLimited(ApiError):
+    status, slug, title = 429, "rate-limited", "Too many requests"
+
+
+class IdempotencyConflict(ApiError):
+    status, slug, title = 409, "idempotency-conflict", "Idempotency-Key reused with another request"
+
+
 class OutcomeUnknown(ApiError):
     status, slug, title = 504, "outcome-unknown", "The change was sent but its outcome is unknown"
 

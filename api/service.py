@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import uuid
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
@@ -9,24 +11,37 @@ from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import structlog
+import anyio
 from anyio import to_thread
 from pydantic import ValidationError
 from sqlalchemy import Engine
 from sqlalchemy.exc import OperationalError, SQLAlchemyError
 
 from activities.egress import EgressPolicy, EgressRefused
-from api.errors import InvalidTask, ServiceUnavailable, TaskConflict, TaskNotFound
+from api.errors import (
+    IdempotencyConflict,
+    InvalidTask,
+    PayloadTooLarge,
+    QuotaExceeded,
+    ServiceUnavailable,
+    TaskConflict,
+    TaskNotFound,
+)
 from api.schemas import ExecutionOut, ExecutionPage, TaskOut, TaskPage
 from api.temporal import TemporalGateway
 from scheduling.fire import first_fire
+from scheduling.spacing import shortest_gap
 from scheduling.spec import HandlerJob, HttpJob, ScheduleType, TaskChanges, TaskSpec, check_timing
+from store.idempotency import claim_key, complete_key
 from store.models import Task
+from store.quotas import Quota, count_active_tasks, quota_for
 from store.records import TaskSnapshot
 from store.tasks import get_task, list_executions, list_tasks, save_snapshot
 from workflows.state import TaskState, TaskStatus
 
 log = structlog.get_logger("task_scheduler.api")
 T = TypeVar("T")
+IDEMPOTENCY_NAMESPACE = uuid.UUID("6f1c2a8e-3b7d-4e55-9a41-2d0c7b9e8f10")
 
 
 @dataclass(frozen=True)
@@ -54,15 +69,28 @@ class TaskService:
         temporal: TemporalGateway,
         handlers: Collection[str],
         egress: EgressPolicy | None = None,
+        quota_defaults: Quota | None = None,
     ) -> None:
         self.engine = engine
         self.temporal = temporal
         self.handlers = frozenset(handlers)
         self.egress = egress or EgressPolicy()
+        self.quota_defaults = quota_defaults or Quota()
 
     # ------------------------------------------------------------- create and read
-    async def create(self, who: Principal, spec: TaskSpec, *, recurring_only: bool = False) -> TaskOut:
-        """Validate, start the workflow, then write the row; 201 means the task will run."""
+    async def create(
+        self,
+        who: Principal,
+        spec: TaskSpec,
+        *,
+        recurring_only: bool = False,
+        body_size: int = 0,
+        idempotency_key: str | None = None,
+    ) -> tuple[TaskOut, bool]:
+        """Validate, start the workflow, then write the row; 201 means the task will run.
+
+        Returns the task and whether this call created it (False: an earlier request with
+        the same Idempotency-Key and body did)."""
         now = datetime.now(UTC)
         if recurring_only and spec.schedule_type is ScheduleType.ONCE:
             raise InvalidTask(
@@ -71,8 +99,16 @@ class TaskService:
                 field="schedule_type",
             )
         await self._check(spec, now)
+        await self._check_quota(who, spec, now, body_size=body_size)
         task_id = uuid.uuid4().hex
-        await self.temporal.start_task(task_id=task_id, tenant_id=who.tenant_id, spec=spec, created_at=now)
+        if idempotency_key is not None:
+            task_id = await self._claim_idempotency_key(who, idempotency_key, spec, recurring_only)
+        started = await self.temporal.start_task(
+            task_id=task_id, tenant_id=who.tenant_id, spec=spec, created_at=now
+        )
+        if not started:
+            # Same key, same body: the task exists already (or is being created right now).
+            return await self._existing(who, task_id, spec, now), False
         snapshot = TaskSnapshot(
             task_id=task_id,
             tenant_id=who.tenant_id,
@@ -88,23 +124,83 @@ class TaskService:
         try:
             # Version 0: anything the workflow has written already wins.
             await to_thread.run_sync(lambda: save_snapshot(self.engine, snapshot))
+            if idempotency_key is not None:
+                await to_thread.run_sync(
+                    lambda: complete_key(self.engine, who.tenant_id, idempotency_key)
+                )
         except SQLAlchemyError as exc:
             # The workflow's first step writes the same row, so the task is not lost.
             log.warning("task.row_write_deferred", task_id=task_id, error=type(exc).__name__)
         log.info("task.created", task_id=task_id, tenant=who.tenant_id, schedule=spec.schedule_type.value)
-        return TaskOut.from_row(
-            Task(
-                id=task_id,
-                tenant_id=who.tenant_id,
-                name=spec.task_name,
-                schedule_type=spec.schedule_type.value,
-                spec=snapshot.spec,
-                status=snapshot.status,
-                next_run_at=snapshot.next_run_at,
-                created_at=now,
-                updated_at=now,
-            )
+        return _out_of_snapshot(snapshot), True
+
+    async def _claim_idempotency_key(
+        self, who: Principal, key: str, spec: TaskSpec, recurring_only: bool
+    ) -> str:
+        canonical = json.dumps(
+            {"recurring": recurring_only, "spec": spec.model_dump(mode="json")}, sort_keys=True
         )
+        request_hash = hashlib.sha256(canonical.encode()).hexdigest()
+        # The task id follows from tenant and key, so concurrent retries of one request all
+        # try to start the same workflow id and Temporal lets exactly one of them win.
+        task_id = uuid.uuid5(IDEMPOTENCY_NAMESPACE, f"{who.tenant_id}/{key}").hex
+        record = await in_thread(claim_key, self.engine, who.tenant_id, key, request_hash, task_id)
+        if record.request_hash != request_hash:
+            raise IdempotencyConflict(
+                "this Idempotency-Key was already used with a different request body",
+                field="Idempotency-Key",
+            )
+        return record.task_id
+
+    async def _existing(self, who: Principal, task_id: str, spec: TaskSpec, now: datetime) -> TaskOut:
+        for _ in range(40):
+            row = await in_thread(get_task, self.engine, task_id, who.tenant_id)
+            if row is not None:
+                return TaskOut.from_row(row)
+            await anyio.sleep(0.05)
+        # The winning request has started the workflow but not yet written the row.
+        return _out_of_snapshot(TaskSnapshot(
+            task_id=task_id, tenant_id=who.tenant_id, name=spec.task_name,
+            schedule_type=spec.schedule_type.value, spec=spec.model_dump(mode="json"),
+            status=TaskStatus.PENDING.value, next_run_at=first_fire(spec, now),
+            created_at=now, updated_at=now,
+        ))
+
+    async def _check_quota(self, who: Principal, spec: TaskSpec, now: datetime, *, body_size: int) -> None:
+        quota = await in_thread(quota_for, self.engine, who.tenant_id, self.quota_defaults)
+        if body_size > quota.max_body_bytes:
+            raise PayloadTooLarge(
+                f"the body has {body_size} bytes; this tenant's limit is max_body_bytes={quota.max_body_bytes}"
+            )
+        job = spec.job_details
+        if isinstance(job, HttpJob):
+            size = sum(len(k) + len(v) for k, v in job.headers.items())
+            if size > quota.max_header_bytes:
+                raise InvalidTask(
+                    f"job_details.headers: {size} bytes of headers; this tenant's limit is "
+                    f"max_header_bytes={quota.max_header_bytes}",
+                    field="job_details.headers",
+                )
+        if spec.cron is not None and len(spec.cron.split()) == 6 and not quota.allow_seconds_cron:
+            raise InvalidTask(
+                "cron: a 6-field cron (with seconds) is not allowed for this tenant "
+                "(allow_seconds_cron=false)",
+                field="cron",
+            )
+        gap = shortest_gap(spec, now)
+        if gap is not None and gap < quota.min_interval_seconds:
+            field = "interval_seconds" if spec.interval_seconds is not None else "cron"
+            raise InvalidTask(
+                f"{field}: runs would be {gap:g}s apart; this tenant's limit is "
+                f"min_interval_seconds={quota.min_interval_seconds:g}",
+                field=field,
+            )
+        active = await in_thread(count_active_tasks, self.engine, who.tenant_id)
+        if active >= quota.max_active_tasks:
+            raise QuotaExceeded(
+                f"the tenant has {active} active tasks; its limit is "
+                f"max_active_tasks={quota.max_active_tasks}"
+            )
 
     async def get(self, who: Principal, task_id: str) -> TaskOut:
         """A task of the caller's tenant (404 for anyone else's)."""
@@ -209,6 +305,22 @@ class TaskService:
     @staticmethod
     def _out(state: TaskState) -> TaskOut:
         return TaskOut.from_state(state)
+
+
+def _out_of_snapshot(snapshot: TaskSnapshot) -> TaskOut:
+    return TaskOut.from_row(
+        Task(
+            id=snapshot.task_id,
+            tenant_id=snapshot.tenant_id,
+            name=snapshot.name,
+            schedule_type=snapshot.schedule_type,
+            spec=snapshot.spec,
+            status=snapshot.status,
+            next_run_at=snapshot.next_run_at,
+            created_at=snapshot.created_at,
+            updated_at=snapshot.updated_at,
+        )
+    )
 
 
 def _first_error(exc: ValidationError) -> str:

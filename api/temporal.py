@@ -65,8 +65,8 @@ class TemporalGateway:
 
     async def start_task(
         self, *, task_id: str, tenant_id: str, spec: TaskSpec, created_at: datetime
-    ) -> None:
-        """Start the task's workflow; the workflow id is derived from the task id."""
+    ) -> bool:
+        """Start the task's workflow (id derived from the task id); False if it exists."""
         async with _temporal_errors(task_id):
             try:
                 await self.client.start_workflow(
@@ -87,8 +87,9 @@ class TemporalGateway:
                     priority=Priority(priority_key=PRIORITY_KEYS[spec.priority]),
                     static_summary=f"{spec.task_name} ({spec.schedule_type.value})",
                 )
-            except WorkflowAlreadyStartedError as exc:
-                raise TaskConflict(f"task {task_id} already exists") from exc
+            except WorkflowAlreadyStartedError:
+                return False
+            return True
 
     async def update(self, task_id: str, changes: TaskChanges) -> TaskState:
         """Apply changes through the workflow's validated update."""

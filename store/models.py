@@ -102,3 +102,30 @@ class ApiKey(SQLModel, table=True):
     is_admin: bool = False
     created_at: datetime = _ts(default_factory=utcnow)
     revoked_at: datetime | None = _ts(default=None)
+
+
+class IdempotencyRecord(SQLModel, table=True):
+    """A create request seen with an Idempotency-Key: same key and body, same task."""
+
+    __tablename__ = "idempotency_record"
+
+    tenant_id: str = Field(primary_key=True, max_length=128)
+    key: str = Field(primary_key=True, max_length=255)
+    request_hash: str = Field(max_length=64)
+    task_id: str = Field(max_length=64)
+    completed: bool = False
+    created_at: datetime = _ts(default_factory=utcnow)
+
+
+class TenantQuota(SQLModel, table=True):
+    """Per-tenant overrides of the default quotas; absent fields use the defaults."""
+
+    __tablename__ = "tenant_quota"
+
+    tenant_id: str = Field(primary_key=True, max_length=128)
+    max_active_tasks: int | None = None
+    min_interval_seconds: float | None = None
+    allow_seconds_cron: bool | None = None
+    max_body_bytes: int | None = None
+    max_header_bytes: int | None = None
+    updated_at: datetime = _ts(default_factory=utcnow)

@@ -89,6 +89,8 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the console script."""
     args = parser().parse_args(argv)
     settings = Settings()
+    if args.command in ("tasks", "dead-letters"):
+        return ops.run(args, settings.data_dir)  # a client of the API: it logs nothing itself
     configure_logging(settings.resolved_log_format, settings.log_level)
     if args.command == "dev":
         from worker.dev import run_dev
@@ -96,8 +98,6 @@ def main(argv: list[str] | None = None) -> int:
         return run_dev(settings)
     if args.command == "keys":
         return _keys(settings, args)
-    if args.command in ("tasks", "dead-letters"):
-        return ops.run(args, settings.data_dir)
     return {"api": _api, "worker": _worker, "migrate": _migrate}[args.command](settings)
 
 

@@ -40,6 +40,18 @@ class Settings(BaseSettings):
         "they are not public (loopback, private, link-local...)",
     )
 
+    rate_limit_storage: str = Field(
+        default="memory://", description="limits storage URI; redis://... to share across replicas"
+    )
+    rate_limit_writes: str = "50/second"
+    rate_limit_reads: str = "200/second"
+    max_request_bytes: int = 1024 * 1024
+    quota_max_active_tasks: int = 100_000
+    quota_min_interval_seconds: float = 1.0
+    quota_allow_seconds_cron: bool = False
+    quota_max_body_bytes: int = 64 * 1024
+    quota_max_header_bytes: int = 8 * 1024
+
     @model_validator(mode="after")
     def _refuse_dev_secrets_outside_dev(self) -> Settings:
         if self.env == "production" and self.dev_api_key is not None:

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Body, Path, Query, status
+from fastapi import APIRouter, Body, Header, Path, Query, Request, Response, status
 
-from api.deps import ServiceDep, TenantDep
+from api.deps import ServiceDep
+from api.ratelimit import ReaderDep, WriterDep
 from api.schemas import (
     CREATE_EXAMPLES,
     ExecutionPage,
@@ -32,22 +33,60 @@ ERRORS = {
 }
 
 
-@router.post("/task/create", status_code=status.HTTP_201_CREATED, responses=ERRORS)
-async def create_task(body: CreateBody, who: TenantDep, service: ServiceDep) -> TaskOut:
+IdempotencyHeader = Annotated[
+    str | None,
+    Header(
+        alias="Idempotency-Key",
+        min_length=1,
+        max_length=255,
+        description="retries with the same key and body return the same task (200)",
+    ),
+]
+CREATE_RESPONSES = {
+    **ERRORS,
+    200: {"description": "the same Idempotency-Key and body were seen before: the same task"},
+    403: {"description": "a tenant quota is exceeded"},
+    409: {"description": "the Idempotency-Key was used with another body"},
+    413: {"description": "the body is larger than the tenant's limit"},
+    429: {"description": "over the tenant's rate limit; see Retry-After"},
+}
+
+
+async def _create(
+    request: Request, response: Response, body: TaskCreate, who: WriterDep, service: ServiceDep,
+    key: str | None, recurring_only: bool,
+) -> TaskOut:
+    task, created = await service.create(
+        who, body, recurring_only=recurring_only, body_size=len(await request.body()),
+        idempotency_key=key,
+    )
+    if not created:
+        response.status_code = status.HTTP_200_OK
+    return task
+
+
+@router.post("/task/create", status_code=status.HTTP_201_CREATED, responses=CREATE_RESPONSES)
+async def create_task(
+    request: Request, response: Response, body: CreateBody, who: WriterDep, service: ServiceDep,
+    idempotency_key: IdempotencyHeader = None,
+) -> TaskOut:
     """Create a one-time, cron or interval task."""
-    return await service.create(who, body)
+    return await _create(request, response, body, who, service, idempotency_key, False)
 
 
-@router.post("/task/recurring", status_code=status.HTTP_201_CREATED, responses=ERRORS)
-async def create_recurring_task(body: CreateBody, who: TenantDep, service: ServiceDep) -> TaskOut:
+@router.post("/task/recurring", status_code=status.HTTP_201_CREATED, responses=CREATE_RESPONSES)
+async def create_recurring_task(
+    request: Request, response: Response, body: CreateBody, who: WriterDep, service: ServiceDep,
+    idempotency_key: IdempotencyHeader = None,
+) -> TaskOut:
     """Create a recurring (cron or interval) task."""
-    return await service.create(who, body, recurring_only=True)
+    return await _create(request, response, body, who, service, idempotency_key, True)
 
 
 @router.patch("/task/cancel", status_code=status.HTTP_202_ACCEPTED, responses=ERRORS)
 async def cancel_task(
     body: Annotated[TaskCancel, Body(openapi_examples={"cancel": {"value": {"task_id": "0f1e..."}}})],
-    who: TenantDep,
+    who: WriterDep,
     service: ServiceDep,
 ) -> TaskOut:
     """Cancel a task; a running job is cancelled through its heartbeats."""
@@ -60,7 +99,7 @@ async def update_task(
         TaskUpdate,
         Body(openapi_examples={"new-cron": {"value": {"task_id": "0f1e...", "cron": "30 9 * * 1-5"}}}),
     ],
-    who: TenantDep,
+    who: WriterDep,
     service: ServiceDep,
 ) -> TaskOut:
     """Change a task; the workflow re-plans at once. Answers with the new state."""
@@ -68,7 +107,7 @@ async def update_task(
 
 
 @router.get("/tasks/{task_id}", responses=ERRORS)
-async def get_task(task_id: TaskIdPath, who: TenantDep, service: ServiceDep) -> TaskOut:
+async def get_task(task_id: TaskIdPath, who: ReaderDep, service: ServiceDep) -> TaskOut:
     """A task: status, schedule, next run, last run and run counts."""
     return await service.get(who, task_id)
 
@@ -76,7 +115,7 @@ async def get_task(task_id: TaskIdPath, who: TenantDep, service: ServiceDep) -> 
 @router.get("/tasks", responses=ERRORS)
 @router.get("/tasks/", include_in_schema=False)
 async def list_tasks(
-    who: TenantDep,
+    who: ReaderDep,
     service: ServiceDep,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     cursor: Annotated[str | None, Query(max_length=500)] = None,
@@ -94,7 +133,7 @@ async def list_tasks(
 @router.get("/tasks/{task_id}/executions", responses=ERRORS)
 async def list_executions(
     task_id: TaskIdPath,
-    who: TenantDep,
+    who: ReaderDep,
     service: ServiceDep,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     cursor: Annotated[str | None, Query(max_length=500)] = None,
@@ -105,7 +144,7 @@ async def list_executions(
 
 @router.post("/tasks/{task_id}/pause", status_code=status.HTTP_202_ACCEPTED, responses=ERRORS)
 async def pause_task(
-    task_id: TaskIdPath, who: TenantDep, service: ServiceDep,
+    task_id: TaskIdPath, who: WriterDep, service: ServiceDep,
     body: Annotated[PauseRequest | None, Body()] = None,
 ) -> TaskOut:
     """Stop starting runs until resumed (a running job finishes)."""
@@ -113,12 +152,12 @@ async def pause_task(
 
 
 @router.post("/tasks/{task_id}/resume", status_code=status.HTTP_202_ACCEPTED, responses=ERRORS)
-async def resume_task(task_id: TaskIdPath, who: TenantDep, service: ServiceDep) -> TaskOut:
+async def resume_task(task_id: TaskIdPath, who: WriterDep, service: ServiceDep) -> TaskOut:
     """Start runs again; fires that fell inside the pause are recorded as skipped."""
     return await service.resume(who, task_id)
 
 
 @router.post("/tasks/{task_id}/trigger", status_code=status.HTTP_202_ACCEPTED, responses=ERRORS)
-async def trigger_task(task_id: TaskIdPath, who: TenantDep, service: ServiceDep) -> TaskOut:
+async def trigger_task(task_id: TaskIdPath, who: WriterDep, service: ServiceDep) -> TaskOut:
     """Run the task's job now, outside its schedule."""
     return await service.trigger(who, task_id)

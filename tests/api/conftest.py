@@ -6,6 +6,8 @@ import asyncio
 import socket
 import uuid
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -53,15 +55,24 @@ async def stack(dev_env: WorkflowEnvironment, tmp_path_factory: pytest.TempPathF
         "admin": create_key(engine, "ops", admin=True)[1],
     }
     queue = f"api-{uuid.uuid4()}"
-    port = _free_port()
-    settings = Settings(env="test", task_queue=queue, api_port=port, egress_allow="127.0.0.1")
-    app = create_app(settings, engine=engine, client=dev_env.client)
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on"))
     async with new_worker(dev_env.client, engine, task_queue=queue):
-        serving = asyncio.create_task(server.serve())
-        while not server.started:
-            await asyncio.sleep(0.02)
-        yield Stack(f"http://127.0.0.1:{port}", engine, queue, keys, dev_env)
+        async with serve_api(dev_env, engine, task_queue=queue) as base_url:
+            yield Stack(base_url, engine, queue, keys, dev_env)
+    engine.dispose()
+
+
+@asynccontextmanager
+async def serve_api(env: WorkflowEnvironment, engine: Engine, **settings: Any) -> AsyncIterator[str]:
+    """Serve the API with the given settings on a free port; yields its base URL."""
+    port = _free_port()
+    settings.setdefault("egress_allow", "127.0.0.1")
+    app = create_app(Settings(env="test", api_port=port, **settings), engine=engine, client=env.client)
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on"))
+    serving = asyncio.create_task(server.serve())
+    while not server.started:
+        await asyncio.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
         server.should_exit = True
         await serving
-    engine.dispose()

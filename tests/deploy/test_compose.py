@@ -146,8 +146,16 @@ def test_secrets_are_required_from_the_environment_and_never_written_in_the_file
             if re.search(r"PASSWORD|PWD", key):
                 assert re.fullmatch(r"\$\{[A-Z_]+:\?[^}]+\}", str(value)), (name, key, value)
     url = raw["services"]["api"]["environment"]["SCHEDULER_DATABASE_URL"]
-    assert re.fullmatch(r"postgresql://(\$\{[^}]+\}|[^:@/]+):\$\{SCHEDULER_DB_PASSWORD:\?[^}]+\}@.+", url), url
+    user, password = r"(\$\{[^}]+\}|[^:@/]+)", r"\$\{SCHEDULER_DB_PASSWORD:\?[^}]+\}"
+    assert re.fullmatch(rf"postgresql://{user}:{password}@.+", url), url
     assert not any(secret in COMPOSE.read_text() for secret in DOTENV.values())
+
+
+def test_every_variable_the_file_reads_is_in_the_env_example() -> None:
+    used = {m["braced"] or m["bare"] for m in _VARIABLE.finditer(COMPOSE.read_text())} - {None}
+    example = (REPO / "deploy" / "compose.env.example").read_text()
+    documented = set(re.findall(r"^#? ?([A-Z][A-Z0-9_]*)=", example, flags=re.MULTILINE))
+    assert used == documented, (used - documented, documented - used)
 
 
 def test_every_service_the_stack_needs_exists(services: dict[str, dict[str, Any]]) -> None:
@@ -202,7 +210,7 @@ def test_long_running_services_have_healthchecks_and_one_shots_do_not_restart_fo
             assert spec.get("restart", "no").startswith(("no", "on-failure")), name
             continue
         check = spec.get("healthcheck")
-        assert check and not check.get("disable") and check.get("test"), f"{name} has no healthcheck"
+        assert check and not check.get("disable") and check.get("test"), f"{name}: no healthcheck"
         assert spec.get("restart") in {"always", "unless-stopped"}, name
 
 
@@ -230,7 +238,9 @@ def test_images_are_pinned(services: dict[str, dict[str, Any]]) -> None:
         assert not image.endswith(":latest"), f"{name}: {image}"
 
 
-def test_temporal_server_and_admin_tools_versions_match(services: dict[str, dict[str, Any]]) -> None:
+def test_temporal_server_and_admin_tools_versions_match(
+    services: dict[str, dict[str, Any]],
+) -> None:
     server = services["temporal"]["image"]
     assert server.startswith("temporalio/server:")
     version = server.split(":", 1)[1]
@@ -245,7 +255,8 @@ def test_temporal_persists_in_the_compose_postgresql(services: dict[str, dict[st
     assert server["POSTGRES_USER"] == postgres["POSTGRES_USER"]
     assert server["POSTGRES_PWD"] == postgres["POSTGRES_PASSWORD"] == DOTENV["POSTGRES_PASSWORD"]
     schema = services["temporal-schema"]["environment"]
-    assert schema["POSTGRES_SEEDS"] == "postgresql" and schema["SQL_PASSWORD"] == server["POSTGRES_PWD"]
+    assert schema["POSTGRES_SEEDS"] == "postgresql"
+    assert schema["SQL_PASSWORD"] == server["POSTGRES_PWD"]
 
 
 def test_dynamic_config_is_mounted_where_the_server_reads_it(
@@ -330,7 +341,7 @@ def dockerfile_instructions() -> list[tuple[str, str]]:
 
 def dockerfile_user() -> str:
     """The USER of the final stage."""
-    final = [p for p in dockerfile_instructions()]
+    final = dockerfile_instructions()
     last_from = max(i for i, (word, _) in enumerate(final) if word == "FROM")
     users = [args for word, args in final[last_from:] if word == "USER"]
     assert users, "the final stage sets no USER, so it runs as root"
@@ -376,7 +387,7 @@ def entrypoint_script(service: dict[str, Any]) -> Path:
     """The repo file that a service's `/bin/sh /scripts/X.sh` entrypoint runs."""
     entry = service["entrypoint"]
     assert entry[0] == "/bin/sh"
-    mounts = dict(v.split(":")[1::-1] for v in service["volumes"])
+    mounts: dict[str, str] = {v.split(":")[1]: v.split(":")[0] for v in service["volumes"]}
     return REPO / mounts[entry[1]]
 
 
@@ -418,7 +429,9 @@ def test_postgres_init_gives_the_app_its_own_role_and_database(
         "SCHEDULER_DB_USER": role, "SCHEDULER_DB_NAME": database,
         "SCHEDULER_DB_PASSWORD": "it's a \"quoted\"; DROP ROLE x; --",
     }
-    result = subprocess.run(["sh", str(script)], env=env, capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        ["sh", str(script)], env=env, capture_output=True, text=True, timeout=60, check=False
+    )
     assert result.returncode == 0, result.stderr
 
     admin = make_engine(postgres_url)

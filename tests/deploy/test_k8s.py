@@ -109,7 +109,7 @@ def test_builtin_kinds_are_valid_kubernetes_objects(files: dict[str, list[dict[s
     """Strict validation against the Kubernetes OpenAPI schemas: unknown fields fail."""
     kv = pytest.importorskip("kubernetes_validate", reason="pip install kubernetes-validate")
     checked = 0
-    for name, docs in files.items():
+    for docs in files.values():
         for doc in docs:
             if doc["apiVersion"].startswith(("keda.sh/", "kustomize.config.k8s.io/")):
                 continue

@@ -1,18 +1,35 @@
-"""Starting task workflows directly (no API) for workflow-semantics tests."""
+"""Starting task workflows directly (no API) for workflow-semantics tests, and what those tests
+need around them: test handlers, a worker that can be stopped, and time passing while it is."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
+from collections.abc import AsyncIterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import httpx
+from sqlalchemy import Engine
+from temporalio.api.testservice.v1 import LockTimeSkippingRequest, UnlockTimeSkippingRequest
 from temporalio.client import WorkflowHandle
+from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Worker
 
+from activities.handlers import HandlerContext
 from scheduling.fire import first_fire
 from scheduling.spec import TaskSpec
+from store.models import TaskExecution
+from store.tasks import list_executions
+from worker.build import WORKFLOWS, build_activities
 from workflows import attributes
 from workflows.state import TaskState, TaskWorkflowInput, workflow_id
 from workflows.task import TaskWorkflow
+
+TaskHandle = WorkflowHandle[TaskWorkflow, TaskState]
 
 
 def spec(**fields: Any) -> TaskSpec:
@@ -22,6 +39,11 @@ def spec(**fields: Any) -> TaskSpec:
     return TaskSpec.model_validate(fields)
 
 
+def handler_job(name: str, **args: Any) -> dict[str, Any]:
+    """The job_details of a handler job."""
+    return {"type": "handler", "name": name, "args": args}
+
+
 async def start_task(
     env: WorkflowEnvironment,
     task_queue: str,
@@ -29,7 +51,7 @@ async def start_task(
     *,
     history_limit: int = 10_000,
     task_id: str | None = None,
-) -> WorkflowHandle[TaskWorkflow, TaskState]:
+) -> TaskHandle:
     """Start a task workflow the way the API does."""
     task_id = task_id or uuid.uuid4().hex
     now = await env.get_current_time()
@@ -52,3 +74,149 @@ async def start_task(
             next_run_at=first_fire(task_spec, now),
         ),
     )
+
+
+@asynccontextmanager
+async def running_task(
+    env: WorkflowEnvironment, task_queue: str, task_spec: TaskSpec, **options: Any
+) -> AsyncIterator[TaskHandle]:
+    """A started task whose workflow is terminated when the test leaves it running.
+
+    The time-skipping server is shared by the session: a leftover workflow's timer would fire
+    later with no worker and hold the clock of every later test.
+    """
+    handle = await start_task(env, task_queue, task_spec, **options)
+    try:
+        yield handle
+    finally:
+        try:
+            await handle.terminate("test over")
+        except RPCError:
+            pass  # it had already ended
+
+
+async def task_state(handle: TaskHandle) -> TaskState:
+    """The workflow's ``state`` query."""
+    return await handle.query(TaskWorkflow.query_state)
+
+
+def executions(engine: Engine, task_id: str) -> list[TaskExecution]:
+    """A task's execution rows, oldest scheduled first."""
+    rows, _ = list_executions(engine, task_id=task_id, limit=1000)
+    return sorted(rows, key=lambda row: (row.scheduled_at, row.id))
+
+
+def statuses(rows: Sequence[TaskExecution]) -> list[str]:
+    """The status of each row."""
+    return [row.status for row in rows]
+
+
+def stamp(moment: datetime) -> str:
+    """An instant as it appears in execution ids: UTC, milliseconds, ``Z``."""
+    return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+# ------------------------------------------------------------------ test handlers
+class Blocker:
+    """A handler that heartbeats until it is cancelled; tells the test when it started."""
+
+    def __init__(self) -> None:
+        self.started = asyncio.Event()
+        self.cancelled = asyncio.Event()
+
+    async def __call__(self, ctx: HandlerContext) -> None:
+        self.started.set()
+        try:
+            while True:
+                ctx.heartbeat()
+                await asyncio.sleep(0.1)
+        except asyncio.CancelledError:
+            self.cancelled.set()
+            raise
+
+
+class Failing:
+    """A handler that always raises; counts its calls."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def __call__(self, ctx: HandlerContext) -> None:
+        self.calls += 1
+        raise RuntimeError(f"boom #{self.calls}")
+
+
+class SlowFirst:
+    """A handler whose first call takes ``seconds`` of real time (heartbeating); later calls
+    return at once. On the time-skipping server a running activity holds the clock, so the
+    task's clock moves with the real one while the slow run lasts."""
+
+    def __init__(self, seconds: float, *, until_cancelled: bool = False) -> None:
+        self.seconds = seconds
+        self.until_cancelled = until_cancelled
+        self.calls: list[str] = []
+        self.cancelled: list[str] = []
+
+    async def __call__(self, ctx: HandlerContext) -> None:
+        self.calls.append(ctx.execution_id)
+        if len(self.calls) > 1:
+            return
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.seconds
+        try:
+            while self.until_cancelled or loop.time() < deadline:
+                ctx.heartbeat()
+                await asyncio.sleep(0.1)
+        except asyncio.CancelledError:
+            self.cancelled.append(ctx.execution_id)
+            raise
+
+
+# ------------------------------------------------------------------ downtime
+@asynccontextmanager
+async def stoppable_worker(
+    env: WorkflowEnvironment, engine: Engine, task_queue: str
+) -> AsyncIterator[Worker]:
+    """A worker with the production workflows and activities that keeps no sticky cache.
+
+    A stopped worker's sticky queue would keep the task's next workflow task forever on the
+    time-skipping server (it has no sticky schedule-to-start timeout), so the worker that
+    comes back could never pick it up. Without a cache, every workflow task goes to the shared
+    queue, as it does on a real server once the sticky timeout passes.
+    """
+    async with httpx.AsyncClient() as http:
+        activities = build_activities(
+            engine=engine, http=http, client=env.client, task_queue=task_queue
+        )
+        with ThreadPoolExecutor(max_workers=8) as executor:
+            worker = Worker(
+                env.client,
+                task_queue=task_queue,
+                workflows=list(WORKFLOWS),
+                activities=activities,
+                activity_executor=executor,
+                max_cached_workflows=0,
+            )
+            async with worker:
+                yield worker
+
+
+async def pass_time_without_worker(
+    env: WorkflowEnvironment, duration: timedelta, *, first_wake: datetime
+) -> None:
+    """Let ``duration`` pass while no worker runs; ``first_wake`` is the task's next timer.
+
+    When that timer fires, the server holds its clock until a worker completes the workflow
+    task it scheduled; with the worker down that would take real time. So: skip to just past
+    the timer, release that one hold, skip the rest, and take the hold back so the count is
+    balanced when the next worker completes the task.
+    """
+    start = await env.get_current_time()
+    assert start < first_wake < start + duration
+    service = env.client.test_service
+    await env.sleep(first_wake - start + timedelta(milliseconds=1))
+    await service.unlock_time_skipping(UnlockTimeSkippingRequest())
+    try:
+        await env.sleep(start + duration - await env.get_current_time())
+    finally:
+        await service.lock_time_skipping(LockTimeSkippingRequest())

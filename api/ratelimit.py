@@ -1,0 +1,55 @@
+"""Per-tenant rate limits, separate for writes and reads, with the `limits` library.
+
+The storage is chosen by URI: ``memory://`` (the default) counts per API process; for several
+API replicas point every replica at one shared store, e.g. ``redis://redis:6379`` (limits'
+Redis storage, needs the `redis` package), so a tenant's budget is shared by all of them.
+The strategy is a moving window: at most N requests in any window of the given length, which
+behaves like a token bucket of N tokens refilled as old requests age out of the window.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Annotated
+
+from fastapi import Depends, Request
+from limits import RateLimitItem, parse, storage, strategies
+
+from api.deps import TenantDep
+from api.errors import RateLimited
+from api.service import Principal
+
+
+class TenantRateLimiter:
+    """Counts each tenant's reads and writes against their limits."""
+
+    def __init__(self, storage_uri: str, writes: str, reads: str) -> None:
+        self._limiter = strategies.MovingWindowRateLimiter(storage.storage_from_string(storage_uri))
+        self._limits = {"write": parse(writes), "read": parse(reads)}
+
+    def hit(self, who: Principal, kind: str) -> None:
+        """Count one request; raises RateLimited with Retry-After when over the limit."""
+        item: RateLimitItem = self._limits[kind]
+        if self._limiter.hit(item, who.tenant_id, kind):
+            return
+        reset = self._limiter.get_window_stats(item, who.tenant_id, kind).reset_time
+        retry_after = max(1, math.ceil(reset - time.time()))
+        raise RateLimited(
+            f"tenant {who.tenant_id} is over its {kind} limit of {item}; retry after "
+            f"{retry_after}s",
+            headers={"Retry-After": str(retry_after)},
+        )
+
+
+def _limit(kind: str):  # type: ignore[no-untyped-def]
+    def check(request: Request, who: TenantDep) -> Principal:
+        limiter: TenantRateLimiter = request.app.state.rate_limiter
+        limiter.hit(who, kind)
+        return who
+
+    return check
+
+
+WriterDep = Annotated[Principal, Depends(_limit("write"))]
+ReaderDep = Annotated[Principal, Depends(_limit("read"))]

@@ -1,0 +1,265 @@
+"""The status page at /ui: server-rendered HTML over the task service, signed in by a cookie.
+
+A browser cannot send a Bearer header, so /ui/login stores the API key in an HttpOnly,
+SameSite=Strict cookie, and each page looks the key up exactly as the API does.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path as FilePath
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Form, Path, Query, Request, status
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from fastapi.templating import Jinja2Templates
+from jinja2 import Environment, FileSystemLoader
+
+from api.deps import ServiceDep, get_service
+from api.errors import TaskNotFound
+from api.schemas import ExecutionOut, TaskOut
+from api.service import Principal, in_thread
+from store.keys import find_active_key
+from workflows.state import TaskStatus
+
+router = APIRouter(prefix="/ui", include_in_schema=False)
+
+COOKIE = "ts_ui_key"
+COOKIE_MAX_AGE = 12 * 3600
+HISTORY_PAGE = 100
+# No script runs on these pages: even a value that escaped escaping could not execute.
+HEADERS = {
+    "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'; "
+    "form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+    "X-Frame-Options": "DENY",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-store",
+}
+
+
+def when(moment: datetime | None) -> str:
+    """A UTC timestamp to the second, or a dash."""
+    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC") if moment else "—"
+
+
+def relative(moment: datetime | None) -> str:
+    """'in 5m' or '3h ago' from now."""
+    if moment is None:
+        return ""
+    seconds = (moment - datetime.now(UTC)).total_seconds()
+    size = abs(seconds)
+    for unit, length in (("d", 86400), ("h", 3600), ("m", 60)):
+        if size >= length:
+            amount = f"{size // length:.0f}{unit}"
+            break
+    else:
+        amount = f"{size:.0f}s"
+    return f"in {amount}" if seconds >= 0 else f"{amount} ago"
+
+
+def schedule_of(task: TaskOut) -> str:
+    """One line for a task's schedule."""
+    spec = task.schedule
+    if task.schedule_type == "cron":
+        return f"cron {spec.get('cron')} ({spec.get('timezone') or 'UTC'})"
+    if task.schedule_type == "interval":
+        return f"every {spec.get('interval_seconds'):g}s, {spec.get('interval_mode') or 'fixed_rate'}"
+    run_at = spec.get("run_at")
+    return f"once at {when(datetime.fromisoformat(run_at)) if run_at else '—'}"
+
+
+def job_of(task: TaskOut) -> str:
+    """The job's kind and target, without headers or body."""
+    job = task.job_details
+    if job.get("type") == "http":
+        return f"HTTP {job.get('method', 'POST')} {job.get('url')}"
+    if job.get("type") == "handler":
+        return f"handler {job.get('name')}"
+    return f"workflow {job.get('workflow_type')} on {job.get('task_queue')}"
+
+
+def millis(start: datetime | None, end: datetime | None) -> float | None:
+    """Milliseconds from start to end, when both are known."""
+    return (end - start).total_seconds() * 1000 if start and end else None
+
+
+def _env() -> Environment:
+    env = Environment(
+        loader=FileSystemLoader(FilePath(__file__).parent.parent / "templates"),
+        autoescape=True, trim_blocks=True, lstrip_blocks=True,
+    )
+    env.filters.update(when=when, relative=relative, schedule=schedule_of, job=job_of)
+    env.globals.update(millis=millis, statuses=[s.value for s in TaskStatus])
+    return env
+
+
+templates = Jinja2Templates(env=_env())
+
+
+# ----------------------------------------------------------------- the lateness chart
+@dataclass(frozen=True)
+class Bar:
+    x: float
+    y: float
+    width: float
+    height: float
+    status: str
+    label: str
+
+
+@dataclass(frozen=True)
+class Chart:
+    """An SVG bar chart of start lateness (started_at - scheduled_at) per run, oldest first."""
+
+    width: int
+    height: int
+    left: int
+    top: int
+    plot_width: float
+    plot_height: float
+    bars: list[Bar]
+    ticks: list[tuple[float, str]]
+    summary: str
+
+
+def _nice_ceiling(value: float) -> float:
+    step = 1.0
+    while step * 10 <= value:
+        step *= 10
+    for factor in (1, 2, 5, 10):
+        if step * factor >= value:
+            return step * factor
+    return step * 10
+
+
+def _ms(value: float) -> str:
+    return f"{value / 1000:g} s" if abs(value) >= 10_000 else f"{value:,.0f} ms"
+
+
+def lateness_chart(runs: list[ExecutionOut], width: int = 960, height: int = 220) -> Chart | None:
+    """The chart of the given runs that have started; None when none has."""
+    started = sorted((r for r in runs if r.started_at), key=lambda r: r.scheduled_at)
+    if not started:
+        return None
+    values = [millis(r.scheduled_at, r.started_at) or 0.0 for r in started]
+    left, right, top, bottom = 64, 12, 12, 24
+    plot_w, plot_h = width - left - right, height - top - bottom
+    high = _nice_ceiling(max(max(values), 1.0))
+    low = -_nice_ceiling(-min(values)) if min(values) < 0 else 0.0
+
+    def y(value: float) -> float:
+        return top + plot_h * (high - value) / (high - low)
+
+    slot = plot_w / len(values)
+    bar_w = max(min(slot * 0.7, 36.0), 1.0)
+    bars = [
+        Bar(
+            x=left + slot * i + (slot - bar_w) / 2,
+            y=min(y(v), y(0)),
+            width=bar_w,
+            height=max(abs(y(v) - y(0)), 1.0),
+            status=r.status,
+            label=f"{when(r.scheduled_at)}: started {_ms(v)} late ({r.status}, {r.trigger})",
+        )
+        for i, (r, v) in enumerate(zip(started, values, strict=True))
+    ]
+    marks = {high, high / 2, 0.0, low} if low else {high, high / 2, 0.0}
+    ticks = [(y(v), _ms(v)) for v in sorted(marks, reverse=True)]
+    p95 = statistics.quantiles(values, n=20)[-1] if len(values) > 1 else values[0]
+    summary = (f"{len(values)} runs · median {_ms(statistics.median(values))} · "
+               f"p95 {_ms(p95)} · max {_ms(max(values))}")
+    return Chart(width, height, left, top, plot_w, plot_h, bars, ticks, summary)
+
+
+# ----------------------------------------------------------------- sign-in
+async def get_viewer(request: Request) -> Principal | None:
+    """The tenant of the key in the sign-in cookie, as the API's key lookup finds it."""
+    key = request.cookies.get(COOKIE)
+    if not key:
+        return None
+    row = await in_thread(find_active_key, get_service(request).engine, key)
+    return Principal(tenant_id=row.tenant_id, is_admin=row.is_admin) if row else None
+
+
+ViewerDep = Annotated[Principal | None, Depends(get_viewer)]
+
+
+def page(request: Request, name: str, context: dict[str, Any], code: int = 200) -> HTMLResponse:
+    """A rendered template with the page's security headers."""
+    response = templates.TemplateResponse(request, name, context, status_code=code)
+    response.headers.update(HEADERS)
+    return response
+
+
+def to_login() -> RedirectResponse:
+    """Send a visitor without a valid cookie to the sign-in form."""
+    response = RedirectResponse("/ui/login", status_code=status.HTTP_303_SEE_OTHER)
+    response.delete_cookie(COOKIE, path="/ui")
+    return response
+
+
+@router.get("/login")
+async def login_form(request: Request) -> HTMLResponse:
+    """The sign-in form."""
+    return page(request, "login.html", {"error": None})
+
+
+@router.post("/login")
+async def login(request: Request, key: Annotated[str, Form(max_length=500)] = "") -> Response:
+    """Check the API key; on success keep it in an HttpOnly cookie and go to the task list."""
+    row = await in_thread(find_active_key, get_service(request).engine, key.strip()) if key else None
+    if row is None:
+        return page(request, "login.html", {"error": "That API key is unknown or revoked."}, 401)
+    response = RedirectResponse("/ui", status_code=status.HTTP_303_SEE_OTHER)
+    response.set_cookie(
+        COOKIE, key.strip(), max_age=COOKIE_MAX_AGE, path="/ui", httponly=True,
+        samesite="strict", secure=request.url.scheme == "https",
+    )
+    return response
+
+
+@router.post("/logout")
+async def logout() -> RedirectResponse:
+    """Forget the key."""
+    return to_login()
+
+
+# ----------------------------------------------------------------- pages
+@router.get("")
+async def tasks_page(
+    request: Request,
+    viewer: ViewerDep,
+    service: ServiceDep,
+    status_filter: Annotated[str, Query(alias="status", max_length=20)] = "",
+    cursor: Annotated[str | None, Query(max_length=500)] = None,
+) -> Response:
+    """The tenant's tasks, newest first, optionally of one status."""
+    if viewer is None:
+        return to_login()
+    chosen = status_filter.upper() if status_filter.upper() in TaskStatus.__members__ else None
+    tasks = await service.list(
+        viewer, limit=50, cursor=cursor, status=chosen, name=None, all_tenants=False
+    )
+    return page(request, "tasks.html", {"viewer": viewer, "page": tasks, "chosen": chosen})
+
+
+@router.get("/tasks/{task_id}")
+async def task_page(
+    request: Request,
+    viewer: ViewerDep,
+    service: ServiceDep,
+    task_id: Annotated[str, Path(min_length=1, max_length=64)],
+    cursor: Annotated[str | None, Query(max_length=500)] = None,
+) -> Response:
+    """A task, its lateness chart and its run history."""
+    if viewer is None:
+        return to_login()
+    try:
+        task = await service.get(viewer, task_id)
+    except TaskNotFound:
+        return page(request, "not_found.html", {"viewer": viewer, "task_id": task_id}, 404)
+    runs = await service.executions(viewer, task_id, limit=HISTORY_PAGE, cursor=cursor)
+    context = {"viewer": viewer, "task": task, "runs": runs, "chart": lateness_chart(runs.items)}
+    return page(request, "task.html", context)

@@ -1,0 +1,452 @@
+"""Fire a plan of runs on each system and collect when every run started.
+
+A plan is a set of one-time instants (one task each) and optionally some 1 s interval tasks.
+Each system gets its own fresh dev server (or none, for APScheduler). Lateness is always
+"started − scheduled instant" for each run; exactly-once is checked per (task, instant).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import random
+import sqlite3
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import httpx
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import (
+    Client,
+    Schedule,
+    ScheduleActionStartWorkflow,
+    ScheduleCalendarSpec,
+    ScheduleIntervalSpec,
+    ScheduleOverlapPolicy,
+    SchedulePolicy,
+    ScheduleRange,
+    ScheduleSpec,
+    ScheduleState,
+)
+
+from bench.baseline import BareInput
+from bench.stack import BareStack, SchedulerStack
+
+CONCURRENCY = 32
+RUN_JOB_ACTIVITY = "run_job"
+
+
+@dataclass
+class Plan:
+    """One-time instants (one task each) and interval tasks (1 s, `interval_fires` fires from
+    `interval_start`), all as epoch seconds."""
+
+    once: list[float]
+    interval_tasks: int = 0
+    interval_start: float = 0.0
+    interval_fires: int = 0
+
+    def expected(self) -> dict[str, list[float]]:
+        """Task key → the instants it must run at."""
+        tasks = {f"once-{i}": [t] for i, t in enumerate(self.once)}
+        for j in range(self.interval_tasks):
+            tasks[f"interval-{j}"] = [self.interval_start + k for k in range(self.interval_fires)]
+        return tasks
+
+    @property
+    def last_instant(self) -> float:
+        """When the last run is due."""
+        ends = list(self.once)
+        if self.interval_tasks:
+            ends.append(self.interval_start + self.interval_fires - 1)
+        return max(ends)
+
+    @property
+    def runs(self) -> int:
+        """How many runs are due."""
+        return len(self.once) + self.interval_tasks * self.interval_fires
+
+
+@dataclass
+class Fired:
+    """What one system did with a plan."""
+
+    system: str
+    expected: int
+    # (task key, instant) → start times observed (epoch seconds)
+    starts: dict[tuple[str, float], list[float]] = field(default_factory=dict)
+    create_seconds: float = math.nan
+    slack_seconds: float = math.nan  # first instant − end of creation (must be > 0)
+    create_errors: int = 0
+    notes: list[str] = field(default_factory=list)
+    statuses: Counter[str] = field(default_factory=Counter)
+    cross_check: dict[str, Any] = field(default_factory=dict)
+
+    def add(self, task: str, instant: float, start: float) -> None:
+        """Record one observed run start."""
+        self.starts.setdefault((task, round(instant, 3)), []).append(start)
+
+    def lateness(self, kind: str | None = None) -> list[float]:
+        """Seconds late of the first start of each run (optionally only 'once' or 'interval')."""
+        return [
+            min(starts) - instant
+            for (task, instant), starts in self.starts.items()
+            if kind is None or task.startswith(kind)
+        ]
+
+    def exactly_once(self, plan: Plan) -> dict[str, int]:
+        """Runs present, lost (expected but absent), duplicated, and unexpected."""
+        want = {(task, round(t, 3)) for task, instants in plan.expected().items() for t in instants}
+        have = set(self.starts)
+        return {
+            "expected": len(want),
+            "present": len(want & have),
+            "lost": len(want - have),
+            "duplicates": sum(len(s) - 1 for s in self.starts.values() if len(s) > 1),
+            "unexpected": len(have - want),
+        }
+
+    def drain_rate(self) -> float:
+        """Runs per second from the first instant to the last start."""
+        if not self.starts:
+            return math.nan
+        first = min(instant for _, instant in self.starts)
+        last = max(min(s) for s in self.starts.values())
+        return len(self.starts) / max(last - first, 1e-3)
+
+
+def iso(epoch: float) -> str:
+    """ISO 8601 UTC with milliseconds and Z."""
+    return datetime.fromtimestamp(epoch, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def parse_db_time(value: Any) -> float:
+    """A datetime read from SQLite (naive UTC text) as epoch seconds."""
+    if value is None:
+        return math.nan
+    moment = value if isinstance(value, datetime) else datetime.fromisoformat(str(value))
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.timestamp()
+
+
+async def bounded(jobs: Iterable[Callable[[], Awaitable[Any]]], limit: int) -> list[Any]:
+    """Run coroutine factories with at most `limit` in flight; results in order, errors kept."""
+    gate = asyncio.Semaphore(limit)
+
+    async def one(job: Callable[[], Awaitable[Any]]) -> Any:
+        async with gate:
+            try:
+                return await job()
+            except Exception as exc:  # counted by the caller, never hidden
+                return exc
+
+    return await asyncio.gather(*(one(j) for j in jobs))
+
+
+async def sleep_until(epoch: float) -> None:
+    """Sleep until the wall clock reaches `epoch`."""
+    await asyncio.sleep(max(0.0, epoch - time.time()))
+
+
+# ----------------------------------------------------------------------------- scheduler
+def task_body(key: str, plan: Plan, instants: list[float]) -> tuple[str, dict[str, Any]]:
+    """The REST request creating one task of the plan."""
+    job = {"type": "handler", "name": "noop"}
+    if key.startswith("once"):
+        return "/task/create", {
+            "task_name": f"bench-{key}", "job_details": job, "schedule_type": "once",
+            "run_at": iso(instants[0]),
+        }
+    return "/task/recurring", {
+        "task_name": f"bench-{key}", "job_details": job, "schedule_type": "interval",
+        "interval_seconds": 1, "start_date": iso(plan.interval_start),
+        "end_date": iso(plan.interval_start + plan.interval_fires - 1 + 0.5),
+    }
+
+
+async def fire_scheduler(plan_at: Callable[[], Plan], *, history_sample: int) -> Fired:
+    """The scheduler: tasks created through POST /task/create, runs read from task_execution."""
+    stack = SchedulerStack("scheduler")
+    try:
+        await asyncio.to_thread(stack.start)
+        plan = plan_at()
+        expected = plan.expected()
+        fired = Fired("scheduler", plan.runs)
+        ids: dict[str, str] = {}
+        began = time.time()
+        async with httpx.AsyncClient(
+            base_url=stack.api_url, headers=stack.headers(), timeout=60,
+            limits=httpx.Limits(max_connections=CONCURRENCY),
+        ) as http:
+
+            def create(key: str) -> Callable[[], Awaitable[None]]:
+                async def go() -> None:
+                    path, body = task_body(key, plan, expected[key])
+                    answer = await http.post(path, json=body)
+                    if answer.status_code != 201:
+                        raise RuntimeError(f"{answer.status_code} {answer.text[:200]}")
+                    ids[answer.json()["task_id"]] = key
+                return go
+
+            outcomes = await bounded([create(k) for k in expected], CONCURRENCY)
+        errors = [o for o in outcomes if isinstance(o, Exception)]
+        fired.create_errors = len(errors)
+        if errors:
+            fired.notes.append(f"{len(errors)} creates failed, first: {errors[0]}")
+        fired.create_seconds = time.time() - began
+        fired.slack_seconds = min(min(v) for v in expected.values()) - time.time()
+        runs_due = sum(len(expected[key]) for key in ids.values())
+        await wait_scheduler(stack, plan, runs_due, fired)
+        for task_id, scheduled, started, status in read_executions(stack):
+            fired.statuses[status] += 1
+            key = ids.get(task_id)
+            if key is None:
+                fired.notes.append(f"execution of an unknown task {task_id}")
+                continue
+            if status == "SKIPPED" or math.isnan(started):
+                continue
+            fired.add(key, scheduled, started)
+        if dead := stack.check_alive():
+            fired.notes.append(f"processes exited during the run: {dead}: {stack.tail(dead[0])}")
+        if history_sample:
+            fired.cross_check = await history_cross_check(stack, ids, history_sample)
+        fired.cross_check["worker_rss_mib"] = round(stack.rss("worker") / 2**20, 1)
+        fired.cross_check["server_rss_mib"] = round(stack.rss("temporal") / 2**20, 1)
+        return fired
+    finally:
+        await asyncio.to_thread(stack.stop)
+
+
+def read_executions(stack: SchedulerStack) -> list[tuple[str, float, float, str]]:
+    """(task_id, scheduled_at, started_at, status) of every execution row."""
+    with sqlite3.connect(stack.scheduler_db, timeout=30) as db:
+        rows = db.execute("SELECT task_id, scheduled_at, started_at, status FROM task_execution").fetchall()
+    return [(r[0], parse_db_time(r[1]), parse_db_time(r[2]), r[3]) for r in rows]
+
+
+async def wait_scheduler(stack: SchedulerStack, plan: Plan, expected: int, fired: Fired) -> None:
+    """Poll the executions table (cheap, off the Temporal path) until every run has finished."""
+    await sleep_until(plan.last_instant)
+    deadline = plan.last_instant + max(120.0, expected / 10)
+    last_count, last_change = -1, time.time()
+    while time.time() < deadline:
+        with sqlite3.connect(stack.scheduler_db, timeout=30) as db:
+            done = db.execute("SELECT count(*) FROM task_execution WHERE status != 'RUNNING'").fetchone()[0]
+        if done >= expected:
+            return
+        if done != last_count:
+            last_count, last_change = done, time.time()
+        elif time.time() - last_change > 60:
+            fired.notes.append(f"no progress for 60 s: {done}/{expected} runs finished")
+            return
+        await asyncio.sleep(1)
+    fired.notes.append(f"timed out waiting: {last_count}/{expected} runs finished")
+
+
+async def history_cross_check(stack: SchedulerStack, ids: dict[str, str], sample: int) -> dict[str, Any]:
+    """When the job activity actually started, from each workflow's Temporal history.
+
+    The executions table holds the workflow's own `started_at`; this measures the same runs
+    the way the bare baseline is measured (job activity start − scheduled instant). Only the
+    latest run of each workflow is read (a continued-as-new task shows its recent fires).
+    """
+    client = await Client.connect(stack.address)
+    chosen = random.Random(7).sample(sorted(ids), min(sample, len(ids)))
+
+    def one(task_id: str) -> Callable[[], Awaitable[list[tuple[str, float]]]]:
+        async def go() -> list[tuple[str, float]]:
+            history = await client.get_workflow_handle(f"task-{task_id}").fetch_history()
+            scheduled: dict[int, str] = {}
+            found = []
+            for event in history.events:
+                if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+                    attrs = event.activity_task_scheduled_event_attributes
+                    if attrs.activity_type.name == RUN_JOB_ACTIVITY:
+                        scheduled[event.event_id] = attrs.activity_id
+                elif event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED:
+                    run = scheduled.get(event.activity_task_started_event_attributes.scheduled_event_id)
+                    if run is not None:
+                        found.append((run, event.event_time.ToDatetime(UTC).timestamp()))
+            return found
+        return go
+
+    began = time.time()
+    outcomes = await bounded([one(t) for t in chosen], 16)
+    lateness = []
+    for outcome in outcomes:
+        if isinstance(outcome, Exception):
+            continue
+        for run_id, started in outcome:
+            stamp = run_id.split(":", 1)[1]
+            if stamp.startswith("manual"):
+                continue
+            lateness.append(started - datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp())
+    return {
+        "job_start_lateness": lateness,
+        "workflows_read": len(chosen),
+        "read_errors": sum(isinstance(o, Exception) for o in outcomes),
+        "read_seconds": round(time.time() - began, 1),
+    }
+
+
+# ----------------------------------------------------------------------------- bare
+async def fire_bare(plan_at: Callable[[], Plan]) -> Fired:
+    """Bare Temporal: one minimal workflow per task, sleeping until each instant."""
+    stack = BareStack("bare")
+    try:
+        await asyncio.to_thread(stack.start)
+        client = await Client.connect(stack.address)
+        plan = plan_at()
+        expected = plan.expected()
+        fired = Fired("bare", plan.runs)
+        began = time.time()
+        outcomes = await bounded(
+            [
+                (lambda key=key, instants=instants: client.start_workflow(
+                    "BareWorkflow", BareInput(instants), id=f"bare-{key}", task_queue=stack.task_queue))
+                for key, instants in expected.items()
+            ],
+            CONCURRENCY,
+        )
+        fired.create_seconds = time.time() - began
+        fired.slack_seconds = min(min(v) for v in expected.values()) - time.time()
+        fired.create_errors = sum(isinstance(o, Exception) for o in outcomes)
+        await wait_visibility(client, "BareWorkflow", len(expected), plan, fired)
+        results = await bounded(
+            [(lambda key=key: client.get_workflow_handle(f"bare-{key}").result()) for key in expected], 32
+        )
+        for key, result in zip(expected, results, strict=True):
+            if isinstance(result, Exception):
+                fired.notes.append(f"bare-{key}: {result!r}")
+                continue
+            for instant, started in result:
+                fired.add(key, instant, started)
+        return fired
+    finally:
+        await asyncio.to_thread(stack.stop)
+
+
+async def wait_visibility(client: Client, workflow_type: str, count: int, plan: Plan, fired: Fired) -> None:
+    """Wait, polling visibility every 2 s after the last instant, until `count` have completed."""
+    await sleep_until(plan.last_instant)
+    deadline = plan.last_instant + max(120.0, plan.runs / 10)
+    done = 0
+    while time.time() < deadline:
+        done = (await client.count_workflows(
+            f"WorkflowType = '{workflow_type}' AND ExecutionStatus = 'Completed'")).count
+        if done >= count:
+            return
+        await asyncio.sleep(2)
+    fired.notes.append(f"timed out waiting: {done}/{count} {workflow_type} completed")
+
+
+# ----------------------------------------------------------------------------- schedules
+def once_spec(instant: float) -> ScheduleSpec:
+    """A calendar spec matching exactly one whole second (UTC)."""
+    at = datetime.fromtimestamp(instant, UTC)
+    return ScheduleSpec(calendars=[ScheduleCalendarSpec(
+        second=[ScheduleRange(at.second)], minute=[ScheduleRange(at.minute)],
+        hour=[ScheduleRange(at.hour)], day_of_month=[ScheduleRange(at.day)],
+        month=[ScheduleRange(at.month)], year=[ScheduleRange(at.year)], day_of_week=[ScheduleRange(0, 6)],
+    )])
+
+
+async def fire_schedules(plan_at: Callable[[], Plan]) -> Fired:
+    """Temporal Schedules: one schedule per task, each starting a tiny workflow per fire.
+
+    Schedules have whole-second resolution, so the plan's instants must be whole seconds.
+    """
+    stack = BareStack("schedules")
+    try:
+        await asyncio.to_thread(stack.start)
+        client = await Client.connect(stack.address)
+        plan = plan_at()
+        expected = plan.expected()
+        fired = Fired("schedules", plan.runs)
+        began = time.time()
+
+        def create(key: str, instants: list[float]) -> Callable[[], Awaitable[Any]]:
+            if key.startswith("once"):
+                spec = once_spec(instants[0])
+            else:
+                spec = ScheduleSpec(
+                    intervals=[ScheduleIntervalSpec(every=timedelta(seconds=1))],
+                    start_at=datetime.fromtimestamp(instants[0], UTC),
+                    end_at=datetime.fromtimestamp(instants[-1] + 0.5, UTC),
+                )
+            schedule = Schedule(
+                action=ScheduleActionStartWorkflow("ScheduledWorkflow", id=f"sched-{key}", task_queue=stack.task_queue),
+                spec=spec,
+                policy=SchedulePolicy(overlap=ScheduleOverlapPolicy.ALLOW_ALL),
+                state=ScheduleState(limited_actions=True, remaining_actions=len(instants)),
+            )
+            return lambda: client.create_schedule(f"sched-{key}", schedule)
+
+        outcomes = await bounded([create(k, v) for k, v in expected.items()], CONCURRENCY)
+        fired.create_seconds = time.time() - began
+        fired.slack_seconds = min(min(v) for v in expected.values()) - time.time()
+        errors = [o for o in outcomes if isinstance(o, Exception)]
+        fired.create_errors = len(errors)
+        if errors:
+            fired.notes.append(f"{len(errors)} schedule creates failed, first: {errors[0]!r}")
+        await wait_visibility(client, "ScheduledWorkflow", plan.runs, plan, fired)
+        ids = [w.id async for w in client.list_workflows("WorkflowType = 'ScheduledWorkflow'")]
+        results = await bounded([(lambda i=i: client.get_workflow_handle(i).result()) for i in ids], 32)
+        for workflow_id, result in zip(ids, results, strict=True):
+            if isinstance(result, Exception):
+                fired.notes.append(f"{workflow_id}: {result!r}")
+                continue
+            # The workflow id is "sched-<key>-<nominal time>"; the key is what we count by.
+            key = workflow_id.removeprefix("sched-").rsplit("-", 3)[0]
+            fired.add(key, result[0], result[1])
+        return fired
+    finally:
+        await asyncio.to_thread(stack.stop)
+
+
+# ----------------------------------------------------------------------------- apscheduler
+async def fire_apscheduler(plan_at: Callable[[], Plan]) -> Fired:
+    """APScheduler 3 AsyncIOScheduler in this process (in memory, not durable)."""
+    from apscheduler.schedulers.asyncio import AsyncIOScheduler
+    from apscheduler.triggers.date import DateTrigger
+    from apscheduler.triggers.interval import IntervalTrigger
+
+    plan = plan_at()
+    expected = plan.expected()
+    fired = Fired("apscheduler", plan.runs)
+    scheduler = AsyncIOScheduler(
+        timezone=UTC, job_defaults={"misfire_grace_time": None, "coalesce": False, "max_instances": 1000}
+    )
+    began = time.time()
+
+    def job_for(key: str, instant: float | None) -> Callable[[], Awaitable[None]]:
+        async def job() -> None:
+            now = time.time()
+            # An interval job does not know its fire time; it is the nearest second of its grid.
+            at = instant if instant is not None else plan.interval_start + round(now - plan.interval_start)
+            fired.add(key, at, now)
+        return job
+
+    for key, instants in expected.items():
+        if key.startswith("once"):
+            scheduler.add_job(job_for(key, instants[0]), DateTrigger(datetime.fromtimestamp(instants[0], UTC)))
+        else:
+            scheduler.add_job(job_for(key, None), IntervalTrigger(
+                seconds=1, start_date=datetime.fromtimestamp(instants[0], UTC),
+                end_date=datetime.fromtimestamp(instants[-1] + 0.5, UTC), timezone=UTC))
+    fired.create_seconds = time.time() - began
+    scheduler.start()
+    fired.slack_seconds = min(min(v) for v in expected.values()) - time.time()
+    try:
+        await sleep_until(plan.last_instant)
+        deadline = plan.last_instant + 60
+        while sum(len(s) for s in fired.starts.values()) < plan.runs and time.time() < deadline:
+            await asyncio.sleep(0.2)
+    finally:
+        scheduler.shutdown(wait=False)
+    return fired

@@ -1,0 +1,169 @@
+"""Workload 1, herd: N one-time tasks all due at one instant T (= end of creation + margin).
+
+`python -m bench.herd --herd 1000,10000` prints p50/p99/max lateness and the drain rate for
+the scheduler and the baselines, then the issue's targets with their ratios.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import time
+from typing import Any
+
+from bench.firing import Fired, Plan, fire_apscheduler, fire_bare, fire_scheduler, fire_schedules
+from bench.measure import Report, Target, fmt, ratio, summary, table, targets_table
+
+# Creation rates assumed when placing T, so that creating ends before T − margin.
+RATE_GUESS = {"scheduler": 40.0, "bare": 100.0, "schedules": 60.0, "apscheduler": math.inf}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Flags of this workload."""
+    parser.add_argument("--herd", default="1000,10000", help="herd sizes, comma separated")
+    parser.add_argument("--herd-margin", type=float, default=15.0,
+                        help="seconds between the end of creation and T (more than any wake lead)")
+    parser.add_argument("--schedules-max", type=int, default=1000,
+                        help="largest herd also run on Temporal Schedules (they drain slowly)")
+
+
+def herd_plan(system: str, size: int, margin: float) -> Plan:
+    """All `size` tasks at one whole second, far enough ahead for creation to finish."""
+    lead = size / RATE_GUESS[system] + margin if RATE_GUESS[system] != math.inf else 3.0
+    return Plan(once=[float(math.ceil(time.time() + lead))] * size)
+
+
+def row(label: str, fired: Fired | None, lateness: list[float], size: int) -> list[str]:
+    """One table row."""
+    s = summary(lateness)
+    counts = fired.exactly_once(herd_plan_for_count(size)) if fired else {}
+    return [
+        label, str(size), str(len(lateness)), str(counts.get("lost", "-")), str(counts.get("duplicates", "-")),
+        fmt(s["p50"] * 1000, " ms"), fmt(s["p99"] * 1000, " ms"), fmt(s["max"] * 1000, " ms"),
+        fmt(fired.drain_rate()) if fired else "-",
+        fmt(fired.create_seconds, " s") if fired else "-", fmt(fired.slack_seconds, " s") if fired else "-",
+    ]
+
+
+def herd_plan_for_count(size: int) -> Plan:
+    """A plan with the herd's task keys (the instant does not matter for counting keys)."""
+    return Plan(once=[0.0] * size)
+
+
+async def run(args: argparse.Namespace) -> Report:
+    """Run every herd size on every system."""
+    sizes = [int(s) for s in str(args.herd).split(",") if s.strip()]
+    rows: list[list[str]] = []
+    targets: list[Target] = []
+    data: dict[str, Any] = {}
+    samples: dict[str, list[float]] = {}
+    for size in sizes:
+        systems = ["scheduler", "bare", "apscheduler"]
+        if size <= args.schedules_max:
+            systems.insert(2, "schedules")
+        fired: dict[str, Fired] = {}
+        for system in systems:
+            print(f"herd {size}: {system} ...", flush=True)
+
+            def plan(system: str = system) -> Plan:
+                return herd_plan(system, size, args.herd_margin)
+
+            if system == "scheduler":
+                fired[system] = await fire_scheduler(plan, history_sample=args.history_sample)
+            elif system == "bare":
+                fired[system] = await fire_bare(plan)
+            elif system == "schedules":
+                fired[system] = await fire_schedules(plan)
+            else:
+                fired[system] = await fire_apscheduler(plan)
+        p99: dict[str, float] = {}
+        for system, result in fired.items():
+            # Re-key for counting: every task's one instant is the same T.
+            instant = min((i for _, i in result.starts), default=0.0)
+            lateness = result.lateness()
+            rows.append(row(system if system != "scheduler" else "scheduler (executions table)",
+                            _rekeyed(result, instant), lateness, size))
+            p99[system] = summary(lateness)["p99"]
+            samples[f"{system} n={size}"] = lateness
+            data[f"{size}/{system}"] = _data(result, size, lateness)
+        history = fired["scheduler"].cross_check.get("job_start_lateness", [])
+        if history:
+            s = summary(history)
+            rows.append(["scheduler (job start, history)", str(size), str(len(history)), "", "",
+                         fmt(s["p50"] * 1000, " ms"), fmt(s["p99"] * 1000, " ms"), fmt(s["max"] * 1000, " ms"),
+                         "", "", ""])
+            samples[f"scheduler job start n={size}"] = history
+            data[f"{size}/scheduler"]["job_start_history"] = s
+            p99["scheduler-history"] = s["p99"]
+        targets += herd_targets(size, p99)
+    text = "\n".join([
+        "## Herd: N one-time tasks due at one instant",
+        table(["system", "N", "runs", "lost", "dup", "p50", "p99", "max", "drain runs/s", "create", "slack"], rows),
+        "",
+        targets_table(targets),
+        *notes(data),
+    ])
+    data["targets"] = [vars(t) | {"passed": t.passed} for t in targets]
+    return Report("herd", text, data, samples)
+
+
+def herd_targets(size: int, p99: dict[str, float]) -> list[Target]:
+    """Issue 7: herd of 1,000 p99 ≤ 0.1 × bare and ≤ 0.02 × schedules; 10,000 ≤ 0.25 × bare."""
+    found = []
+    measures = [("table", p99["scheduler"])]
+    if "scheduler-history" in p99:
+        measures.append(("job start", p99["scheduler-history"]))
+    for label, value in measures:
+        if size < 5000:
+            found.append(Target(f"herd {size} p99 ({label}) ≤ 0.1 × bare", value, 0.1 * p99["bare"], " s",
+                                ratio(value, p99["bare"]), "bare"))
+            if "schedules" in p99:
+                found.append(Target(f"herd {size} p99 ({label}) ≤ 0.02 × schedules", value,
+                                    0.02 * p99["schedules"], " s", ratio(value, p99["schedules"]), "schedules"))
+        else:
+            found.append(Target(f"herd {size} p99 ({label}) ≤ 0.25 × bare", value, 0.25 * p99["bare"], " s",
+                                ratio(value, p99["bare"]), "bare"))
+    return found
+
+
+def _rekeyed(result: Fired, instant: float) -> Fired:
+    """A view of the result keyed like `herd_plan_for_count` for the exactly-once counts."""
+    view = Fired(result.system, result.expected, create_seconds=result.create_seconds,
+                 slack_seconds=result.slack_seconds)
+    for (task, at), starts in result.starts.items():
+        view.starts[(task, 0.0 if at == round(instant, 3) else at)] = starts
+    return view
+
+
+def _data(result: Fired, size: int, lateness: list[float]) -> dict[str, Any]:
+    return {
+        "lateness_s": summary(lateness),
+        "drain_runs_per_s": result.drain_rate(),
+        "exactly_once": _rekeyed(result, min((i for _, i in result.starts), default=0.0)).exactly_once(
+            herd_plan_for_count(size)),
+        "create_seconds": result.create_seconds,
+        "create_errors": result.create_errors,
+        "slack_seconds": result.slack_seconds,
+        "statuses": dict(result.statuses),
+        "notes": result.notes,
+        "cross_check": {k: v for k, v in result.cross_check.items() if k != "job_start_lateness"},
+    }
+
+
+def notes(data: dict[str, Any]) -> list[str]:
+    """Anything that went wrong, printed under the tables."""
+    lines = []
+    for key, value in data.items():
+        if not isinstance(value, dict):
+            continue
+        for note in value.get("notes", [])[:5]:
+            lines.append(f"- note {key}: {note}")
+        if value.get("slack_seconds", 1) < 0:
+            lines.append(f"- WARNING {key}: creation ended after T; lateness of that run is not comparable")
+    return ["", *lines] if lines else []
+
+
+if __name__ == "__main__":
+    from bench.cli import main
+
+    main(["herd"])

@@ -1,0 +1,143 @@
+"""Cron next-fire math, with the DST rules of scheduling/cron.py, across the 2026 and 2027
+changes in Europe/Berlin (spring: last Sunday of March, 02:00 CET -> 03:00 CEST; autumn: last
+Sunday of October, 03:00 CEST -> 02:00 CET)."""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime, timedelta
+from zoneinfo import ZoneInfo
+
+import pytest
+
+from scheduling.cron import CronError, next_cron_fire, parse_cron
+
+BERLIN = ZoneInfo("Europe/Berlin")
+SPRING = {2026: (3, 29), 2027: (3, 28)}
+AUTUMN = {2026: (10, 25), 2027: (10, 31)}
+
+
+def fires(expression: str, after: datetime, until: datetime, zone: ZoneInfo = BERLIN) -> list[datetime]:
+    """Every fire in (after, until]."""
+    found = []
+    cursor = after
+    while (cursor := next_cron_fire(expression, zone, cursor)) <= until:
+        found.append(cursor)
+    return found
+
+
+def local(moment: datetime) -> str:
+    return moment.astimezone(BERLIN).strftime("%Y-%m-%d %H:%M %Z")
+
+
+@pytest.mark.parametrize("year", [2026, 2027])
+def test_daily_0230_runs_once_at_three_on_the_spring_change_day(year: int) -> None:
+    month, day = SPRING[year]
+    found = fires("30 2 * * *", datetime(year, month, day - 2, tzinfo=UTC), datetime(year, month, day + 2, tzinfo=UTC))
+    assert [local(f) for f in found] == [
+        f"{year}-03-{day - 2:02d} 02:30 CET",
+        f"{year}-03-{day - 1:02d} 02:30 CET",
+        # 02:30 does not exist that day: the first valid instant after it is 03:00 CEST
+        f"{year}-03-{day:02d} 03:00 CEST",
+        f"{year}-03-{day + 1:02d} 02:30 CEST",
+    ]
+
+
+@pytest.mark.parametrize("year", [2026, 2027])
+def test_daily_0230_runs_once_on_its_first_occurrence_on_the_autumn_change_day(year: int) -> None:
+    month, day = AUTUMN[year]
+    change_day = datetime(year, month, day, tzinfo=UTC)
+    found = fires("30 2 * * *", change_day - timedelta(days=1), change_day + timedelta(days=2))
+    on_change_day = [f for f in found if f.astimezone(BERLIN).date() == change_day.date()]
+    # 02:30 happens twice (CEST, then CET an hour later): it runs once, on the first
+    assert on_change_day == [datetime(year, month, day, 0, 30, tzinfo=UTC)]
+    assert local(on_change_day[0]).endswith("02:30 CEST")
+    assert len(found) == 3  # one run a day
+
+
+@pytest.mark.parametrize("year", [2026, 2027])
+@pytest.mark.parametrize("changes", [SPRING, AUTUMN], ids=["spring", "autumn"])
+def test_hourly_keeps_one_run_per_real_hour_through_the_change(
+    year: int, changes: dict[int, tuple[int, int]]
+) -> None:
+    month, day = changes[year]
+    start = datetime(year, month, day, tzinfo=UTC) - timedelta(hours=6)
+    found = fires("0 * * * *", start, start + timedelta(hours=12))
+    assert len(found) == 12
+    assert all(later - earlier == timedelta(hours=1) for earlier, later in zip(found, found[1:]))
+    assert all(f.minute == 0 and f.second == 0 for f in found)
+
+
+def test_hourly_runs_both_occurrences_of_the_repeated_hour() -> None:
+    found = fires("30 * * * *", datetime(2026, 10, 24, 23, tzinfo=UTC), datetime(2026, 10, 25, 3, tzinfo=UTC))
+    assert [local(f) for f in found] == [
+        "2026-10-25 01:30 CEST",
+        "2026-10-25 02:30 CEST",
+        "2026-10-25 02:30 CET",
+        "2026-10-25 03:30 CET",
+    ]
+
+
+def test_named_hours_inside_the_repeated_hour_run_on_the_first_pass_only() -> None:
+    found = fires("*/20 2 * * *", datetime(2026, 10, 24, 12, tzinfo=UTC), datetime(2026, 10, 25, 12, tzinfo=UTC))
+    assert [local(f) for f in found] == [
+        "2026-10-25 02:00 CEST",
+        "2026-10-25 02:20 CEST",
+        "2026-10-25 02:40 CEST",
+    ]
+
+
+def test_several_missing_wall_times_collapse_into_one_run_at_the_change() -> None:
+    found = fires("*/20 2 * * *", datetime(2026, 3, 28, 12, tzinfo=UTC), datetime(2026, 3, 29, 12, tzinfo=UTC))
+    assert [local(f) for f in found] == ["2026-03-29 03:00 CEST"]
+
+
+def test_next_fire_from_inside_the_repeated_hour() -> None:
+    # 02:50 CEST, first pass: the next half hour is 02:00 CET on the second pass, an hour later
+    # in wall time but only ten minutes later in real time.
+    after = datetime(2026, 10, 25, 0, 50, tzinfo=UTC)
+    assert next_cron_fire("0,30 * * * *", BERLIN, after) == datetime(2026, 10, 25, 1, 0, tzinfo=UTC)
+    assert next_cron_fire("30 2 * * *", BERLIN, after) == datetime(2026, 10, 26, 1, 30, tzinfo=UTC)
+
+
+def test_daily_cron_keeps_local_wall_time_across_the_change() -> None:
+    found = fires("0 10 * * *", datetime(2026, 3, 27, tzinfo=UTC), datetime(2026, 3, 31, tzinfo=UTC))
+    assert [local(f) for f in found] == [
+        "2026-03-27 10:00 CET",
+        "2026-03-28 10:00 CET",
+        "2026-03-29 10:00 CEST",
+        "2026-03-30 10:00 CEST",
+    ]
+
+
+def test_next_fire_is_strictly_after() -> None:
+    at_ten = datetime(2026, 6, 1, 8, tzinfo=UTC)  # 10:00 CEST
+    assert next_cron_fire("0 10 * * *", BERLIN, at_ten) == at_ten + timedelta(days=1)
+    assert next_cron_fire("0 10 * * *", BERLIN, at_ten - timedelta(microseconds=1)) == at_ten
+
+
+def test_six_fields_have_seconds_first() -> None:
+    after = datetime(2026, 6, 1, 8, 0, 5, tzinfo=UTC)
+    assert next_cron_fire("*/15 * * * * *", ZoneInfo("UTC"), after) == after.replace(second=15)
+    assert parse_cron("*/15 * * * * *") == 6
+    assert parse_cron("0 10 * * *") == 5
+
+
+def test_leap_day_cron_finds_the_next_leap_year() -> None:
+    found = next_cron_fire("0 0 29 2 *", ZoneInfo("UTC"), datetime(2026, 3, 1, tzinfo=UTC))
+    assert found == datetime(2028, 2, 29, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    ("expression", "message"),
+    [
+        ("* * * *", "cron must have 5 fields (or 6 with seconds first), got 4"),
+        ("* * * * * * *", "got 7"),
+        ("61 * * * *", "invalid cron expression '61 * * * *'"),
+        ("0 25 * * *", "invalid cron expression"),
+        ("every day", "got 2"),
+    ],
+)
+def test_invalid_expressions_are_refused_with_a_message(expression: str, message: str) -> None:
+    with pytest.raises(CronError, match=re.escape(message)):
+        parse_cron(expression)

@@ -1,0 +1,115 @@
+"""The /ui pages over real HTTP: sign-in, tenant isolation, escaping, the task list and page."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from tests.api.conftest import Stack
+from tests.ui.tasks import XSS_NAME, create, ran_and_paused, sign_in
+
+
+@pytest.fixture(scope="module")
+async def seeded(stack: Stack) -> AsyncIterator[dict[str, Any]]:
+    """t1: a task that ran and is paused, a cron task, one with a hostile name; t2: one task."""
+    async with stack.client("t1") as t1, stack.client("t2") as t2:
+        yield {
+            "ran": await ran_and_paused(t1, "ui-every-second"),
+            "cron": await create(t1, "ui-nightly"),
+            "xss": await create(t1, XSS_NAME),
+            "other": await create(t2, "t2-secret-task"),
+        }
+
+
+async def test_pages_without_a_cookie_redirect_to_login(stack: Stack, seeded: dict[str, Any]) -> None:
+    async with stack.client(None) as anonymous:
+        for path in ("/ui", f"/ui/tasks/{seeded['cron']['task_id']}"):
+            answer = await anonymous.get(path)
+            assert answer.status_code == 303 and answer.headers["location"] == "/ui/login"
+        anonymous.cookies.set("ts_ui_key", "tsk_not-a-key", domain="127.0.0.1", path="/ui")
+        assert (await anonymous.get("/ui")).headers["location"] == "/ui/login"
+        form = await anonymous.get("/ui/login")
+        assert form.status_code == 200 and 'name="key"' in form.text
+
+
+async def test_login_refuses_an_unknown_key(stack: Stack) -> None:
+    async with stack.client(None) as anonymous:
+        answer = await anonymous.post("/ui/login", data={"key": "tsk_wrong"})
+        assert answer.status_code == 401
+        assert "unknown or revoked" in answer.text
+        assert "set-cookie" not in answer.headers
+
+
+async def test_login_sets_an_httponly_strict_cookie_and_logout_clears_it(stack: Stack) -> None:
+    async with stack.client(None) as anonymous:
+        answer = await anonymous.post("/ui/login", data={"key": stack.keys["t1"]})
+    assert answer.status_code == 303 and answer.headers["location"] == "/ui"
+    cookie = answer.headers["set-cookie"].lower()
+    assert "httponly" in cookie and "samesite=strict" in cookie and "path=/ui" in cookie
+    async with sign_in(stack.base_url, stack.keys["t1"]) as browser:
+        assert (await browser.get("/ui")).status_code == 200
+        out = await browser.post("/ui/logout")
+        assert out.status_code == 303 and out.headers["location"] == "/ui/login"
+        assert (await browser.get("/ui")).status_code == 303
+
+
+async def test_task_list_shows_the_tenants_tasks_and_filters_by_status(
+    stack: Stack, seeded: dict[str, Any]
+) -> None:
+    async with sign_in(stack.base_url, stack.keys["t1"]) as browser:
+        listing = await browser.get("/ui")
+        assert listing.status_code == 200
+        assert listing.headers["content-type"].startswith("text/html")
+        for name in ("ui-every-second", "ui-nightly"):
+            assert name in listing.text
+        assert f'/ui/tasks/{seeded["ran"]["task_id"]}' in listing.text
+        assert "t2-secret-task" not in listing.text
+        assert "cron 0 3 * * * (Europe/Berlin)" in listing.text
+        assert "every 1s, fixed_rate" in listing.text
+
+        paused = (await browser.get("/ui", params={"status": "paused"})).text
+        assert "ui-every-second" in paused and "ui-nightly" not in paused
+        assert 'class="on">Paused<' in paused
+        assert "No completed tasks" in (await browser.get("/ui?status=COMPLETED")).text
+
+
+async def test_task_page_shows_run_history_and_lateness_chart(stack: Stack, seeded: dict[str, Any]) -> None:
+    task_id = seeded["ran"]["task_id"]
+    async with stack.client("t1") as api:
+        runs = (await api.get(f"/tasks/{task_id}/executions")).json()["items"]
+    started = [r for r in runs if r["started_at"]]
+    assert len(started) >= 4
+    async with sign_in(stack.base_url, stack.keys["t1"]) as browser:
+        page = (await browser.get(f"/ui/tasks/{task_id}")).text
+    assert "ui-every-second" in page and "PAUSED" in page and "handler noop" in page
+    history = page.split('<table id="runs">', 1)[1].split("</table>", 1)[0]
+    assert history.count("<tr>") == len(runs) + 1  # header row + one per execution
+    chart = page.split('<svg id="lateness"', 1)[1].split("</svg>", 1)[0]
+    assert chart.count("<rect ") == len(started)
+    assert re.search(r"\d+ runs · median [\d,.]+ (ms|s) · p95", page)
+    assert "started" in chart and "late (COMPLETED, schedule)" in chart
+
+
+async def test_other_tenants_task_is_not_found(stack: Stack, seeded: dict[str, Any]) -> None:
+    async with sign_in(stack.base_url, stack.keys["t1"]) as browser:
+        answer = await browser.get(f"/ui/tasks/{seeded['other']['task_id']}")
+        assert answer.status_code == 404
+        assert "No such task" in answer.text and "t2-secret-task" not in answer.text
+        assert (await browser.get("/ui/tasks/does-not-exist")).status_code == 404
+    async with sign_in(stack.base_url, stack.keys["t2"]) as other:
+        assert (await other.get(f"/ui/tasks/{seeded['other']['task_id']}")).status_code == 200
+
+
+async def test_user_data_is_escaped_and_no_script_may_run(stack: Stack, seeded: dict[str, Any]) -> None:
+    escaped = "&lt;script&gt;alert(1)&lt;/script&gt;"
+    async with sign_in(stack.base_url, stack.keys["t1"]) as browser:
+        for path in ("/ui", f"/ui/tasks/{seeded['xss']['task_id']}"):
+            answer = await browser.get(path)
+            assert answer.status_code == 200
+            assert XSS_NAME not in answer.text and escaped in answer.text
+            assert "<script" not in answer.text
+            assert "default-src 'none'" in answer.headers["content-security-policy"]
+            assert answer.headers["cache-control"] == "no-store"
