@@ -62,6 +62,7 @@ def create_app(
                 max_body_bytes=settings.quota_max_body_bytes,
                 max_header_bytes=settings.quota_max_header_bytes,
             ),
+            failpoint=settings.failpoint,
         )
         app.state.rate_limiter = TenantRateLimiter(
             settings.rate_limit_storage, settings.rate_limit_writes, settings.rate_limit_reads

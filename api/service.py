@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import uuid
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
@@ -70,7 +71,9 @@ class TaskService:
         handlers: Collection[str],
         egress: EgressPolicy | None = None,
         quota_defaults: Quota | None = None,
+        failpoint: str | None = None,
     ) -> None:
+        self.failpoint = failpoint
         self.engine = engine
         self.temporal = temporal
         self.handlers = frozenset(handlers)
@@ -106,6 +109,8 @@ class TaskService:
         started = await self.temporal.start_task(
             task_id=task_id, tenant_id=who.tenant_id, spec=spec, created_at=now
         )
+        if self.failpoint == "after_workflow_start":
+            os._exit(70)  # test-only: die between the two writes
         if not started:
             # Same key, same body: the task exists already (or is being created right now).
             return await self._existing(who, task_id, spec, now), False

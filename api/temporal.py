@@ -16,16 +16,14 @@ from temporalio.client import (
     WorkflowUpdateFailedError,
     WorkflowUpdateRPCTimeoutOrCancelledError,
 )
-from temporalio.common import Priority, WorkflowIDReusePolicy
-from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
+from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
 from api.errors import InvalidTask, OutcomeUnknown, ServiceUnavailable, TaskConflict, TaskNotFound
-from scheduling.fire import first_fire
 from scheduling.spec import TaskChanges, TaskSpec
-from workflows import attributes
-from workflows.state import TaskState, TaskWorkflowInput, workflow_id
-from workflows.task import PRIORITY_KEYS, TaskWorkflow
+from workflows.starter import start_task_workflow
+from workflows.state import TaskState, workflow_id
+from workflows.task import TaskWorkflow
 
 UPDATE_TIMEOUT = timedelta(seconds=20)
 
@@ -68,28 +66,10 @@ class TemporalGateway:
     ) -> bool:
         """Start the task's workflow (id derived from the task id); False if it exists."""
         async with _temporal_errors(task_id):
-            try:
-                await self.client.start_workflow(
-                    TaskWorkflow.run,
-                    TaskWorkflowInput(
-                        task_id=task_id, tenant_id=tenant_id, spec=spec, created_at=created_at
-                    ),
-                    id=workflow_id(task_id),
-                    task_queue=self.task_queue,
-                    id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
-                    search_attributes=attributes.initial(
-                        task_id=task_id,
-                        tenant_id=tenant_id,
-                        name=spec.task_name,
-                        schedule_type=spec.schedule_type.value,
-                        next_run_at=first_fire(spec, created_at),
-                    ),
-                    priority=Priority(priority_key=PRIORITY_KEYS[spec.priority]),
-                    static_summary=f"{spec.task_name} ({spec.schedule_type.value})",
-                )
-            except WorkflowAlreadyStartedError:
-                return False
-            return True
+            return await start_task_workflow(
+                self.client, task_queue=self.task_queue, task_id=task_id, tenant_id=tenant_id,
+                spec=spec, created_at=created_at,
+            )
 
     async def update(self, task_id: str, changes: TaskChanges) -> TaskState:
         """Apply changes through the workflow's validated update."""

@@ -76,7 +76,7 @@ class Fired:
     """What one system did with a plan."""
 
     system: str
-    expected: int
+    plan: Plan
     # (task key, instant) → start times observed (epoch seconds)
     starts: dict[tuple[str, float], list[float]] = field(default_factory=dict)
     create_seconds: float = math.nan
@@ -98,9 +98,9 @@ class Fired:
             if kind is None or task.startswith(kind)
         ]
 
-    def exactly_once(self, plan: Plan) -> dict[str, int]:
+    def exactly_once(self) -> dict[str, int]:
         """Runs present, lost (expected but absent), duplicated, and unexpected."""
-        want = {(task, round(t, 3)) for task, instants in plan.expected().items() for t in instants}
+        want = {(task, round(t, 3)) for task, instants in self.plan.expected().items() for t in instants}
         have = set(self.starts)
         return {
             "expected": len(want),
@@ -142,7 +142,7 @@ async def bounded(jobs: Iterable[Callable[[], Awaitable[Any]]], limit: int) -> l
         async with gate:
             try:
                 return await job()
-            except Exception as exc:  # counted by the caller, never hidden
+            except Exception as exc:  # noqa: BLE001 - counted by the caller, never hidden
                 return exc
 
     return await asyncio.gather(*(one(j) for j in jobs))
@@ -176,7 +176,7 @@ async def fire_scheduler(plan_at: Callable[[], Plan], *, history_sample: int) ->
         await asyncio.to_thread(stack.start)
         plan = plan_at()
         expected = plan.expected()
-        fired = Fired("scheduler", plan.runs)
+        fired = Fired("scheduler", plan)
         ids: dict[str, str] = {}
         began = time.time()
         async with httpx.AsyncClient(
@@ -285,7 +285,7 @@ async def history_cross_check(stack: SchedulerStack, ids: dict[str, str], sample
             stamp = run_id.split(":", 1)[1]
             if stamp.startswith("manual"):
                 continue
-            lateness.append(started - datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp())
+            lateness.append(started - datetime.fromisoformat(stamp).timestamp())
     return {
         "job_start_lateness": lateness,
         "workflows_read": len(chosen),
@@ -303,7 +303,7 @@ async def fire_bare(plan_at: Callable[[], Plan]) -> Fired:
         client = await Client.connect(stack.address)
         plan = plan_at()
         expected = plan.expected()
-        fired = Fired("bare", plan.runs)
+        fired = Fired("bare", plan)
         began = time.time()
         outcomes = await bounded(
             [
@@ -367,7 +367,7 @@ async def fire_schedules(plan_at: Callable[[], Plan]) -> Fired:
         client = await Client.connect(stack.address)
         plan = plan_at()
         expected = plan.expected()
-        fired = Fired("schedules", plan.runs)
+        fired = Fired("schedules", plan)
         began = time.time()
 
         def create(key: str, instants: list[float]) -> Callable[[], Awaitable[Any]]:
@@ -418,7 +418,7 @@ async def fire_apscheduler(plan_at: Callable[[], Plan]) -> Fired:
 
     plan = plan_at()
     expected = plan.expected()
-    fired = Fired("apscheduler", plan.runs)
+    fired = Fired("apscheduler", plan)
     scheduler = AsyncIOScheduler(
         timezone=UTC, job_defaults={"misfire_grace_time": None, "coalesce": False, "max_instances": 1000}
     )

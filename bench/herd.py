@@ -36,18 +36,13 @@ def herd_plan(system: str, size: int, margin: float) -> Plan:
 def row(label: str, fired: Fired | None, lateness: list[float], size: int) -> list[str]:
     """One table row."""
     s = summary(lateness)
-    counts = fired.exactly_once(herd_plan_for_count(size)) if fired else {}
+    counts = fired.exactly_once() if fired else {}
     return [
         label, str(size), str(len(lateness)), str(counts.get("lost", "-")), str(counts.get("duplicates", "-")),
         fmt(s["p50"] * 1000, " ms"), fmt(s["p99"] * 1000, " ms"), fmt(s["max"] * 1000, " ms"),
         fmt(fired.drain_rate()) if fired else "-",
         fmt(fired.create_seconds, " s") if fired else "-", fmt(fired.slack_seconds, " s") if fired else "-",
     ]
-
-
-def herd_plan_for_count(size: int) -> Plan:
-    """A plan with the herd's task keys (the instant does not matter for counting keys)."""
-    return Plan(once=[0.0] * size)
 
 
 async def run(args: argparse.Namespace) -> Report:
@@ -65,7 +60,7 @@ async def run(args: argparse.Namespace) -> Report:
         for system in systems:
             print(f"herd {size}: {system} ...", flush=True)
 
-            def plan(system: str = system) -> Plan:
+            def plan(system: str = system, size: int = size) -> Plan:
                 return herd_plan(system, size, args.herd_margin)
 
             if system == "scheduler":
@@ -78,11 +73,9 @@ async def run(args: argparse.Namespace) -> Report:
                 fired[system] = await fire_apscheduler(plan)
         p99: dict[str, float] = {}
         for system, result in fired.items():
-            # Re-key for counting: every task's one instant is the same T.
-            instant = min((i for _, i in result.starts), default=0.0)
             lateness = result.lateness()
-            rows.append(row(system if system != "scheduler" else "scheduler (executions table)",
-                            _rekeyed(result, instant), lateness, size))
+            label = "scheduler (executions table)" if system == "scheduler" else system
+            rows.append(row(label, result, lateness, size))
             p99[system] = summary(lateness)["p99"]
             samples[f"{system} n={size}"] = lateness
             data[f"{size}/{system}"] = _data(result, size, lateness)
@@ -126,21 +119,11 @@ def herd_targets(size: int, p99: dict[str, float]) -> list[Target]:
     return found
 
 
-def _rekeyed(result: Fired, instant: float) -> Fired:
-    """A view of the result keyed like `herd_plan_for_count` for the exactly-once counts."""
-    view = Fired(result.system, result.expected, create_seconds=result.create_seconds,
-                 slack_seconds=result.slack_seconds)
-    for (task, at), starts in result.starts.items():
-        view.starts[(task, 0.0 if at == round(instant, 3) else at)] = starts
-    return view
-
-
 def _data(result: Fired, size: int, lateness: list[float]) -> dict[str, Any]:
     return {
         "lateness_s": summary(lateness),
         "drain_runs_per_s": result.drain_rate(),
-        "exactly_once": _rekeyed(result, min((i for _, i in result.starts), default=0.0)).exactly_once(
-            herd_plan_for_count(size)),
+        "exactly_once": result.exactly_once(),
         "create_seconds": result.create_seconds,
         "create_errors": result.create_errors,
         "slack_seconds": result.slack_seconds,

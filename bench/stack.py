@@ -226,6 +226,7 @@ class BareStack(Stack):
             "worker",
             [sys.executable, "-m", "bench.baseline", "--address", self.address,
              "--task-queue", self.task_queue, "--activity-slots", str(activity_slots)],
+            {"PYTHONPATH": str(Path(__file__).parent.parent)},
         )
         ready = self.directory / "worker.log"
         deadline = time.monotonic() + 60

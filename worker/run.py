@@ -5,12 +5,14 @@ from __future__ import annotations
 import asyncio
 import signal
 from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
 
 import structlog
 from temporalio.client import Client
 
 from activities.egress import EgressPolicy, guarded_client
 from store.engine import make_engine, migrate
+from worker.reconcile import Reconciler
 from worker.build import build_activities, build_worker, connect
 from worker.settings import Settings
 
@@ -62,10 +64,19 @@ async def run_worker(settings: Settings) -> None:
             max_concurrent_activities=settings.worker_max_concurrent_activities,
             max_concurrent_workflow_tasks=settings.worker_max_concurrent_workflow_tasks,
         )
+        reconciler = Reconciler(
+            engine, client, settings.task_queue,
+            grace=timedelta(seconds=settings.reconcile_grace_seconds),
+            window=timedelta(hours=settings.reconcile_window_hours),
+        )
         log.info("worker.started", task_queue=settings.task_queue, address=settings.temporal_address)
         async with worker:
+            reconciling = asyncio.create_task(
+                reconciler.run_forever(timedelta(seconds=settings.reconcile_interval_seconds), stop)
+            )
             await stop.wait()
             log.info("worker.stopping")
+            await reconciling
     executor.shutdown(wait=True)
     engine.dispose()
     log.info("worker.stopped")

@@ -52,6 +52,13 @@ class Settings(BaseSettings):
     quota_max_body_bytes: int = 64 * 1024
     quota_max_header_bytes: int = 8 * 1024
 
+    reconcile_interval_seconds: float = 60.0
+    reconcile_grace_seconds: float = 30.0
+    reconcile_window_hours: float = 24.0
+    failpoint: str | None = Field(
+        default=None, description="test-only: crash the process at a named point"
+    )
+
     @model_validator(mode="after")
     def _refuse_dev_secrets_outside_dev(self) -> Settings:
         if self.env == "production" and self.dev_api_key is not None:

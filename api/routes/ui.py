@@ -167,7 +167,7 @@ def lateness_chart(runs: list[ExecutionOut], width: int = 960, height: int = 220
     ]
     marks = {high, high / 2, 0.0, low} if low else {high, high / 2, 0.0}
     ticks = [(y(v), _ms(v)) for v in sorted(marks, reverse=True)]
-    p95 = statistics.quantiles(values, n=20)[-1] if len(values) > 1 else values[0]
+    p95 = statistics.quantiles(values, n=20, method="inclusive")[-1] if len(values) > 1 else values[0]
     summary = (f"{len(values)} runs · median {_ms(statistics.median(values))} · "
                f"p95 {_ms(p95)} · max {_ms(max(values))}")
     return Chart(width, height, left, top, plot_w, plot_h, bars, ticks, summary)

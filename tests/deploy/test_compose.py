@@ -10,6 +10,7 @@ services run are executed for real against a local Temporal dev server and Postg
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import re
 import shlex
@@ -378,6 +379,29 @@ def test_dockerfile_installs_every_package_and_runs_the_console_script() -> None
     assert "*" in ignore, ".dockerignore should be an allow-list"
     for path in top_level | {"pyproject.toml"}:
         assert f"!{path}/" in ignore or f"!{path}" in ignore, f"{path} is excluded from the context"
+
+
+def test_the_image_gets_every_data_file_the_packages_read() -> None:
+    """`pip install .` copies only .py files unless pyproject declares package data: a template
+    missing from the wheel works in the source tree and breaks in the container."""
+    setuptools = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
+    packages = sorted(setuptools["packages"], key=len, reverse=True)
+    declared = setuptools.get("package-data", {})
+    missing = []
+    for root in {p.split(".")[0] for p in packages}:
+        for path in sorted((REPO / root).rglob("*")):
+            if not path.is_file() or path.suffix in {".py", ".pyc"} or "__pycache__" in path.parts:
+                continue
+            if path.name == "script.py.mako":  # Alembic's template for new revisions: dev only
+                continue
+            relative = path.relative_to(REPO)
+            package = next(p for p in packages if relative.parts[:len(p.split("."))] == tuple(
+                p.split(".")))
+            inside = relative.relative_to(*package.split(".")).as_posix()
+            patterns = [*declared.get(package, []), *declared.get("*", [])]
+            if not any(fnmatch.fnmatch(inside, pattern) for pattern in patterns):
+                missing.append(f"{relative} (package {package})")
+    assert not missing, "not in the wheel, add [tool.setuptools.package-data]: " + ", ".join(missing)
 
 
 # --- the scripts the one-shot services run, executed for real --------------------------------

@@ -13,7 +13,7 @@ from workflows.state import TaskStatus
 
 # The built-in `sleep` handler takes real time; a running activity holds the time-skipping
 # clock, so each run lasts about this long on the task's clock too.
-JOB_SECONDS = 1.0
+JOB_SECONDS = 0.5
 
 
 async def test_fixed_rate_stays_anchored_even_when_the_job_takes_time(

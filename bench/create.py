@@ -1,0 +1,133 @@
+"""Workload 3, create: POST /task/create from 32 concurrent clients; tasks/s and latency.
+
+Baselines on fresh servers: `client.start_workflow` of the bare workflow and
+`client.create_schedule`, both at the same concurrency. Tasks are due a day later, so
+nothing fires while creating.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import httpx
+from temporalio.client import Client
+
+from bench.baseline import BareInput
+from bench.firing import CONCURRENCY, iso, once_spec
+from bench.measure import Report, Target, fmt, ratio, summary, table, targets_table
+from bench.stack import BareStack, SchedulerStack
+
+DAY = 86400.0
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Flags of this workload."""
+    parser.add_argument("--create", type=int, default=2000, help="tasks created per system")
+    parser.add_argument("--create-concurrency", type=int, default=CONCURRENCY)
+
+
+async def timed(calls: list[Callable[[], Awaitable[Any]]], concurrency: int) -> dict[str, Any]:
+    """Run the calls `concurrency` at a time: rate, latency percentiles and errors."""
+    gate = asyncio.Semaphore(concurrency)
+    latencies: list[float] = []
+    errors: list[str] = []
+
+    async def one(call: Callable[[], Awaitable[Any]]) -> None:
+        async with gate:
+            began = time.perf_counter()
+            try:
+                await call()
+                latencies.append(time.perf_counter() - began)
+            except Exception as exc:  # noqa: BLE001 - counted and shown, never retried
+                errors.append(repr(exc)[:200])
+
+    began = time.perf_counter()
+    await asyncio.gather(*(one(c) for c in calls))
+    elapsed = time.perf_counter() - began
+    return {"per_s": len(latencies) / elapsed, "seconds": elapsed, "latency_s": summary(latencies),
+            "errors": len(errors), "first_error": errors[0] if errors else None}
+
+
+async def scheduler_creates(count: int, concurrency: int) -> dict[str, Any]:
+    """POST /task/create with one-time tasks due in a day."""
+    stack = SchedulerStack("scheduler")
+    try:
+        await asyncio.to_thread(stack.start)
+        async with httpx.AsyncClient(base_url=stack.api_url, headers=stack.headers(), timeout=60,
+                                     limits=httpx.Limits(max_connections=concurrency)) as http:
+            run_at = iso(time.time() + DAY)
+
+            def call(i: int) -> Callable[[], Awaitable[None]]:
+                async def go() -> None:
+                    answer = await http.post("/task/create", json={
+                        "task_name": f"create-{i}", "job_details": {"type": "handler", "name": "noop"},
+                        "schedule_type": "once", "run_at": run_at})
+                    if answer.status_code != 201:
+                        raise RuntimeError(f"{answer.status_code} {answer.text[:150]}")
+                return go
+
+            return await timed([call(i) for i in range(count)], concurrency)
+    finally:
+        await asyncio.to_thread(stack.stop)
+
+
+async def temporal_creates(kind: str, count: int, concurrency: int) -> dict[str, Any]:
+    """start_workflow (bare) or create_schedule (schedules) on a fresh dev server."""
+    stack = BareStack(kind)
+    try:
+        await asyncio.to_thread(stack.start)
+        client = await Client.connect(stack.address)
+        due = time.time() + DAY
+        if kind == "bare":
+            calls = [(lambda i=i: client.start_workflow(
+                "BareWorkflow", BareInput([due]), id=f"bare-{i}", task_queue=stack.task_queue))
+                for i in range(count)]
+        else:
+            from temporalio.client import Schedule, ScheduleActionStartWorkflow
+
+            calls = [(lambda i=i: client.create_schedule(f"sched-{i}", Schedule(
+                action=ScheduleActionStartWorkflow("ScheduledWorkflow", id=f"sched-{i}",
+                                                   task_queue=stack.task_queue),
+                spec=once_spec(due)))) for i in range(count)]
+        return await timed(calls, concurrency)
+    finally:
+        await asyncio.to_thread(stack.stop)
+
+
+async def run(args: argparse.Namespace) -> Report:
+    """Create on each system and compare."""
+    results: dict[str, dict[str, Any]] = {}
+    print("create: scheduler ...", flush=True)
+    results["scheduler"] = await scheduler_creates(args.create, args.create_concurrency)
+    for kind in ("bare", "schedules"):
+        print(f"create: {kind} ...", flush=True)
+        results[kind] = await temporal_creates(kind, args.create, args.create_concurrency)
+    labels = {"scheduler": "scheduler POST /task/create", "bare": "bare start_workflow",
+              "schedules": "schedules create_schedule"}
+    rows = [[labels[k], str(args.create), fmt(r["per_s"]), fmt(r["latency_s"]["p50"] * 1000, " ms"),
+             fmt(r["latency_s"]["p99"] * 1000, " ms"), str(r["errors"])] for k, r in results.items()]
+    sched, bare = results["scheduler"], results["bare"]
+    targets = [
+        Target("create rate ≥ 0.7 × bare starts/s", sched["per_s"], 0.7 * bare["per_s"], "/s",
+               ratio(sched["per_s"], bare["per_s"]), "bare", higher_is_better=True),
+        Target("create p99 ≤ 250 ms", sched["latency_s"]["p99"] * 1000, 250.0, " ms"),
+        Target("create errors", float(sched["errors"]), 0.0),
+    ]
+    text = "\n".join([
+        f"## Create: {args.create} tasks at {args.create_concurrency} concurrent clients",
+        table(["system", "N", "tasks/s", "p50", "p99", "errors"], rows),
+        "",
+        targets_table(targets),
+        *[f"- note {k}: first error {r['first_error']}" for k, r in results.items() if r["errors"]],
+    ])
+    return Report("create", text, {**results, "targets": [vars(t) | {"passed": t.passed} for t in targets]})
+
+
+if __name__ == "__main__":
+    from bench.cli import main
+
+    main(["create"])

@@ -1,0 +1,80 @@
+"""The reconciler repairs rows without workflows and workflows without rows."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from datetime import UTC, datetime, timedelta
+
+from sqlalchemy import Engine, delete
+from temporalio.client import WorkflowExecutionStatus
+from temporalio.testing import WorkflowEnvironment
+
+from store.models import Task
+from store.records import TaskSnapshot
+from store.tasks import get_task, list_executions, save_snapshot
+from tests.conftest import new_worker
+from tests.workflows.helpers import spec, start_task
+from worker.reconcile import Reconciler
+
+
+async def _until(check, timeout: float = 30) -> None:  # type: ignore[no-untyped-def]
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not await check():
+        assert asyncio.get_running_loop().time() < deadline, "condition not reached"
+        await asyncio.sleep(0.2)
+
+
+async def test_row_without_workflow_is_restarted_and_runs(dev_env: WorkflowEnvironment, sqlite_engine: Engine) -> None:
+    now = datetime.now(UTC)
+    task_spec = spec(schedule_type="once", run_at=now + timedelta(seconds=2))
+    task_id = uuid.uuid4().hex
+    # The row exists, the workflow does not (its start was lost).
+    save_snapshot(sqlite_engine, TaskSnapshot(
+        task_id=task_id, tenant_id="t1", name=task_spec.task_name, schedule_type="once",
+        spec=task_spec.model_dump(mode="json"), status="PENDING", next_run_at=task_spec.run_at,
+        created_at=now - timedelta(minutes=5), updated_at=now - timedelta(minutes=5),
+    ))
+    async with new_worker(dev_env.client, sqlite_engine) as worker:
+        reconciler = Reconciler(sqlite_engine, dev_env.client, worker.task_queue, grace=timedelta(0))
+        report = await reconciler.reconcile_once()
+        assert task_id in report.restarted
+
+        async def done() -> bool:
+            row = get_task(sqlite_engine, task_id, "t1")
+            return row is not None and row.status == "COMPLETED"
+
+        await _until(done)
+        runs, _ = list_executions(sqlite_engine, task_id=task_id, limit=5)
+        assert [r.status for r in runs] == ["COMPLETED"]
+        again = await reconciler.reconcile_once()  # idempotent: nothing left to repair
+        assert task_id not in again.restarted and task_id not in again.marked
+
+
+async def test_terminated_workflow_marks_row_and_lost_row_is_rewritten(
+    dev_env: WorkflowEnvironment, sqlite_engine: Engine
+) -> None:
+    async with new_worker(dev_env.client, sqlite_engine) as worker:
+        terminated = await start_task(dev_env, worker.task_queue, spec(schedule_type="interval", interval_seconds=3600))
+        orphan = await start_task(dev_env, worker.task_queue, spec(schedule_type="interval", interval_seconds=7200, task_name="orphan"))
+        ids = [h.id.removeprefix("task-") for h in (terminated, orphan)]
+
+        async def rows_written() -> bool:
+            return all(get_task(sqlite_engine, i, "t1") is not None for i in ids)
+
+        await _until(rows_written)
+        await terminated.terminate("operator cleanup")
+        assert (await terminated.describe()).status is WorkflowExecutionStatus.TERMINATED
+        with sqlite_engine.begin() as connection:  # the orphan's row is lost (e.g. a DB restore)
+            connection.execute(delete(Task).where(Task.id == ids[1]))
+        # the rows must look older than the grace period for the reconciler to touch them
+        reconciler = Reconciler(sqlite_engine, dev_env.client, worker.task_queue, grace=timedelta(0))
+        await asyncio.sleep(1.1)
+        report = await reconciler.reconcile_once()
+    assert ids[0] in report.marked
+    marked = get_task(sqlite_engine, ids[0], "t1")
+    assert marked is not None and marked.status == "CANCELLED" and "terminated" in (marked.status_reason or "")
+    assert ids[1] in report.rows_written
+    rewritten = get_task(sqlite_engine, ids[1], "t1")
+    assert rewritten is not None and rewritten.name == "orphan" and rewritten.status == "PENDING"
+    assert rewritten.next_run_at is not None

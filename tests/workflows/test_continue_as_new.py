@@ -1,0 +1,60 @@
+"""Continue-as-new carries the whole state: counts, schedule anchor, next fire, spec, pause."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from sqlalchemy import Engine
+from temporalio.testing import WorkflowEnvironment
+
+from store.tasks import get_task
+from tests.conftest import new_worker
+from tests.workflows.helpers import executions, running_task, spec, start_task, statuses, task_state
+from workflows.state import TaskStatus
+from workflows.task import TaskWorkflow
+
+
+async def test_continue_as_new_preserves_counts_schedule_and_spec(
+    time_env: WorkflowEnvironment, sqlite_engine: Engine
+) -> None:
+    task = spec(schedule_type="interval", interval_seconds=600, max_runs=8, task_name="nightly")
+    async with new_worker(time_env.client, sqlite_engine) as worker:
+        handle = await start_task(time_env, worker.task_queue, task, history_limit=30)
+        await time_env.sleep(timedelta(minutes=45))
+        midway = await task_state(handle)
+        state = await handle.result()
+
+    assert midway.continued_as_new > 0 and midway.run_count == 4
+    assert midway.next_fire_at == midway.created_at + timedelta(minutes=50)
+    assert state.continued_as_new > midway.continued_as_new
+    assert state.status is TaskStatus.COMPLETED
+    assert (state.run_count, state.success_count) == (8, 8)
+    assert state.spec == task and state.created_at == midway.created_at
+    rows = executions(sqlite_engine, state.task_id)
+    # still on the grid anchored at creation, across every new run of the workflow
+    assert [r.scheduled_at for r in rows] == [state.created_at + timedelta(minutes=10 * k) for k in range(1, 9)]
+    assert statuses(rows) == ["COMPLETED"] * 8
+    row = get_task(sqlite_engine, state.task_id, "t1")
+    assert row is not None and (row.status, row.run_count, row.success_count) == ("COMPLETED", 8, 8)
+
+
+async def test_continue_as_new_keeps_a_task_paused(
+    time_env: WorkflowEnvironment, sqlite_engine: Engine
+) -> None:
+    task = spec(schedule_type="interval", interval_seconds=600)
+    async with new_worker(time_env.client, sqlite_engine) as worker:
+        async with running_task(time_env, worker.task_queue, task, history_limit=30) as handle:
+            await time_env.sleep(timedelta(minutes=25))
+            await handle.execute_update(TaskWorkflow.pause_update, "hold")
+            generations = (await task_state(handle)).continued_as_new
+            # each pause/resume pair wakes the workflow and grows its history
+            for _ in range(6):
+                await handle.execute_update(TaskWorkflow.resume_update)
+                await handle.execute_update(TaskWorkflow.pause_update, "hold")
+            await time_env.sleep(timedelta(hours=1))
+            state = await task_state(handle)
+
+    assert state.continued_as_new > generations
+    assert state.paused and state.status is TaskStatus.PAUSED and state.status_reason == "hold"
+    assert state.run_count == 2
+    assert statuses(executions(sqlite_engine, state.task_id)) == ["COMPLETED", "COMPLETED"]

@@ -1,0 +1,167 @@
+"""The reconciler: repairs the rare gap between Temporal and the database.
+
+A task exists in two places: its workflow and its row. The API starts the workflow first and
+the workflow writes its own row, so a crash between the two writes leaves at most a short gap.
+The reconciler closes what is left, on a period, in every worker (it is idempotent):
+- a row whose workflow is missing (e.g. Temporal's store was restored from a backup) gets its
+  workflow started again from the row; a row whose workflow has ended without saying so (e.g.
+  terminated by an operator) is marked with how it ended;
+- a running workflow without a row gets its row, from the workflow's own state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+import structlog
+from sqlalchemy import Engine, select
+from sqlalchemy.orm import Session
+from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.service import RPCError, RPCStatusCode
+
+from scheduling.fire import next_fire
+from scheduling.spec import ScheduleType, TaskSpec
+from store.models import Task
+from store.quotas import ACTIVE_STATUSES
+from store.records import TaskSnapshot
+from store.tasks import mark_task, save_snapshot
+from workflows.starter import start_task_workflow
+from workflows.state import TaskState, workflow_id
+
+log = structlog.get_logger("task_scheduler.reconcile")
+
+CLOSED_AS = {
+    WorkflowExecutionStatus.TERMINATED: ("CANCELLED", "workflow terminated in Temporal"),
+    WorkflowExecutionStatus.CANCELED: ("CANCELLED", "workflow cancelled in Temporal"),
+    WorkflowExecutionStatus.FAILED: ("FAILED", "workflow failed in Temporal"),
+    WorkflowExecutionStatus.TIMED_OUT: ("FAILED", "workflow timed out in Temporal"),
+}
+
+
+@dataclass
+class ReconcileReport:
+    restarted: list[str] = field(default_factory=list)
+    marked: list[str] = field(default_factory=list)
+    rows_written: list[str] = field(default_factory=list)
+
+
+class Reconciler:
+    """Compares recent task rows and task workflows and repairs the differences."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        client: Client,
+        task_queue: str,
+        *,
+        grace: timedelta = timedelta(seconds=30),
+        window: timedelta = timedelta(days=1),
+    ) -> None:
+        self._engine = engine
+        self._client = client
+        self._task_queue = task_queue
+        self._grace = grace
+        self._window = window
+
+    async def run_forever(self, every: timedelta, stop: asyncio.Event) -> None:
+        """Reconcile every period until ``stop`` is set; errors are logged and retried."""
+        while not stop.is_set():
+            try:
+                report = await self.reconcile_once()
+                if report.restarted or report.marked or report.rows_written:
+                    log.warning("reconcile.repaired", **report.__dict__)
+            except Exception as exc:  # the next period tries again
+                log.error("reconcile.failed", error=f"{type(exc).__name__}: {exc}")
+            try:
+                await asyncio.wait_for(stop.wait(), every.total_seconds())
+            except TimeoutError:
+                pass
+
+    async def reconcile_once(self) -> ReconcileReport:
+        """One pass over the rows and workflows created within the window."""
+        report = ReconcileReport()
+        now = datetime.now(UTC)
+        await self._rows_without_workflows(now, report)
+        await self._workflows_without_rows(now, report)
+        return report
+
+    async def _rows_without_workflows(self, now: datetime, report: ReconcileReport) -> None:
+        def recent_rows() -> list[Task]:
+            with Session(self._engine) as session:
+                rows = list(session.scalars(select(Task).where(
+                    Task.status.in_(ACTIVE_STATUSES),
+                    Task.created_at >= now - self._window,
+                    Task.updated_at <= now - self._grace,
+                )))
+                for row in rows:
+                    session.expunge(row)
+                return rows
+
+        for row in await asyncio.to_thread(recent_rows):
+            handle = self._client.get_workflow_handle(workflow_id(row.id))
+            try:
+                description = await handle.describe()
+            except RPCError as exc:
+                if exc.status is not RPCStatusCode.NOT_FOUND:
+                    raise
+                await self._restart(row, now)
+                report.restarted.append(row.id)
+                continue
+            closed = CLOSED_AS.get(description.status) if description.status else None
+            if closed is not None:
+                status, reason = closed
+                await asyncio.to_thread(mark_task, self._engine, row.id, status=status, reason=reason)
+                report.marked.append(row.id)
+
+    async def _restart(self, row: Task, now: datetime) -> None:
+        spec = TaskSpec.model_validate(row.spec)
+        if spec.schedule_type is ScheduleType.ONCE:
+            upcoming = spec.run_at
+        else:
+            upcoming = next_fire(spec, anchor=row.created_at, after=now)
+        state = TaskState(
+            task_id=row.id, tenant_id=row.tenant_id, spec=spec, created_at=row.created_at,
+            anchor=row.created_at, next_fire_at=upcoming, run_count=row.run_count,
+            success_count=row.success_count, failure_count=row.failure_count,
+            skipped_count=row.skipped_count, status_reason="restarted by the reconciler",
+        )
+        await start_task_workflow(
+            self._client, task_queue=self._task_queue, task_id=row.id, tenant_id=row.tenant_id,
+            spec=spec, created_at=row.created_at, state=state,
+        )
+        log.warning("reconcile.restarted", task_id=row.id, tenant=row.tenant_id)
+
+    async def _workflows_without_rows(self, now: datetime, report: ReconcileReport) -> None:
+        since = (now - self._window).isoformat().replace("+00:00", "Z")
+        until = (now - self._grace).isoformat().replace("+00:00", "Z")
+        query = (f"WorkflowType = 'TaskWorkflow' AND ExecutionStatus = 'Running' "
+                 f"AND StartTime > '{since}' AND StartTime < '{until}'")
+        ids = [w.id async for w in self._client.list_workflows(query)]
+        if not ids:
+            return
+        task_ids = [i.removeprefix("task-") for i in ids if i.startswith("task-")]
+
+        def known(candidates: list[str]) -> set[str]:
+            with Session(self._engine) as session:
+                return set(session.scalars(select(Task.id).where(Task.id.in_(candidates))))
+
+        present: set[str] = set()
+        for start in range(0, len(task_ids), 500):
+            present |= await asyncio.to_thread(known, task_ids[start:start + 500])
+        for task_id in (t for t in task_ids if t not in present):
+            handle = self._client.get_workflow_handle(workflow_id(task_id))
+            state: TaskState = await handle.query("state", result_type=TaskState)
+            snapshot = TaskSnapshot(
+                task_id=state.task_id, tenant_id=state.tenant_id, name=state.spec.task_name,
+                schedule_type=state.spec.schedule_type.value,
+                spec=state.spec.model_dump(mode="json"), status=state.status.value,
+                status_reason=state.status_reason,
+                next_run_at=None if state.paused else state.next_fire_at,
+                run_count=state.run_count, success_count=state.success_count,
+                failure_count=state.failure_count, skipped_count=state.skipped_count,
+                created_at=state.created_at, updated_at=now, state_version=0,
+            )
+            await asyncio.to_thread(save_snapshot, self._engine, snapshot)
+            report.rows_written.append(task_id)

@@ -1,0 +1,55 @@
+"""Starting a task's workflow: the one client-side call shared by the API and the reconciler."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from temporalio.client import Client
+from temporalio.common import Priority, WorkflowIDReusePolicy
+from temporalio.exceptions import WorkflowAlreadyStartedError
+
+from scheduling.spec import TaskSpec
+from workflows import attributes
+from workflows.state import TaskState, TaskWorkflowInput, workflow_id
+
+PRIORITY_KEYS = {"high": 1, "medium": 3, "low": 5}
+
+
+async def start_task_workflow(
+    client: Client,
+    *,
+    task_queue: str,
+    task_id: str,
+    tenant_id: str,
+    spec: TaskSpec,
+    created_at: datetime,
+    state: TaskState | None = None,
+) -> bool:
+    """Start ``task-<task_id>``; False when a workflow with that id exists or existed."""
+    first = state.next_fire_at if state is not None else None
+    if state is None:
+        from scheduling.fire import first_fire
+
+        first = first_fire(spec, created_at)
+    try:
+        await client.start_workflow(
+            "TaskWorkflow",
+            TaskWorkflowInput(
+                task_id=task_id, tenant_id=tenant_id, spec=spec, created_at=created_at, state=state
+            ),
+            id=workflow_id(task_id),
+            task_queue=task_queue,
+            id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+            search_attributes=attributes.initial(
+                task_id=task_id,
+                tenant_id=tenant_id,
+                name=spec.task_name,
+                schedule_type=spec.schedule_type.value,
+                next_run_at=first,
+            ),
+            priority=Priority(priority_key=PRIORITY_KEYS[spec.priority]),
+            static_summary=f"{spec.task_name} ({spec.schedule_type.value})",
+        )
+    except WorkflowAlreadyStartedError:
+        return False
+    return True
