@@ -4,7 +4,7 @@ PYTHON ?= python3
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test bench lint venv clean
+.PHONY: run test bench lint venv clean chromium
 
 venv: $(STAMP)
 
@@ -17,8 +17,12 @@ $(STAMP): pyproject.toml
 run: $(STAMP)
 	$(BIN)/task-scheduler dev
 
-test: $(STAMP)
+test: $(STAMP) chromium
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# Headless Chromium (Debian's package) for the /ui browser tests; installed once, if missing.
+chromium:
+	command -v chromium >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null)
 
 bench: $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[test,bench]'

@@ -208,3 +208,32 @@ class ExecutionPage(BaseModel):
 class Health(BaseModel):
     status: str
     checks: dict[str, Any]
+
+
+class ProblemField(BaseModel):
+    field: str
+    message: str
+
+
+class Problem(BaseModel):
+    """An error, as RFC 9457 problem details."""
+
+    type: str = Field(description="stable URI naming the kind of problem")
+    title: str
+    status: int
+    detail: str = Field(description="what went wrong, naming the field at fault")
+    field: str | None = None
+    errors: list[ProblemField] | None = None
+
+
+def problem_responses(codes: dict[int, str]) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI responses for error codes, all problem+json."""
+    schema = Problem.model_json_schema(ref_template="#/components/schemas/{model}")
+    inline = {k: v for k, v in schema.items() if k != "$defs"}
+    inline["properties"]["errors"] = {
+        "anyOf": [{"type": "array", "items": ProblemField.model_json_schema()}, {"type": "null"}]
+    }
+    return {
+        code: {"description": text, "content": {"application/problem+json": {"schema": inline}}}
+        for code, text in codes.items()
+    }

@@ -62,7 +62,7 @@ def _problem_detail(response: httpx.Response) -> str:
 
 
 def _query(**params: Any) -> dict[str, Any]:
-    return {k: v for k, v in params.items() if v not in (None, False)}
+    return {k: v for k, v in params.items() if v is not None and v is not False}
 
 
 # ----------------------------------------------------------------- formatting
@@ -121,8 +121,8 @@ def _task_lines(task: dict[str, Any]) -> str:
         ("job", f"{job.get('type', '?')} {target}".strip()),
         ("next run", _when(task.get("next_run_at"))),
         ("last run", f"{last['status']} at {_when(last['scheduled_at'])}" if last else "-"),
-        ("runs", f"{task['run_count']} ({task['success_count']} ok, {task['failure_count']} failed, "
-                 f"{task['skipped_count']} skipped)"),
+        ("runs", (f"{task['run_count']} ({task['success_count']} ok, "
+                  f"{task['failure_count']} failed, {task['skipped_count']} skipped)")),
         ("created", _when(task.get("created_at"))),
     ]
     return "\n".join(f"{k + ':':10} {v}" for k, v in fields)
@@ -176,18 +176,19 @@ def _tasks_get(api: OpsClient, a: argparse.Namespace) -> tuple[Any, str]:
 
 def _tasks_cancel(api: OpsClient, a: argparse.Namespace) -> tuple[Any, str]:
     task = api.call("PATCH", "/task/cancel", json=_query(task_id=a.task_id, reason=a.reason))
-    return task, _task_lines(task)
+    # 202: the workflow stops its running job first, so the status may not say CANCELLED yet.
+    return task, f"cancel accepted\n{_task_lines(task)}"
 
 
 def _tasks_pause(api: OpsClient, a: argparse.Namespace) -> tuple[Any, str]:
     task = api.call("POST", f"/tasks/{quote(a.task_id, safe='')}/pause", json=_query(reason=a.reason))
-    return task, _task_lines(task)
+    return task, f"pause accepted\n{_task_lines(task)}"
 
 
 def _tasks_signal(action: str) -> Command:
     def run(api: OpsClient, a: argparse.Namespace) -> tuple[Any, str]:
         task = api.call("POST", f"/tasks/{quote(a.task_id, safe='')}/{action}")
-        return task, _task_lines(task)
+        return task, f"{action} accepted\n{_task_lines(task)}"
 
     return run
 

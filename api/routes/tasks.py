@@ -17,6 +17,7 @@ from api.schemas import (
     TaskOut,
     TaskPage,
     TaskUpdate,
+    problem_responses,
 )
 from workflows.state import TaskStatus
 
@@ -24,13 +25,17 @@ router = APIRouter(tags=["tasks"])
 
 TaskIdPath = Annotated[str, Path(min_length=1, max_length=64, description="the task id")]
 CreateBody = Annotated[TaskCreate, Body(openapi_examples=CREATE_EXAMPLES)]
-ERRORS = {
-    401: {"description": "missing or invalid API key"},
-    404: {"description": "no such task for this tenant"},
-    409: {"description": "the task has ended and can no longer change"},
-    422: {"description": "invalid input; the message names the field"},
-    503: {"description": "Temporal or the database is unavailable"},
-}
+ERRORS = problem_responses({
+    401: "missing or invalid API key",
+    404: "no such task for this tenant",
+    409: "the task has ended and can no longer change",
+    413: "the body is too large",
+    415: "the body is not JSON",
+    422: "invalid input; the message names the field",
+    429: "over the tenant's rate limit; see Retry-After",
+    503: "Temporal or the database is unavailable",
+    504: "a change was sent but its outcome is unknown; read the task",
+})
 
 
 IdempotencyHeader = Annotated[
@@ -44,11 +49,12 @@ IdempotencyHeader = Annotated[
 ]
 CREATE_RESPONSES = {
     **ERRORS,
-    200: {"description": "the same Idempotency-Key and body were seen before: the same task"},
-    403: {"description": "a tenant quota is exceeded"},
-    409: {"description": "the Idempotency-Key was used with another body"},
-    413: {"description": "the body is larger than the tenant's limit"},
-    429: {"description": "over the tenant's rate limit; see Retry-After"},
+    **problem_responses({
+        403: "a tenant quota is exceeded",
+        409: "the Idempotency-Key was used with another body",
+    }),
+    200: {"description": "the same Idempotency-Key and body were seen before: the same task",
+          "model": TaskOut},
 }
 
 

@@ -10,7 +10,6 @@ import asyncio
 import base64
 import itertools
 import shutil
-import subprocess
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -87,8 +86,10 @@ class Page:
 @asynccontextmanager
 async def open_page(binary: str, profile: Path, width: int = 1200, height: int = 800) -> AsyncIterator[Page]:
     """Start Chromium with a throwaway profile and yield its first tab."""
-    process = subprocess.Popen([binary, *FLAGS, f"--user-data-dir={profile}", "about:blank"],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    process = await asyncio.create_subprocess_exec(
+        binary, *FLAGS, f"--user-data-dir={profile}", "about:blank",
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+    )
     try:
         port_file = profile / "DevToolsActivePort"
         for _ in range(300):  # Chromium writes its chosen port here once it listens
@@ -112,7 +113,7 @@ async def open_page(binary: str, profile: Path, width: int = 1200, height: int =
     finally:
         process.terminate()
         try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
+            await asyncio.wait_for(process.wait(), timeout=10)
+        except TimeoutError:
             process.kill()
-            process.wait()
+            await process.wait()

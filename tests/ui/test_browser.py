@@ -53,4 +53,5 @@ def png_colours(path: Path) -> set[tuple[int, int, int]]:
     assert path.stat().st_size > 10_000
     with Image.open(path) as image:
         assert image.format == "PNG" and image.size == (1200, 800)
-        return {colour for _, colour in image.convert("RGB").getcolors(maxcolors=1 << 20) or []}
+        counts = image.convert("RGB").getcolors(maxcolors=1 << 20) or []
+        return {(c[0], c[1], c[2]) for _, c in counts if isinstance(c, tuple)}

@@ -44,5 +44,5 @@ def test_early_starts_hang_below_zero_and_long_delays_read_in_seconds() -> None:
     labels = [label for _, label in chart.ticks]
     assert labels[0] == "20 s" and labels[-1] == "-50 ms" and "0 ms" in labels
     early, late = chart.bars
-    zero = dict((label, y) for y, label in chart.ticks)["0 ms"]
+    zero = {label: y for y, label in chart.ticks}["0 ms"]
     assert abs(early.y - zero) < 1e-9 and late.y + late.height == zero

@@ -1,9 +1,15 @@
-"""`task-scheduler tasks ...` and `dead-letters ...` against a real API (uvicorn, worker, dev server)."""
+"""`task-scheduler tasks ...` and `dead-letters ...` against a real API (uvicorn, worker, dev server).
+
+The command runs as a child process, as from an operator's shell: the API and worker under
+test share this process and log to its stdout, which would mix with the command's output.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -11,21 +17,26 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from tests.api.conftest import Stack, stack  # noqa: F401
-from worker.cli import main
+from tests.api import conftest as api_conftest
+from tests.api.conftest import Stack
+
+stack = api_conftest.stack  # the real API + worker + dev server, one per module
 
 
 class Cli:
-    """Runs the console script's main() off the event loop, as an operator's shell would."""
+    """Runs `task-scheduler` with the given environment; returns exit code, stdout, stderr."""
 
-    def __init__(self, capsys: pytest.CaptureFixture[str]) -> None:
-        self.capsys = capsys
+    def __init__(self, **env: str) -> None:
+        self.env = {**os.environ, **env}
 
     async def __call__(self, *argv: str) -> tuple[int, str, str]:
-        self.capsys.readouterr()
-        code = await asyncio.to_thread(main, list(argv))
-        out, err = self.capsys.readouterr()
-        return code, out, err
+        child = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "worker.cli", *argv, env=self.env,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )
+        out, err = await asyncio.wait_for(child.communicate(), timeout=60)
+        assert child.returncode is not None
+        return child.returncode, out.decode(), err.decode()
 
     async def json(self, *argv: str) -> Any:
         code, out, err = await self(*argv, "--json")
@@ -34,11 +45,9 @@ class Cli:
 
 
 @pytest.fixture
-def cli(stack: Stack, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Cli:
+def cli(stack: Stack) -> Cli:
     """The CLI pointed at the stack with tenant t1's key, through the environment."""
-    monkeypatch.setenv("SCHEDULER_API_URL", stack.base_url)
-    monkeypatch.setenv("SCHEDULER_API_KEY", stack.keys["t1"])
-    return Cli(capsys)
+    return Cli(SCHEDULER_API_URL=stack.base_url, SCHEDULER_API_KEY=stack.keys["t1"])
 
 
 async def create(stack: Stack, name: str, tenant: str = "t1") -> str:
@@ -82,10 +91,12 @@ async def test_pause_resume_trigger_executions_cancel(cli: Cli, stack: Stack) ->
     task_id = await create(stack, "cli-lifecycle")
     code, out, err = await cli("tasks", "pause", task_id, "--reason", "maintenance")
     assert code == 0, err
-    assert "status:    PAUSED (maintenance)" in out
+    assert out.startswith("pause accepted\n") and "status:    PAUSED (maintenance)" in out
+    paused = await cli.json("tasks", "list", "--status", "paused")
+    assert task_id in {t["task_id"] for t in paused["items"]}
     assert (await cli.json("tasks", "resume", task_id))["status"] == "PENDING"
-    assert (await cli.json("tasks", "list", "--status", "paused"))["items"] == [] or all(
-        t["task_id"] != task_id for t in (await cli.json("tasks", "list", "--status", "PAUSED"))["items"])
+    paused = await cli.json("tasks", "list", "--status", "paused")
+    assert task_id not in {t["task_id"] for t in paused["items"]}
 
     code, _, err = await cli("tasks", "trigger", task_id)
     assert code == 0, err
@@ -101,7 +112,10 @@ async def test_pause_resume_trigger_executions_cancel(cli: Cli, stack: Stack) ->
 
     code, out, err = await cli("tasks", "cancel", task_id, "--reason", "done")
     assert code == 0, err
-    assert "status:    CANCELLED" in out
+    assert out.startswith(f"cancel accepted\ntask:      {task_id}\n")
+    while (await cli.json("tasks", "get", task_id))["status"] != "CANCELLED":
+        assert asyncio.get_running_loop().time() < deadline + 30, "the cancel did not land"
+        await asyncio.sleep(0.2)
     code, _, err = await cli("tasks", "pause", task_id)
     assert code == 1 and "409: task" in err and "can no longer change" in err
 
@@ -122,26 +136,22 @@ async def test_errors_print_the_detail_and_exit_1(cli: Cli, stack: Stack) -> Non
     assert code == 1 and "cannot reach the API at http://127.0.0.1:9" in err
 
 
-async def test_usage_errors_exit_2(cli: Cli, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    with pytest.raises(SystemExit) as exit_:
-        await cli("tasks", "get")
-    assert exit_.value.code == 2
-    with pytest.raises(SystemExit) as exit_:
-        await cli("tasks", "list", "--status", "SLEEPING")
-    assert exit_.value.code == 2
-    monkeypatch.delenv("SCHEDULER_API_KEY")
-    monkeypatch.setenv("SCHEDULER_DATA_DIR", str(tmp_path))
+async def test_usage_errors_exit_2(cli: Cli, tmp_path: Path) -> None:
+    code, _, err = await cli("tasks", "get")
+    assert code == 2 and "the following arguments are required: task_id" in err
+    code, _, err = await cli("tasks", "list", "--status", "SLEEPING")
+    assert code == 2 and "invalid choice" in err
+    del cli.env["SCHEDULER_API_KEY"]
+    cli.env["SCHEDULER_DATA_DIR"] = str(tmp_path)
     code, _, err = await cli("tasks", "list")
     assert code == 2 and "no API key" in err and str(tmp_path / "dev_api_key") in err
 
 
-async def test_the_dev_key_file_is_the_default_key(
-    cli: Cli, stack: Stack, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
+async def test_the_dev_key_file_is_the_default_key(cli: Cli, stack: Stack, tmp_path: Path) -> None:
     task_id = await create(stack, "cli-dev-key", tenant="t2")
     (tmp_path / "dev_api_key").write_text(stack.keys["t2"] + "\n")
-    monkeypatch.delenv("SCHEDULER_API_KEY")
-    monkeypatch.setenv("SCHEDULER_DATA_DIR", str(tmp_path))
+    del cli.env["SCHEDULER_API_KEY"]
+    cli.env["SCHEDULER_DATA_DIR"] = str(tmp_path)
     assert (await cli.json("tasks", "get", task_id))["tenant_id"] == "t2"
 
 
@@ -165,7 +175,7 @@ async def dead_letter_api() -> AsyncIterator[tuple[str, list[str]]]:
         return web.json_response({"items": [run], "next_cursor": "c2"})
 
     async def replay(request: web.Request) -> web.Response:
-        seen.append(f"POST {request.path} {request.match_info['execution_id']}")
+        seen.append(f"POST {request.raw_path} {request.match_info['execution_id']}")
         return web.json_response({**run, "status": "RUNNING", "trigger": "manual"}, status=202)
 
     app = web.Application()
@@ -181,10 +191,10 @@ async def dead_letter_api() -> AsyncIterator[tuple[str, list[str]]]:
 
 
 async def test_dead_letter_commands_call_the_contracted_endpoints(
-    capsys: pytest.CaptureFixture[str], dead_letter_api: tuple[str, list[str]]
+    dead_letter_api: tuple[str, list[str]],
 ) -> None:
     url, seen = dead_letter_api
-    cli = Cli(capsys)
+    cli = Cli()
     code, out, err = await cli("dead-letters", "list", "--url", url, "--key", "k1", "--limit", "5")
     assert code == 0, err
     header, row, more = out.splitlines()

@@ -10,6 +10,7 @@ from temporalio.testing import WorkflowEnvironment
 from tests.conftest import new_worker
 from tests.workflows.helpers import executions, handler_job, spec, start_task, statuses
 from workflows.state import TaskStatus
+from workflows.task import TaskWorkflow
 
 # The built-in `sleep` handler takes real time; a running activity holds the time-skipping
 # clock, so each run lasts about this long on the task's clock too.
@@ -63,3 +64,23 @@ async def test_fixed_delay_counts_the_interval_from_each_completion(
         assert row.scheduled_at == previous.finished_at + timedelta(minutes=10)
     # so the runs drift off the creation-time grid by the time each job took
     assert rows[2].scheduled_at - state.created_at >= timedelta(minutes=30, seconds=2 * JOB_SECONDS)
+
+
+async def test_fixed_delay_task_goes_on_after_its_fire_was_skipped_in_a_pause(
+    time_env: WorkflowEnvironment, sqlite_engine: Engine
+) -> None:
+    task = spec(schedule_type="interval", interval_seconds=1800, interval_mode="fixed_delay", max_runs=1)
+    async with new_worker(time_env.client, sqlite_engine) as worker:
+        handle = await start_task(time_env, worker.task_queue, task)
+        await handle.execute_update(TaskWorkflow.pause_update, None)
+        await time_env.sleep(timedelta(hours=1))  # the fire at +30 minutes falls inside the pause
+        await handle.execute_update(TaskWorkflow.resume_update)
+        state = await handle.result()
+
+    rows = executions(sqlite_engine, state.task_id)
+    assert [(r.status, r.reason) for r in rows] == [("SKIPPED", "paused"), ("COMPLETED", None)]
+    assert rows[0].scheduled_at == state.created_at + timedelta(minutes=30)
+    # the delay counts from the skip, as it would from a completion
+    delay = rows[1].scheduled_at - state.created_at
+    assert timedelta(minutes=90) <= delay < timedelta(minutes=91)
+    assert state.status is TaskStatus.COMPLETED and state.run_count == 1

@@ -15,7 +15,6 @@ from tests.workflows.helpers import (
     executions,
     handler_job,
     pass_time_without_worker,
-    running_task,
     spec,
     start_task,
     stoppable_worker,
@@ -52,12 +51,13 @@ async def test_missed_runs_after_two_hours_of_downtime(
     queue = f"tq-{uuid.uuid4()}"
     task = spec(schedule_type="interval", interval_seconds=1800, missed_run_policy=policy)
     async with stoppable_worker(time_env, sqlite_engine, queue):
-        async with running_task(time_env, queue, task) as handle:
-            await time_env.sleep(10 * MINUTES)
-            before = await task_state(handle)
+        handle = await start_task(time_env, queue, task)
+        await time_env.sleep(10 * MINUTES)
+        before = await task_state(handle)
     try:
         # the worker is down from +10 to +130 minutes: the fires at +30, +60, +90, +120 are missed
-        await pass_time_without_worker(time_env, timedelta(hours=2), first_wake=before.next_fire_at)  # type: ignore[arg-type]
+        assert before.next_fire_at is not None
+        await pass_time_without_worker(time_env, timedelta(hours=2), first_wake=before.next_fire_at)
         async with new_worker(time_env.client, sqlite_engine, task_queue=queue):
             await time_env.sleep(MINUTES)
             after = await task_state(handle)
