@@ -55,13 +55,19 @@ def plan_due_fires(state: TaskState, now: datetime, *, running: bool) -> Plan:
 
     budget = None if spec.max_runs is None else spec.max_runs - _consumed(state)
     busy = running or bool(state.queue)
+    # buffer_one and cancel_running keep one scheduled fire waiting; a newer fire replaces it
+    # (the replaced one is recorded as skipped), so a replacement does not use up a run.
+    waiting = any(q.trigger is Trigger.SCHEDULE for q in state.queue)
 
     def take(decision: Decision) -> None:
-        nonlocal budget, busy
-        if budget is not None and decision.action != "skip":
+        nonlocal budget, busy, waiting
+        replacing = decision.action in ("buffer", "cancel_running") and waiting
+        if budget is not None and decision.action != "skip" and not replacing:
             if budget <= 0:
                 return
             budget -= 1
+        if decision.action in ("buffer", "cancel_running"):
+            waiting = True
         busy = busy or decision.action != "skip"
         plan.decisions.append(decision)
 
@@ -90,6 +96,9 @@ def plan_due_fires(state: TaskState, now: datetime, *, running: bool) -> Plan:
             take(Decision("run", scheduled))
         else:
             take(Decision("cancel_running", scheduled))
+    if fixed_delay and all(d.action == "skip" for d in plan.decisions):
+        # No scheduled run will complete to plan the next fire: the delay counts from now.
+        plan.next_fire_at = next_fire(spec, anchor=state.anchor, after=now)
     if budget is not None and budget <= 0:
         plan.next_fire_at = None
     return plan
