@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Mapping
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
@@ -53,8 +53,19 @@ class JobActivities:
             tenant=job_input.tenant_id,
             attempt=info.attempt,
         )
+        started = datetime.now(UTC)
+        meter = activity.metric_meter()
+        labels = {"job_type": job_input.job.type}
+        if info.attempt == 1:
+            lateness = started - job_input.scheduled_at
+            meter.create_histogram_timedelta(
+                "scheduler_fire_lateness", "actual start of a run minus its scheduled time", "duration"
+            ).record(max(lateness, timedelta(0)), labels)
+        else:
+            meter.create_counter("scheduler_job_retries", "job attempts after the first").add(1, labels)
         bound.info("job.start", job_type=job_input.job.type)
         heartbeats = asyncio.create_task(_heartbeat_forever(info.heartbeat_timeout))
+        outcome = "failed"
         try:
             job = job_input.job
             if isinstance(job, HttpJob):
@@ -63,7 +74,9 @@ class JobActivities:
                 result = await self._run_handler(job, job_input, info.attempt)
             else:
                 result = await self._run_workflow(job, job_input, info.attempt)
+            outcome = "completed"
         except asyncio.CancelledError:
+            outcome = "cancelled"
             bound.info("job.cancelled")
             raise
         except ApplicationError as exc:
@@ -71,6 +84,9 @@ class JobActivities:
             raise
         finally:
             heartbeats.cancel()
+            meter.create_histogram_timedelta(
+                "scheduler_job_duration", "duration of one job attempt", "duration"
+            ).record(datetime.now(UTC) - started, {**labels, "outcome": outcome})
         bound.info("job.completed")
         return result
 

@@ -84,6 +84,8 @@ class Fired:
     create_errors: int = 0
     notes: list[str] = field(default_factory=list)
     statuses: Counter[str] = field(default_factory=Counter)
+    # Runs the scheduler did not run but recorded as SKIPPED (policy), with the reason.
+    skipped: dict[tuple[str, float], str] = field(default_factory=dict)
     cross_check: dict[str, Any] = field(default_factory=dict)
 
     def add(self, task: str, instant: float, start: float) -> None:
@@ -102,10 +104,19 @@ class Fired:
         """Runs present, lost (expected but absent), duplicated, and unexpected."""
         want = {(task, round(t, 3)) for task, instants in self.plan.expected().items() for t in instants}
         have = set(self.starts)
+        skipped = (want - have) & set(self.skipped)
+        lost = sorted(want - have - skipped, key=lambda k: (k[1], k[0]))
+        found = []
+        if lost:
+            found.append("lost runs, first: " + ", ".join(f"{t} at {iso(i)}" for t, i in lost[:4]))
+        if skipped:
+            found.append(f"runs recorded SKIPPED (not run): {dict(Counter(self.skipped[k] for k in skipped))}")
+        self.notes += [note for note in found if note not in self.notes]
         return {
             "expected": len(want),
             "present": len(want & have),
-            "lost": len(want - have),
+            "skipped": len(skipped),
+            "lost": len(lost),
             "duplicates": sum(len(s) - 1 for s in self.starts.values() if len(s) > 1),
             "unexpected": len(have - want),
         }
@@ -202,13 +213,14 @@ async def fire_scheduler(plan_at: Callable[[], Plan], *, history_sample: int) ->
         fired.slack_seconds = min(min(v) for v in expected.values()) - time.time()
         runs_due = sum(len(expected[key]) for key in ids.values())
         await wait_scheduler(stack, plan, runs_due, fired)
-        for task_id, scheduled, started, status in read_executions(stack):
+        for task_id, scheduled, started, status, reason in read_executions(stack):
             fired.statuses[status] += 1
             key = ids.get(task_id)
             if key is None:
                 fired.notes.append(f"execution of an unknown task {task_id}")
                 continue
             if status == "SKIPPED" or math.isnan(started):
+                fired.skipped[(key, round(scheduled, 3))] = reason or status
                 continue
             fired.add(key, scheduled, started)
         if dead := stack.check_alive():
@@ -222,11 +234,12 @@ async def fire_scheduler(plan_at: Callable[[], Plan], *, history_sample: int) ->
         await asyncio.to_thread(stack.stop)
 
 
-def read_executions(stack: SchedulerStack) -> list[tuple[str, float, float, str]]:
-    """(task_id, scheduled_at, started_at, status) of every execution row."""
+def read_executions(stack: SchedulerStack) -> list[tuple[str, float, float, str, str | None]]:
+    """(task_id, scheduled_at, started_at, status, reason) of every execution row."""
     with sqlite3.connect(stack.scheduler_db, timeout=30) as db:
-        rows = db.execute("SELECT task_id, scheduled_at, started_at, status FROM task_execution").fetchall()
-    return [(r[0], parse_db_time(r[1]), parse_db_time(r[2]), r[3]) for r in rows]
+        rows = db.execute(
+            "SELECT task_id, scheduled_at, started_at, status, reason FROM task_execution").fetchall()
+    return [(r[0], parse_db_time(r[1]), parse_db_time(r[2]), r[3], r[4]) for r in rows]
 
 
 async def wait_scheduler(stack: SchedulerStack, plan: Plan, expected: int, fired: Fired) -> None:

@@ -27,7 +27,7 @@ def parse_cron(expression: str) -> int:
         raise CronError(f"cron must have 5 fields (or 6 with seconds first), got {len(fields)}")
     try:
         valid = croniter.is_valid(expression, second_at_beginning=len(fields) == 6)
-    except Exception:  # croniter raises assorted errors on odd input
+    except Exception:  # noqa: BLE001 - croniter raises assorted errors on odd input
         valid = False
     if not valid:
         raise CronError(f"invalid cron expression {expression!r}")

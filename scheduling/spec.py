@@ -285,10 +285,10 @@ class TaskChanges(_Strict):
 
 def check_timing(spec: TaskSpec, now: datetime) -> None:
     """Refuse schedules that can never fire or that point into the past (raises ValueError)."""
-    if spec.schedule_type is ScheduleType.ONCE and spec.run_at is not None:
-        if spec.run_at < now - PAST_TOLERANCE:
-            raise ValueError(
-                "run_at is more than a minute in the past; check the client's clock and time zone"
-            )
+    once = spec.schedule_type is ScheduleType.ONCE
+    if once and spec.run_at is not None and spec.run_at < now - PAST_TOLERANCE:
+        raise ValueError(
+            "run_at is more than a minute in the past; check the client's clock and time zone"
+        )
     if spec.end_date is not None and spec.end_date <= now:
         raise ValueError("end_date is in the past: the task could never run")

@@ -10,6 +10,7 @@ import httpx
 from sqlalchemy import Engine
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.runtime import Runtime
 from temporalio.worker import Worker
 
 from activities.bookkeeping import BookkeepingActivities
@@ -20,10 +21,10 @@ from workflows.task import TaskWorkflow
 WORKFLOWS: Sequence[type] = (TaskWorkflow,)
 
 
-async def connect(address: str, namespace: str) -> Client:
+async def connect(address: str, namespace: str, runtime: Runtime | None = None) -> Client:
     """A Temporal client that speaks pydantic models."""
     return await Client.connect(
-        address, namespace=namespace, data_converter=pydantic_data_converter
+        address, namespace=namespace, data_converter=pydantic_data_converter, runtime=runtime
     )
 
 

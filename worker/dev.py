@@ -88,7 +88,8 @@ def run_dev(settings: Settings) -> int:
     engine.dispose()
 
     env = {**os.environ, "SCHEDULER_DATA_DIR": str(settings.data_dir.resolve()),
-           "SCHEDULER_DATABASE_URL": settings.resolved_database_url, "SCHEDULER_AUTO_MIGRATE": "false"}
+           "SCHEDULER_DATABASE_URL": settings.resolved_database_url, "SCHEDULER_AUTO_MIGRATE": "false",
+           "SCHEDULER_WORKER_METRICS_PORT": str(settings.worker_metrics_port or 9464)}
     cli = [sys.executable, "-m", "worker.cli"]
     children: list[tuple[str, subprocess.Popen[bytes]]] = []
     stopping = False
@@ -111,6 +112,7 @@ def run_dev(settings: Settings) -> int:
             "\ntask-scheduler is running:\n"
             f"  API          http://{settings.api_host}:{settings.api_port}  (docs: /docs)\n"
             f"  Temporal UI  http://127.0.0.1:{settings.temporal_ui_port}\n"
+            f"  worker       metrics on http://127.0.0.1:{env['SCHEDULER_WORKER_METRICS_PORT']}/metrics\n"
             f"  Temporal     {settings.temporal_address}  (namespace {settings.temporal_namespace})\n"
             f"  database     {settings.resolved_database_url}\n"
             f"  dev API key  {key}\n"

@@ -9,22 +9,26 @@ from datetime import timedelta
 
 import structlog
 from temporalio.client import Client
+from temporalio.runtime import Runtime
 
 from activities.egress import EgressPolicy, guarded_client
 from store.engine import make_engine, migrate
 from worker.reconcile import Reconciler
 from worker.build import build_activities, build_worker, connect
 from worker.settings import Settings
+from worker.telemetry import make_runtime, watch_backlog
 
 log = structlog.get_logger("task_scheduler.worker")
 
 
-async def connect_with_retry(settings: Settings, stop: asyncio.Event) -> Client | None:
+async def connect_with_retry(
+    settings: Settings, stop: asyncio.Event, runtime: Runtime | None = None
+) -> Client | None:
     """Connect to Temporal, retrying while it starts; None if asked to stop first."""
     delay = 0.5
     while not stop.is_set():
         try:
-            return await connect(settings.temporal_address, settings.temporal_namespace)
+            return await connect(settings.temporal_address, settings.temporal_namespace, runtime)
         except Exception as exc:  # the server may still be starting
             log.warning("temporal.unavailable", address=settings.temporal_address, error=str(exc))
             try:
@@ -44,7 +48,13 @@ async def run_worker(settings: Settings) -> None:
     engine = make_engine(settings.resolved_database_url)
     if settings.auto_migrate:
         migrate(engine)
-    client = await connect_with_retry(settings, stop)
+    bind = (
+        f"{settings.worker_metrics_host}:{settings.worker_metrics_port}"
+        if settings.worker_metrics_port
+        else None
+    )
+    runtime = make_runtime(bind)
+    client = await connect_with_retry(settings, stop, runtime)
     if client is None:
         return
     executor = ThreadPoolExecutor(max_workers=32, thread_name_prefix="bookkeeping")
@@ -71,12 +81,17 @@ async def run_worker(settings: Settings) -> None:
         )
         log.info("worker.started", task_queue=settings.task_queue, address=settings.temporal_address)
         async with worker:
-            reconciling = asyncio.create_task(
+            background = [asyncio.create_task(
                 reconciler.run_forever(timedelta(seconds=settings.reconcile_interval_seconds), stop)
-            )
+            )]
+            if runtime is not None:
+                background.append(asyncio.create_task(
+                    watch_backlog(client, runtime, settings.task_queue, stop)
+                ))
+                log.info("worker.metrics", address=f"http://{bind}/metrics")
             await stop.wait()
             log.info("worker.stopping")
-            await reconciling
+            await asyncio.gather(*background)
     executor.shutdown(wait=True)
     engine.dispose()
     log.info("worker.stopped")

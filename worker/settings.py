@@ -31,6 +31,10 @@ class Settings(BaseSettings):
     log_format: Literal["console", "json"] | None = None
     log_level: str = "INFO"
 
+    worker_metrics_host: str = "127.0.0.1"
+    worker_metrics_port: int | None = Field(
+        default=None, description="serve the worker's Prometheus metrics on this port"
+    )
     worker_max_concurrent_activities: int = 1000
     worker_max_concurrent_workflow_tasks: int = 200
     http_max_response_bytes: int = 1024

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import asyncio
 from datetime import datetime, timedelta
+from typing import Any
 
 from temporalio import workflow
-from temporalio.common import Priority, RetryPolicy
+from temporalio.common import Priority, RetryPolicy, SearchAttributeUpdate
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
@@ -53,6 +54,8 @@ BOOKKEEPING_TIMEOUT = timedelta(seconds=30)
 # Bookkeeping retries until the database is back: a run's record must never be lost.
 BOOKKEEPING_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30))
 SCHEDULE_FIELD_NAMES = frozenset(ScheduleFields.model_fields)
+# Changing only these keeps the schedule's timing as it is (a fixed-rate grid is not re-anchored).
+BOUND_FIELD_NAMES = frozenset({"end_date", "max_runs"})
 # Temporal priority keys: smaller runs first when the task queue is backlogged.
 PRIORITY_KEYS = {"high": 1, "medium": 3, "low": 5}
 
@@ -134,7 +137,7 @@ class TaskWorkflow:
             await workflow.wait_condition(
                 lambda: self._wake, timeout=timeout, timeout_summary=summary
             )
-        except asyncio.TimeoutError:
+        except TimeoutError:
             pass
 
     async def _fire_due(self) -> None:
@@ -188,14 +191,16 @@ class TaskWorkflow:
             and not self._waiting_for_delay()
         )
 
-    def _waiting_for_delay(self) -> bool:
-        # fixed_delay plans its next fire when the running one completes.
+    def _fixed_delay(self) -> bool:
         spec = self._state.spec
         return (
             spec.schedule_type is ScheduleType.INTERVAL
             and spec.interval_mode is IntervalMode.FIXED_DELAY
-            and self._in_flight > 0
         )
+
+    def _waiting_for_delay(self) -> bool:
+        # fixed_delay plans its next fire when the running one completes.
+        return self._fixed_delay() and self._in_flight > 0
 
     def _final_status(self) -> TaskStatus:
         last = self._state.last_run
@@ -411,7 +416,7 @@ class TaskWorkflow:
         )
 
     def _upsert_search_attributes(self, before: TaskSnapshot | None, now: TaskSnapshot) -> None:
-        updates = []
+        updates: list[SearchAttributeUpdate[Any]] = []
         if before is None or before.status != now.status:
             updates.append(attributes.TASK_STATUS.value_set(now.status))
         if before is None or before.name != now.name:
@@ -514,11 +519,13 @@ class TaskWorkflow:
         """Change the task; the sleeping workflow re-plans at once."""
         state = self._state
         new_spec = changes.apply_to(state.spec)
-        schedule_changed = any(
-            getattr(new_spec, name) != getattr(state.spec, name) for name in SCHEDULE_FIELD_NAMES
-        )
+        changed = {
+            name for name in SCHEDULE_FIELD_NAMES if getattr(new_spec, name) != getattr(state.spec, name)
+        }
         state.spec = new_spec
-        if schedule_changed:
+        if changed and changed <= BOUND_FIELD_NAMES:
+            state.next_fire_at = self._limit_runs(self._rebound(state.next_fire_at))
+        elif changed:
             now = workflow.now()
             state.anchor = now
             state.run_count = 0 if new_spec.schedule_type is ScheduleType.ONCE else state.run_count
@@ -531,6 +538,18 @@ class TaskWorkflow:
         self._wake = True
         await self._save()
         return state
+
+    def _rebound(self, upcoming: datetime | None) -> datetime | None:
+        """The next fire under new bounds, on the same timing as before."""
+        spec = self._state.spec
+        if upcoming is None:
+            if self._fixed_delay():
+                return None  # planned when the running one completes
+            # The old bounds had ended the schedule; later ones may let it go on.
+            return next_fire(spec, anchor=self._state.anchor, after=workflow.now())
+        if spec.end_date is not None and upcoming > spec.end_date:
+            return None
+        return upcoming
 
     @update_task.validator
     def _validate_update(self, changes: TaskChanges) -> None:

@@ -4,6 +4,7 @@ Sunday of October, 03:00 CEST -> 02:00 CET)."""
 
 from __future__ import annotations
 
+import itertools
 import re
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
@@ -64,7 +65,7 @@ def test_hourly_keeps_one_run_per_real_hour_through_the_change(
     start = datetime(year, month, day, tzinfo=UTC) - timedelta(hours=6)
     found = fires("0 * * * *", start, start + timedelta(hours=12))
     assert len(found) == 12
-    assert all(later - earlier == timedelta(hours=1) for earlier, later in zip(found, found[1:]))
+    assert all(later - earlier == timedelta(hours=1) for earlier, later in itertools.pairwise(found))
     assert all(f.minute == 0 and f.second == 0 for f in found)
 
 

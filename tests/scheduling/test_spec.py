@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from scheduling.spec import MissedRunPolicy, TaskChanges, TaskSpec, check_timing
+from scheduling.spec import MissedRunPolicy, ScheduleType, TaskChanges, TaskSpec, check_timing
 
 NOW = datetime(2026, 6, 1, 10, 0, tzinfo=UTC)
 JOB = {"type": "handler", "name": "noop"}
@@ -86,10 +86,10 @@ def test_changes_are_validated_against_the_whole_spec() -> None:
     with pytest.raises(ValidationError, match="invalid cron expression"):
         TaskChanges(cron="nope nope nope nope nope").apply_to(base)
     with pytest.raises(ValidationError, match="interval_seconds is required"):
-        TaskChanges(schedule_type="interval").apply_to(base)
+        TaskChanges(schedule_type=ScheduleType.INTERVAL).apply_to(base)
 
 
 def test_changing_the_schedule_type_drops_the_old_schedule_fields() -> None:
     base = TaskSpec.model_validate({**CRON, "max_runs": 3})
-    changed = TaskChanges(schedule_type="interval", interval_seconds=60).apply_to(base)
+    changed = TaskChanges(schedule_type=ScheduleType.INTERVAL, interval_seconds=60).apply_to(base)
     assert changed.cron is None and changed.max_runs is None and changed.interval_seconds == 60

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 
 def _free_port() -> int:
@@ -27,6 +28,7 @@ class DevStack:
     def __init__(self, data_dir: Path) -> None:
         self.data_dir = data_dir
         self.api_port, self.temporal_port, self.ui_port = _free_port(), _free_port(), _free_port()
+        self.metrics_port = _free_port()
         self.process: subprocess.Popen[str] | None = None
         self.log = data_dir / "dev.log"
 
@@ -37,6 +39,7 @@ class DevStack:
             "SCHEDULER_API_PORT": str(self.api_port),
             "SCHEDULER_TEMPORAL_ADDRESS": f"127.0.0.1:{self.temporal_port}",
             "SCHEDULER_TEMPORAL_UI_PORT": str(self.ui_port),
+            "SCHEDULER_WORKER_METRICS_PORT": str(self.metrics_port),
         }
         env.pop("SCHEDULER_DEV_API_KEY", None)
         env.pop("SCHEDULER_DATABASE_URL", None)
@@ -84,6 +87,8 @@ def test_dev_stack_survives_a_restart(dev_stack: DevStack) -> None:
     output = dev_stack.log.read_text()
     key = (dev_stack.data_dir / "dev_api_key").read_text().strip()
     assert key in output and f"127.0.0.1:{dev_stack.api_port}" in output
+    worker_metrics = httpx.get(f"http://127.0.0.1:{dev_stack.metrics_port}/metrics", timeout=10).text
+    assert "temporal_" in worker_metrics  # the SDK's own worker metrics are served
     with dev_stack.api() as api:
         assert api.get("/checkHealth").status_code == 200
         run_at = datetime.now(UTC) + timedelta(seconds=25)
@@ -108,5 +113,13 @@ def test_dev_stack_survives_a_restart(dev_stack: DevStack) -> None:
             time.sleep(0.5)
         runs = api.get(f"/tasks/{task_id}/executions").json()["items"]
         assert [r["status"] for r in runs] == ["COMPLETED"]
+    families = {f.name: f for f in text_string_to_metric_families(
+        httpx.get(f"http://127.0.0.1:{dev_stack.metrics_port}/metrics", timeout=10).text)}
+    lateness = {s.name: s.value for s in families["scheduler_fire_lateness"].samples}
+    assert lateness["scheduler_fire_lateness_count"] >= 1
+    durations = families["scheduler_job_duration"].samples
+    assert any(s.labels.get("outcome") == "completed" for s in durations)
+    backlog = families["scheduler_task_queue_backlog"].samples
+    assert {s.labels["type"] for s in backlog} == {"workflow", "activity"}
     assert dev_stack.stop(signal.SIGTERM) == 0
     _no_child_left(dev_stack)

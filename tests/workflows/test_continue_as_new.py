@@ -42,17 +42,19 @@ async def test_continue_as_new_keeps_a_task_paused(
     time_env: WorkflowEnvironment, sqlite_engine: Engine
 ) -> None:
     task = spec(schedule_type="interval", interval_seconds=600)
-    async with new_worker(time_env.client, sqlite_engine) as worker:
-        async with running_task(time_env, worker.task_queue, task, history_limit=30) as handle:
-            await time_env.sleep(timedelta(minutes=25))
+    async with (
+        new_worker(time_env.client, sqlite_engine) as worker,
+        running_task(time_env, worker.task_queue, task, history_limit=30) as handle,
+    ):
+        await time_env.sleep(timedelta(minutes=25))
+        await handle.execute_update(TaskWorkflow.pause_update, "hold")
+        generations = (await task_state(handle)).continued_as_new
+        # each pause/resume pair wakes the workflow and grows its history
+        for _ in range(6):
+            await handle.execute_update(TaskWorkflow.resume_update)
             await handle.execute_update(TaskWorkflow.pause_update, "hold")
-            generations = (await task_state(handle)).continued_as_new
-            # each pause/resume pair wakes the workflow and grows its history
-            for _ in range(6):
-                await handle.execute_update(TaskWorkflow.resume_update)
-                await handle.execute_update(TaskWorkflow.pause_update, "hold")
-            await time_env.sleep(timedelta(hours=1))
-            state = await task_state(handle)
+        await time_env.sleep(timedelta(hours=1))
+        state = await task_state(handle)
 
     assert state.continued_as_new > generations
     assert state.paused and state.status is TaskStatus.PAUSED and state.status_reason == "hold"

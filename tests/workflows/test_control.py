@@ -10,7 +10,7 @@ from sqlalchemy import Engine
 from temporalio.client import WorkflowUpdateFailedError
 from temporalio.testing import WorkflowEnvironment
 
-from scheduling.spec import TaskChanges
+from scheduling.spec import ScheduleType, TaskChanges
 from store.tasks import get_task
 from tests.conftest import new_worker
 from tests.workflows.helpers import (
@@ -102,7 +102,7 @@ async def test_update_run_at_of_a_one_time_task(
         (TaskChanges(timezone="Mars/Olympus"), "unknown IANA time zone 'Mars/Olympus'"),
         (TaskChanges(run_at=datetime(2030, 1, 1, tzinfo=UTC)), "run_at does not apply to schedule_type 'cron'"),
         (TaskChanges(interval_seconds=-5), "interval_seconds"),
-        (TaskChanges(schedule_type="interval"), "interval_seconds is required"),
+        (TaskChanges(schedule_type=ScheduleType.INTERVAL), "interval_seconds is required"),
         (TaskChanges(end_date=datetime(2000, 1, 1, tzinfo=UTC)), "end_date is in the past"),
     ],
     ids=["bad-cron", "bad-zone", "wrong-field", "negative-interval", "missing-field", "past-end"],
@@ -111,19 +111,21 @@ async def test_invalid_update_is_rejected_and_changes_nothing(
     time_env: WorkflowEnvironment, sqlite_engine: Engine, changes: TaskChanges, message: str
 ) -> None:
     task = spec(schedule_type="cron", cron="0 10 * * *")
-    async with new_worker(time_env.client, sqlite_engine) as worker:
-        async with running_task(time_env, worker.task_queue, task) as handle:
-            await time_env.sleep(timedelta(minutes=1))
-            before = await task_state(handle)
-            row_before = get_task(sqlite_engine, before.task_id, "t1")
-            with pytest.raises(WorkflowUpdateFailedError) as refused:
-                await handle.execute_update(TaskWorkflow.update_task, changes)
-            assert message in str(refused.value.cause)
-            after = await task_state(handle)
-            assert after == before
-            row_after = get_task(sqlite_engine, before.task_id, "t1")
-            assert row_before is not None and row_after is not None
-            assert row_after.model_dump() == row_before.model_dump()
+    async with (
+        new_worker(time_env.client, sqlite_engine) as worker,
+        running_task(time_env, worker.task_queue, task) as handle,
+    ):
+        await time_env.sleep(timedelta(minutes=1))
+        before = await task_state(handle)
+        row_before = get_task(sqlite_engine, before.task_id, "t1")
+        with pytest.raises(WorkflowUpdateFailedError) as refused:
+            await handle.execute_update(TaskWorkflow.update_task, changes)
+        assert message in str(refused.value.cause)
+        after = await task_state(handle)
+        assert after == before
+        row_after = get_task(sqlite_engine, before.task_id, "t1")
+        assert row_before is not None and row_after is not None
+        assert row_after.model_dump() == row_before.model_dump()
 
 
 @pytest.mark.parametrize("via", ["update", "signal"])
@@ -171,17 +173,19 @@ async def test_trigger_runs_the_job_now_outside_the_schedule(
     time_env: WorkflowEnvironment, sqlite_engine: Engine
 ) -> None:
     task = spec(schedule_type="cron", cron="0 10 * * *")
-    async with new_worker(time_env.client, sqlite_engine) as worker:
-        async with running_task(time_env, worker.task_queue, task) as handle:
-            await time_env.sleep(timedelta(minutes=1))
-            scheduled = (await task_state(handle)).next_fire_at
-            first_at = await time_env.get_current_time()
-            await handle.execute_update(TaskWorkflow.trigger_update)
-            await time_env.sleep(timedelta(minutes=1))
-            second_at = await time_env.get_current_time()
-            await handle.signal(TaskWorkflow.trigger_signal)  # what `temporal workflow signal` sends
-            await time_env.sleep(timedelta(minutes=1))
-            state = await task_state(handle)
+    async with (
+        new_worker(time_env.client, sqlite_engine) as worker,
+        running_task(time_env, worker.task_queue, task) as handle,
+    ):
+        await time_env.sleep(timedelta(minutes=1))
+        scheduled = (await task_state(handle)).next_fire_at
+        first_at = await time_env.get_current_time()
+        await handle.execute_update(TaskWorkflow.trigger_update)
+        await time_env.sleep(timedelta(minutes=1))
+        second_at = await time_env.get_current_time()
+        await handle.signal(TaskWorkflow.trigger_signal)  # what `temporal workflow signal` sends
+        await time_env.sleep(timedelta(minutes=1))
+        state = await task_state(handle)
 
     rows = executions(sqlite_engine, state.task_id)
     assert statuses(rows) == ["COMPLETED", "COMPLETED"]
@@ -192,3 +196,22 @@ async def test_trigger_runs_the_job_now_outside_the_schedule(
     # the schedule itself is untouched: same next fire, no scheduled run used up
     assert state.next_fire_at == scheduled and state.run_count == 0
     assert state.success_count == 2 and state.status is TaskStatus.PENDING
+
+
+async def test_changing_only_the_bounds_keeps_the_fixed_rate_grid(
+    time_env: WorkflowEnvironment, sqlite_engine: Engine
+) -> None:
+    task = spec(schedule_type="interval", interval_seconds=600)
+    async with new_worker(time_env.client, sqlite_engine) as worker:
+        handle = await start_task(time_env, worker.task_queue, task)
+        await time_env.sleep(timedelta(minutes=15))
+        created = (await task_state(handle)).created_at
+        updated = await handle.execute_update(
+            TaskWorkflow.update_task, TaskChanges(end_date=created + timedelta(minutes=35))
+        )
+        assert updated.next_fire_at == created + timedelta(minutes=20)
+        state = await handle.result()
+
+    rows = executions(sqlite_engine, state.task_id)
+    assert [r.scheduled_at - created for r in rows] == [timedelta(minutes=m) for m in (10, 20, 30)]
+    assert state.status is TaskStatus.COMPLETED

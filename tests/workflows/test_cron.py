@@ -10,7 +10,15 @@ from temporalio.testing import WorkflowEnvironment
 
 from store.tasks import get_task
 from tests.conftest import new_worker
-from tests.workflows.helpers import executions, running_task, spec, stamp, start_task, statuses, task_state
+from tests.workflows.helpers import (
+    executions,
+    running_task,
+    spec,
+    stamp,
+    start_task,
+    statuses,
+    task_state,
+)
 from workflows.state import TaskStatus
 
 BERLIN = ZoneInfo("Europe/Berlin")
@@ -61,16 +69,18 @@ async def test_future_start_date_makes_the_task_wait(
     start = now + timedelta(days=3)
     first = start.replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)
     task = spec(schedule_type="cron", cron="0 * * * *", start_date=start, max_runs=2)
-    async with new_worker(time_env.client, sqlite_engine) as worker:
-        async with running_task(time_env, worker.task_queue, task) as handle:
-            await time_env.sleep(timedelta(days=2))
-            waiting = await task_state(handle)
-            assert waiting.status is TaskStatus.PENDING and waiting.run_count == 0
-            assert waiting.next_fire_at == first
-            assert executions(sqlite_engine, waiting.task_id) == []
-            row = get_task(sqlite_engine, waiting.task_id, "t1")
-            assert row is not None and row.next_run_at == first
-            state = await handle.result()
+    async with (
+        new_worker(time_env.client, sqlite_engine) as worker,
+        running_task(time_env, worker.task_queue, task) as handle,
+    ):
+        await time_env.sleep(timedelta(days=2))
+        waiting = await task_state(handle)
+        assert waiting.status is TaskStatus.PENDING and waiting.run_count == 0
+        assert waiting.next_fire_at == first
+        assert executions(sqlite_engine, waiting.task_id) == []
+        row = get_task(sqlite_engine, waiting.task_id, "t1")
+        assert row is not None and row.next_run_at == first
+        state = await handle.result()
 
     assert state.status is TaskStatus.COMPLETED
     rows = executions(sqlite_engine, state.task_id)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from datetime import timedelta
 
 from sqlalchemy import Engine
@@ -58,7 +59,7 @@ async def test_fixed_delay_counts_the_interval_from_each_completion(
     rows = executions(sqlite_engine, state.task_id)
     assert statuses(rows) == ["COMPLETED"] * 3
     assert rows[0].scheduled_at == state.created_at + timedelta(minutes=10)
-    for previous, row in zip(rows, rows[1:]):
+    for previous, row in itertools.pairwise(rows):
         assert previous.finished_at is not None
         assert previous.finished_at - previous.scheduled_at >= timedelta(seconds=JOB_SECONDS)
         assert row.scheduled_at == previous.finished_at + timedelta(minutes=10)

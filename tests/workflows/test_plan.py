@@ -5,9 +5,9 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from tests.workflows.helpers import spec
 from workflows.plan import plan_due_fires
 from workflows.state import QueuedRun, TaskState, Trigger
-from tests.workflows.helpers import spec
 
 T0 = datetime(2026, 6, 1, 10, 0, tzinfo=UTC)
 HALF_HOUR = timedelta(minutes=30)

@@ -1,0 +1,72 @@
+"""Worker metrics: the Temporal SDK's Prometheus endpoint, carrying the SDK's own worker
+metrics and the scheduler's (runs, lateness, durations, retries, backlog)."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+
+import structlog
+from temporalio.api.enums.v1 import TaskQueueType
+from temporalio.api.taskqueue.v1 import TaskQueue
+from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
+from temporalio.client import Client
+from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
+
+log = structlog.get_logger("task_scheduler.telemetry")
+
+SECONDS_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300]
+
+
+def make_runtime(bind_address: str | None) -> Runtime | None:
+    """A runtime serving Prometheus metrics on ``bind_address`` (None: the default runtime)."""
+    if not bind_address:
+        return None
+    return Runtime(
+        telemetry=TelemetryConfig(
+            metrics=PrometheusConfig(
+                bind_address=bind_address,
+                counters_total_suffix=True,
+                durations_as_seconds=True,
+                histogram_bucket_overrides={
+                    "scheduler_fire_lateness": SECONDS_BUCKETS,
+                    "scheduler_job_duration": SECONDS_BUCKETS,
+                },
+            )
+        )
+    )
+
+
+async def watch_backlog(
+    client: Client, runtime: Runtime, task_queue: str, stop: asyncio.Event, every: float = 15.0
+) -> None:
+    """Publish the task queue's backlog count and age: the signal to autoscale workers on."""
+    meter = runtime.metric_meter
+    count = meter.create_gauge("scheduler_task_queue_backlog", "approximate tasks waiting in the queue")
+    age = meter.create_gauge_float(
+        "scheduler_task_queue_backlog_age_seconds", "age of the oldest task waiting in the queue"
+    )
+    kinds = {"workflow": TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
+             "activity": TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY}
+    while not stop.is_set():
+        for name, kind in kinds.items():
+            try:
+                response = await client.workflow_service.describe_task_queue(
+                    DescribeTaskQueueRequest(
+                        namespace=client.namespace,
+                        task_queue=TaskQueue(name=task_queue),
+                        task_queue_type=kind,
+                        report_stats=True,
+                    ),
+                    timeout=timedelta(seconds=5),
+                )
+            except Exception as exc:  # metrics must never take the worker down
+                log.warning("backlog.unavailable", error=type(exc).__name__)
+                continue
+            labels = {"task_queue": task_queue, "type": name}
+            count.set(int(response.stats.approximate_backlog_count), labels)
+            age.set(response.stats.approximate_backlog_age.ToTimedelta().total_seconds(), labels)
+        try:
+            await asyncio.wait_for(stop.wait(), every)
+        except TimeoutError:
+            pass
