@@ -46,7 +46,7 @@ def main(workloads: Sequence[str] | None = None, argv: Sequence[str] | None = No
         report = asyncio.run(WORKLOADS[name].run(args))
         print("\n" + report.text + "\n", flush=True)
         reports.append(report)
-    path = write_results(reports, vars(args), stamp)
+    path = write_results(reports, vars(args), stamp, info)
     print(f"results: {path}")
     if not args.no_plot:
         image = plot(reports, stamp)

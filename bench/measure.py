@@ -125,12 +125,13 @@ def machine() -> dict[str, Any]:
     }
 
 
-def write_results(reports: Sequence[Report], args: dict[str, Any], stamp: str) -> Path:
-    """JSON of every figure, under bench/results/."""
+def write_results(reports: Sequence[Report], args: dict[str, Any], stamp: str, started: dict[str, Any]) -> Path:
+    """JSON of every figure, under bench/results/; `started` is the machine record taken at the start
+    (the commit can move while a long run goes on: both ends are kept)."""
     RESULTS.mkdir(exist_ok=True)
     path = RESULTS / f"bench-{stamp}.json"
     body = {
-        "machine": machine(),
+        "machine": started | {"commit_at_end": machine()["commit"]},
         "args": args,
         "workloads": {r.workload: r.data for r in reports},
     }

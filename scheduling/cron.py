@@ -90,7 +90,9 @@ def _instants(wall: datetime, zone: ZoneInfo) -> tuple[datetime, datetime | None
     return _change_instant(wall, zone, before=second, after=first), None
 
 
-def _change_instant(wall: datetime, zone: ZoneInfo, *, before: datetime, after: datetime) -> datetime:
+def _change_instant(
+    wall: datetime, zone: ZoneInfo, *, before: datetime, after: datetime
+) -> datetime:
     """The first whole second in (before, after] whose wall time is later than ``wall``."""
     low, high = int(before.timestamp()), int(after.timestamp())
     while high - low > 1:

@@ -52,7 +52,9 @@ with workflow.unsafe.imports_passed_through():
 
 BOOKKEEPING_TIMEOUT = timedelta(seconds=30)
 # Bookkeeping retries until the database is back: a run's record must never be lost.
-BOOKKEEPING_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30))
+BOOKKEEPING_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30)
+)
 SCHEDULE_FIELD_NAMES = frozenset(ScheduleFields.model_fields)
 # Changing only these keeps the schedule's timing as it is (a fixed-rate grid is not re-anchored).
 BOUND_FIELD_NAMES = frozenset({"end_date", "max_runs"})
@@ -153,7 +155,9 @@ class TaskWorkflow:
         if decision.action == "skip":
             await self._record_skip(decision.scheduled_at, decision.reason or "skipped")
         elif decision.action == "queue":
-            state.queue.append(QueuedRun(scheduled_at=decision.scheduled_at, trigger=decision.trigger))
+            state.queue.append(
+                QueuedRun(scheduled_at=decision.scheduled_at, trigger=decision.trigger)
+            )
         elif decision.action == "buffer":
             # buffer_one keeps only the newest waiting fire; the one it replaces is recorded.
             await self._replace_waiting()
@@ -311,14 +315,14 @@ class TaskWorkflow:
             state.running.remove(run_id)
         record.finished_at = workflow.now()
         self._count(record)
+        # The schedule as it is now: an update during the run may have changed it.
         if (
-            spec.schedule_type is ScheduleType.INTERVAL
-            and spec.interval_mode is IntervalMode.FIXED_DELAY
+            self._fixed_delay()
             and queued.trigger is not Trigger.MANUAL
             and not state.cancel_requested
         ):
             state.next_fire_at = self._limit_runs(
-                next_fire(spec, anchor=state.anchor, after=record.finished_at)
+                next_fire(state.spec, anchor=state.anchor, after=record.finished_at)
             )
         await self._save_execution(record)
 
@@ -520,7 +524,9 @@ class TaskWorkflow:
         state = self._state
         new_spec = changes.apply_to(state.spec)
         changed = {
-            name for name in SCHEDULE_FIELD_NAMES if getattr(new_spec, name) != getattr(state.spec, name)
+            name
+            for name in SCHEDULE_FIELD_NAMES
+            if getattr(new_spec, name) != getattr(state.spec, name)
         }
         state.spec = new_spec
         if changed and changed <= BOUND_FIELD_NAMES:

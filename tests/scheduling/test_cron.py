@@ -18,7 +18,9 @@ SPRING = {2026: (3, 29), 2027: (3, 28)}
 AUTUMN = {2026: (10, 25), 2027: (10, 31)}
 
 
-def fires(expression: str, after: datetime, until: datetime, zone: ZoneInfo = BERLIN) -> list[datetime]:
+def fires(
+    expression: str, after: datetime, until: datetime, zone: ZoneInfo = BERLIN
+) -> list[datetime]:
     """Every fire in (after, until]."""
     found = []
     cursor = after
@@ -34,7 +36,11 @@ def local(moment: datetime) -> str:
 @pytest.mark.parametrize("year", [2026, 2027])
 def test_daily_0230_runs_once_at_three_on_the_spring_change_day(year: int) -> None:
     month, day = SPRING[year]
-    found = fires("30 2 * * *", datetime(year, month, day - 2, tzinfo=UTC), datetime(year, month, day + 2, tzinfo=UTC))
+    found = fires(
+        "30 2 * * *",
+        datetime(year, month, day - 2, tzinfo=UTC),
+        datetime(year, month, day + 2, tzinfo=UTC),
+    )
     assert [local(f) for f in found] == [
         f"{year}-03-{day - 2:02d} 02:30 CET",
         f"{year}-03-{day - 1:02d} 02:30 CET",
@@ -65,12 +71,16 @@ def test_hourly_keeps_one_run_per_real_hour_through_the_change(
     start = datetime(year, month, day, tzinfo=UTC) - timedelta(hours=6)
     found = fires("0 * * * *", start, start + timedelta(hours=12))
     assert len(found) == 12
-    assert all(later - earlier == timedelta(hours=1) for earlier, later in itertools.pairwise(found))
+    assert all(
+        later - earlier == timedelta(hours=1) for earlier, later in itertools.pairwise(found)
+    )
     assert all(f.minute == 0 and f.second == 0 for f in found)
 
 
 def test_hourly_runs_both_occurrences_of_the_repeated_hour() -> None:
-    found = fires("30 * * * *", datetime(2026, 10, 24, 23, tzinfo=UTC), datetime(2026, 10, 25, 3, tzinfo=UTC))
+    found = fires(
+        "30 * * * *", datetime(2026, 10, 24, 23, tzinfo=UTC), datetime(2026, 10, 25, 3, tzinfo=UTC)
+    )
     assert [local(f) for f in found] == [
         "2026-10-25 01:30 CEST",
         "2026-10-25 02:30 CEST",
@@ -80,7 +90,11 @@ def test_hourly_runs_both_occurrences_of_the_repeated_hour() -> None:
 
 
 def test_named_hours_inside_the_repeated_hour_run_on_the_first_pass_only() -> None:
-    found = fires("*/20 2 * * *", datetime(2026, 10, 24, 12, tzinfo=UTC), datetime(2026, 10, 25, 12, tzinfo=UTC))
+    found = fires(
+        "*/20 2 * * *",
+        datetime(2026, 10, 24, 12, tzinfo=UTC),
+        datetime(2026, 10, 25, 12, tzinfo=UTC),
+    )
     assert [local(f) for f in found] == [
         "2026-10-25 02:00 CEST",
         "2026-10-25 02:20 CEST",
@@ -89,7 +103,9 @@ def test_named_hours_inside_the_repeated_hour_run_on_the_first_pass_only() -> No
 
 
 def test_several_missing_wall_times_collapse_into_one_run_at_the_change() -> None:
-    found = fires("*/20 2 * * *", datetime(2026, 3, 28, 12, tzinfo=UTC), datetime(2026, 3, 29, 12, tzinfo=UTC))
+    found = fires(
+        "*/20 2 * * *", datetime(2026, 3, 28, 12, tzinfo=UTC), datetime(2026, 3, 29, 12, tzinfo=UTC)
+    )
     assert [local(f) for f in found] == ["2026-03-29 03:00 CEST"]
 
 
@@ -102,7 +118,9 @@ def test_next_fire_from_inside_the_repeated_hour() -> None:
 
 
 def test_daily_cron_keeps_local_wall_time_across_the_change() -> None:
-    found = fires("0 10 * * *", datetime(2026, 3, 27, tzinfo=UTC), datetime(2026, 3, 31, tzinfo=UTC))
+    found = fires(
+        "0 10 * * *", datetime(2026, 3, 27, tzinfo=UTC), datetime(2026, 3, 31, tzinfo=UTC)
+    )
     assert [local(f) for f in found] == [
         "2026-03-27 10:00 CET",
         "2026-03-28 10:00 CET",

@@ -25,9 +25,13 @@ def test_fixed_rate_counts_from_the_anchor_not_from_the_last_run() -> None:
     task = spec(schedule_type="interval", interval_seconds=600)
     assert first_fire(task, T0) == T0 + timedelta(minutes=10)
     # asked late (the run took 3 minutes): still on the anchored grid
-    assert next_fire(task, anchor=T0, after=T0 + timedelta(minutes=13)) == T0 + timedelta(minutes=20)
+    assert next_fire(task, anchor=T0, after=T0 + timedelta(minutes=13)) == T0 + timedelta(
+        minutes=20
+    )
     # asked exactly on a fire: the next one, strictly after
-    assert next_fire(task, anchor=T0, after=T0 + timedelta(minutes=20)) == T0 + timedelta(minutes=30)
+    assert next_fire(task, anchor=T0, after=T0 + timedelta(minutes=20)) == T0 + timedelta(
+        minutes=30
+    )
 
 
 def test_fixed_rate_stays_exact_after_many_small_steps() -> None:
@@ -50,7 +54,9 @@ def test_fixed_delay_counts_from_the_completion() -> None:
 def test_interval_with_a_future_start_date_fires_first_at_the_start_date() -> None:
     start = T0 + timedelta(days=2, minutes=7)
     for mode in ("fixed_rate", "fixed_delay"):
-        task = spec(schedule_type="interval", interval_seconds=3600, interval_mode=mode, start_date=start)
+        task = spec(
+            schedule_type="interval", interval_seconds=3600, interval_mode=mode, start_date=start
+        )
         assert first_fire(task, T0) == start
         assert next_fire(task, anchor=T0, after=T0) == start
     rate = spec(schedule_type="interval", interval_seconds=3600, start_date=start)
@@ -62,7 +68,12 @@ def test_interval_with_a_past_start_date_keeps_its_grid_and_has_no_backlog() -> 
     rate = spec(schedule_type="interval", interval_seconds=3600, start_date=start)
     # on the grid of start_date, the next one after now; not start_date three days ago
     assert first_fire(rate, T0) == T0 + timedelta(minutes=10)
-    delay = spec(schedule_type="interval", interval_seconds=3600, interval_mode="fixed_delay", start_date=start)
+    delay = spec(
+        schedule_type="interval",
+        interval_seconds=3600,
+        interval_mode="fixed_delay",
+        start_date=start,
+    )
     assert first_fire(delay, T0) == T0 + timedelta(hours=1)
 
 

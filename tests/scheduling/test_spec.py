@@ -28,28 +28,58 @@ def refusal(**fields: Any) -> str:
     ("fields", "expected"),
     [
         ({"cron": "61 * * * *"}, "cron: Value error, invalid cron expression '61 * * * *'"),
-        ({"cron": "* * *"}, "cron: Value error, cron must have 5 fields (or 6 with seconds first), got 3"),
-        ({"timezone": "Mars/Olympus"}, "timezone: Value error, unknown IANA time zone 'Mars/Olympus'"),
-        ({"start_date": "2026-07-01T00:00:00"}, "start_date: Value error, start_date needs a time zone offset"),
+        (
+            {"cron": "* * *"},
+            "cron: Value error, cron must have 5 fields (or 6 with seconds first), got 3",
+        ),
+        (
+            {"timezone": "Mars/Olympus"},
+            "timezone: Value error, unknown IANA time zone 'Mars/Olympus'",
+        ),
+        (
+            {"start_date": "2026-07-01T00:00:00"},
+            "start_date: Value error, start_date needs a time zone offset",
+        ),
         (
             {"start_date": "2026-07-02T00:00:00Z", "end_date": "2026-07-01T00:00:00Z"},
             ": Value error, end_date must be after start_date",
         ),
-        ({"schedule_type": "cron", "cron": None}, ": Value error, cron is required when schedule_type is 'cron'"),
-        ({"schedule_type": "once", "cron": None}, ": Value error, run_at is required when schedule_type is 'once'"),
+        (
+            {"schedule_type": "cron", "cron": None},
+            ": Value error, cron is required when schedule_type is 'cron'",
+        ),
+        (
+            {"schedule_type": "once", "cron": None},
+            ": Value error, run_at is required when schedule_type is 'once'",
+        ),
         (
             {"schedule_type": "interval", "cron": None},
             ": Value error, interval_seconds is required when schedule_type is 'interval'",
         ),
-        ({"run_at": "2026-07-01T00:00:00Z"}, ": Value error, run_at does not apply to schedule_type 'cron'"),
-        ({"schedule_type": "interval", "cron": None, "interval_seconds": -5}, "interval_seconds: Input should be greater than 0"),
+        (
+            {"run_at": "2026-07-01T00:00:00Z"},
+            ": Value error, run_at does not apply to schedule_type 'cron'",
+        ),
+        (
+            {"schedule_type": "interval", "cron": None, "interval_seconds": -5},
+            "interval_seconds: Input should be greater than 0",
+        ),
         ({"task_name": "x" * 201}, "task_name: String should have at most 200 characters"),
         ({"task_name": ""}, "task_name: String should have at least 1 character"),
         ({"max_runs": 0}, "max_runs: Input should be greater than or equal to 1"),
         ({"colour": "blue"}, "colour: Extra inputs are not permitted"),
-        ({"job_details": {"type": "http", "url": "ftp://example.com/x"}}, "job_details.http.url: Value error, must be an absolute http:// or https:// URL"),
-        ({"job_details": {"type": "carrier-pigeon"}}, "job_details: Input tag 'carrier-pigeon' found using 'type'"),
-        ({"overlap_policy": "sometimes"}, "overlap_policy: Input should be 'skip', 'buffer_one', 'allow' or 'cancel_running'"),
+        (
+            {"job_details": {"type": "http", "url": "ftp://example.com/x"}},
+            "job_details.http.url: Value error, must be an absolute http:// or https:// URL",
+        ),
+        (
+            {"job_details": {"type": "carrier-pigeon"}},
+            "job_details: Input tag 'carrier-pigeon' found using 'type'",
+        ),
+        (
+            {"overlap_policy": "sometimes"},
+            "overlap_policy: Input should be 'skip', 'buffer_one', 'allow' or 'cancel_running'",
+        ),
     ],
 )
 def test_invalid_specs_are_refused_naming_the_field(fields: dict[str, Any], expected: str) -> None:
@@ -64,17 +94,27 @@ def test_reserved_http_headers_cannot_be_set() -> None:
 def test_missed_run_policy_defaults_from_priority() -> None:
     base = TaskSpec.model_validate(CRON)
     assert base.effective_missed_run_policy() is MissedRunPolicy.SINGLE_CATCHUP
-    assert base.model_copy(update={"priority": "high"}).effective_missed_run_policy() is MissedRunPolicy.CATCHUP
-    assert base.model_copy(update={"priority": "low"}).effective_missed_run_policy() is MissedRunPolicy.SKIP
+    assert (
+        base.model_copy(update={"priority": "high"}).effective_missed_run_policy()
+        is MissedRunPolicy.CATCHUP
+    )
+    assert (
+        base.model_copy(update={"priority": "low"}).effective_missed_run_policy()
+        is MissedRunPolicy.SKIP
+    )
     explicit = TaskSpec.model_validate({**CRON, "priority": "low", "missed_run_policy": "catchup"})
     assert explicit.effective_missed_run_policy() is MissedRunPolicy.CATCHUP
 
 
 def test_check_timing_refuses_the_past() -> None:
-    once = TaskSpec.model_validate({**CRON, "schedule_type": "once", "cron": None, "run_at": NOW - timedelta(minutes=2)})
+    once = TaskSpec.model_validate(
+        {**CRON, "schedule_type": "once", "cron": None, "run_at": NOW - timedelta(minutes=2)}
+    )
     with pytest.raises(ValueError, match="run_at is more than a minute in the past"):
         check_timing(once, NOW)
-    check_timing(once.model_copy(update={"run_at": NOW - timedelta(seconds=30)}), NOW)  # clock skew is fine
+    check_timing(
+        once.model_copy(update={"run_at": NOW - timedelta(seconds=30)}), NOW
+    )  # clock skew is fine
     ended = TaskSpec.model_validate({**CRON, "end_date": NOW - timedelta(seconds=1)})
     with pytest.raises(ValueError, match="end_date is in the past"):
         check_timing(ended, NOW)
@@ -93,3 +133,13 @@ def test_changing_the_schedule_type_drops_the_old_schedule_fields() -> None:
     base = TaskSpec.model_validate({**CRON, "max_runs": 3})
     changed = TaskChanges(schedule_type=ScheduleType.INTERVAL, interval_seconds=60).apply_to(base)
     assert changed.cron is None and changed.max_runs is None and changed.interval_seconds == 60
+
+
+def test_a_past_run_at_is_accepted_when_the_task_asks_for_catch_up() -> None:
+    past = {**CRON, "schedule_type": "once", "cron": None, "run_at": NOW - timedelta(hours=2)}
+    for policy in ("single_catchup", "catchup"):
+        check_timing(TaskSpec.model_validate({**past, "missed_run_policy": policy}), NOW)
+    # the default from priority is not a request to catch up
+    for fields in ({"priority": "high"}, {"missed_run_policy": "skip"}):
+        with pytest.raises(ValueError, match="or set missed_run_policy to single_catchup"):
+            check_timing(TaskSpec.model_validate({**past, **fields}), NOW)

@@ -41,7 +41,11 @@ async def test_cancel_while_sleeping(
     assert executions(sqlite_engine, state.task_id) == []
     row = get_task(sqlite_engine, state.task_id, "t1")
     assert row is not None
-    assert (row.status, row.status_reason, row.next_run_at) == ("CANCELLED", "no longer needed", None)
+    assert (row.status, row.status_reason, row.next_run_at) == (
+        "CANCELLED",
+        "no longer needed",
+        None,
+    )
 
 
 @pytest.mark.parametrize("via", ["update", "signal"])

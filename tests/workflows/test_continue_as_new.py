@@ -32,7 +32,9 @@ async def test_continue_as_new_preserves_counts_schedule_and_spec(
     assert state.spec == task and state.created_at == midway.created_at
     rows = executions(sqlite_engine, state.task_id)
     # still on the grid anchored at creation, across every new run of the workflow
-    assert [r.scheduled_at for r in rows] == [state.created_at + timedelta(minutes=10 * k) for k in range(1, 9)]
+    assert [r.scheduled_at for r in rows] == [
+        state.created_at + timedelta(minutes=10 * k) for k in range(1, 9)
+    ]
     assert statuses(rows) == ["COMPLETED"] * 8
     row = get_task(sqlite_engine, state.task_id, "t1")
     assert row is not None and (row.status, row.run_count, row.success_count) == ("COMPLETED", 8, 8)

@@ -72,7 +72,10 @@ async def test_update_interval_while_sleeping_replans_at_once(
         state = await handle.result()
 
     rows = executions(sqlite_engine, state.task_id)
-    assert [r.scheduled_at for r in rows] == [updated.next_fire_at, updated.next_fire_at + timedelta(seconds=60)]
+    assert [r.scheduled_at for r in rows] == [
+        updated.next_fire_at,
+        updated.next_fire_at + timedelta(seconds=60),
+    ]
     assert statuses(rows) == ["COMPLETED", "COMPLETED"]
     assert state.status is TaskStatus.COMPLETED
 
@@ -86,7 +89,9 @@ async def test_update_run_at_of_a_one_time_task(
         handle = await start_task(
             time_env, worker.task_queue, spec(schedule_type="once", run_at=now + timedelta(hours=5))
         )
-        updated = await handle.execute_update(TaskWorkflow.update_task, TaskChanges(run_at=new_run_at))
+        updated = await handle.execute_update(
+            TaskWorkflow.update_task, TaskChanges(run_at=new_run_at)
+        )
         assert updated.next_fire_at == new_run_at
         state = await handle.result()
 
@@ -100,7 +105,10 @@ async def test_update_run_at_of_a_one_time_task(
     [
         (TaskChanges(cron="61 * * * *"), "invalid cron expression '61 * * * *'"),
         (TaskChanges(timezone="Mars/Olympus"), "unknown IANA time zone 'Mars/Olympus'"),
-        (TaskChanges(run_at=datetime(2030, 1, 1, tzinfo=UTC)), "run_at does not apply to schedule_type 'cron'"),
+        (
+            TaskChanges(run_at=datetime(2030, 1, 1, tzinfo=UTC)),
+            "run_at does not apply to schedule_type 'cron'",
+        ),
         (TaskChanges(interval_seconds=-5), "interval_seconds"),
         (TaskChanges(schedule_type=ScheduleType.INTERVAL), "interval_seconds is required"),
         (TaskChanges(end_date=datetime(2000, 1, 1, tzinfo=UTC)), "end_date is in the past"),

@@ -92,7 +92,11 @@ async def test_end_date_ends_the_task_completed(
     time_env: WorkflowEnvironment, sqlite_engine: Engine
 ) -> None:
     now = await time_env.get_current_time()
-    task = spec(schedule_type="interval", interval_seconds=3600, end_date=now + timedelta(hours=3, minutes=30))
+    task = spec(
+        schedule_type="interval",
+        interval_seconds=3600,
+        end_date=now + timedelta(hours=3, minutes=30),
+    )
     async with new_worker(time_env.client, sqlite_engine) as worker:
         handle = await start_task(time_env, worker.task_queue, task)
         state = await handle.result()
@@ -100,7 +104,9 @@ async def test_end_date_ends_the_task_completed(
     assert state.status is TaskStatus.COMPLETED and state.next_fire_at is None
     rows = executions(sqlite_engine, state.task_id)
     # fixed_rate counts from the creation time; the fourth fire would be past end_date
-    assert [r.scheduled_at for r in rows] == [state.created_at + timedelta(hours=h) for h in (1, 2, 3)]
+    assert [r.scheduled_at for r in rows] == [
+        state.created_at + timedelta(hours=h) for h in (1, 2, 3)
+    ]
     assert statuses(rows) == ["COMPLETED"] * 3
     task_row = get_task(sqlite_engine, state.task_id, "t1")
     assert task_row is not None and task_row.status == "COMPLETED" and task_row.run_count == 3

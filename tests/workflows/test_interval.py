@@ -34,7 +34,9 @@ async def test_fixed_rate_stays_anchored_even_when_the_job_takes_time(
     assert state.status is TaskStatus.COMPLETED and state.run_count == 3
     rows = executions(sqlite_engine, state.task_id)
     assert statuses(rows) == ["COMPLETED"] * 3
-    assert [r.scheduled_at for r in rows] == [state.created_at + timedelta(minutes=10 * k) for k in (1, 2, 3)]
+    assert [r.scheduled_at for r in rows] == [
+        state.created_at + timedelta(minutes=10 * k) for k in (1, 2, 3)
+    ]
     for row in rows:
         assert row.started_at is not None and row.finished_at is not None
         assert row.finished_at - row.started_at >= timedelta(seconds=JOB_SECONDS)
@@ -70,7 +72,9 @@ async def test_fixed_delay_counts_the_interval_from_each_completion(
 async def test_fixed_delay_task_goes_on_after_its_fire_was_skipped_in_a_pause(
     time_env: WorkflowEnvironment, sqlite_engine: Engine
 ) -> None:
-    task = spec(schedule_type="interval", interval_seconds=1800, interval_mode="fixed_delay", max_runs=1)
+    task = spec(
+        schedule_type="interval", interval_seconds=1800, interval_mode="fixed_delay", max_runs=1
+    )
     async with new_worker(time_env.client, sqlite_engine) as worker:
         handle = await start_task(time_env, worker.task_queue, task)
         await handle.execute_update(TaskWorkflow.pause_update, None)

@@ -18,8 +18,13 @@ def state(next_fire_at: datetime | None = T0 + HALF_HOUR, **fields: Any) -> Task
     spec_fields.setdefault("schedule_type", "interval")
     spec_fields.setdefault("interval_seconds", 1800)
     return TaskState(
-        task_id="t", tenant_id="t1", spec=spec(**spec_fields), created_at=T0, anchor=T0,
-        next_fire_at=next_fire_at, **fields,
+        task_id="t",
+        tenant_id="t1",
+        spec=spec(**spec_fields),
+        created_at=T0,
+        anchor=T0,
+        next_fire_at=next_fire_at,
+        **fields,
     )
 
 
@@ -29,7 +34,9 @@ def decided(plan: Any) -> list[tuple[str, timedelta, str | None]]:
 
 def test_catchup_is_capped_at_max_catchup_runs_keeping_the_newest() -> None:
     plan = plan_due_fires(
-        state(missed_run_policy="catchup", max_catchup_runs=2), T0 + 130 * timedelta(minutes=1), running=False
+        state(missed_run_policy="catchup", max_catchup_runs=2),
+        T0 + 130 * timedelta(minutes=1),
+        running=False,
     )
     assert decided(plan) == [
         ("skip", HALF_HOUR, "missed"),
@@ -41,7 +48,9 @@ def test_catchup_is_capped_at_max_catchup_runs_keeping_the_newest() -> None:
 
 
 def test_single_catchup_skips_every_missed_fire_when_one_is_on_time() -> None:
-    plan = plan_due_fires(state(missed_run_policy="single_catchup"), T0 + 4 * HALF_HOUR, running=False)
+    plan = plan_due_fires(
+        state(missed_run_policy="single_catchup"), T0 + 4 * HALF_HOUR, running=False
+    )
     assert decided(plan) == [
         ("skip", HALF_HOUR, "missed"),
         ("skip", 2 * HALF_HOUR, "missed"),
@@ -52,8 +61,15 @@ def test_single_catchup_skips_every_missed_fire_when_one_is_on_time() -> None:
 
 def test_an_on_time_fire_after_catch_ups_obeys_the_overlap_policy() -> None:
     now = T0 + 4 * HALF_HOUR + timedelta(seconds=5)
-    for policy, action in [("skip", "skip"), ("buffer_one", "buffer"), ("allow", "run"), ("cancel_running", "cancel_running")]:
-        plan = plan_due_fires(state(missed_run_policy="catchup", overlap_policy=policy), now, running=False)
+    for policy, action in [
+        ("skip", "skip"),
+        ("buffer_one", "buffer"),
+        ("allow", "run"),
+        ("cancel_running", "cancel_running"),
+    ]:
+        plan = plan_due_fires(
+            state(missed_run_policy="catchup", overlap_policy=policy), now, running=False
+        )
         assert [d.action for d in plan.decisions] == ["queue"] * 3 + [action]
         assert [d.trigger for d in plan.decisions][:3] == [Trigger.CATCHUP] * 3
 
@@ -61,7 +77,11 @@ def test_an_on_time_fire_after_catch_ups_obeys_the_overlap_policy() -> None:
 def test_a_buffered_fire_replacing_another_does_not_use_up_max_runs() -> None:
     waiting = [QueuedRun(scheduled_at=T0 + HALF_HOUR)]
     current = state(
-        next_fire_at=T0 + 2 * HALF_HOUR, overlap_policy="buffer_one", max_runs=3, run_count=1, queue=waiting
+        next_fire_at=T0 + 2 * HALF_HOUR,
+        overlap_policy="buffer_one",
+        max_runs=3,
+        run_count=1,
+        queue=waiting,
     )
     plan = plan_due_fires(current, T0 + 2 * HALF_HOUR, running=True)
     assert decided(plan) == [("buffer", 2 * HALF_HOUR, None)]
@@ -93,6 +113,8 @@ def test_a_skipped_fixed_delay_fire_plans_the_next_one_from_now() -> None:
     )
     assert decided(plan) == [("skip", HALF_HOUR, "missed")]
     assert plan.next_fire_at == now + HALF_HOUR
-    ran = plan_due_fires(state(interval_mode="fixed_delay", missed_run_policy="catchup"), now, running=False)
+    ran = plan_due_fires(
+        state(interval_mode="fixed_delay", missed_run_policy="catchup"), now, running=False
+    )
     assert decided(ran) == [("queue", HALF_HOUR, None)]
     assert ran.next_fire_at is None  # planned when that run completes

@@ -78,7 +78,12 @@ async def test_missed_runs_after_two_hours_of_downtime(
 
 
 async def overlap_run(
-    env: WorkflowEnvironment, engine: Engine, policy: str, handler: SlowFirst, max_runs: int, **extra: object
+    env: WorkflowEnvironment,
+    engine: Engine,
+    policy: str,
+    handler: SlowFirst,
+    max_runs: int,
+    **extra: object,
 ) -> list[tuple[str, str | None]]:
     """Run an every-second task whose first job is slow; each execution's (status, reason)."""
     task = spec(
@@ -142,3 +147,19 @@ async def test_overlap_cancel_running_cancels_the_old_run_for_the_new_one(
     rows = await overlap_run(time_env, sqlite_engine, "cancel_running", handler, max_runs=2)
     assert rows == [("CANCELLED", None), ("COMPLETED", None)]
     assert handler.cancelled == handler.calls[:1]
+
+
+async def test_a_one_time_task_in_the_past_that_asks_for_catch_up_runs_at_once(
+    time_env: WorkflowEnvironment, sqlite_engine: Engine
+) -> None:
+    now = await time_env.get_current_time()
+    run_at = now - timedelta(hours=2)
+    task = spec(schedule_type="once", run_at=run_at, missed_run_policy="single_catchup")
+    async with new_worker(time_env.client, sqlite_engine) as worker:
+        handle = await start_task(time_env, worker.task_queue, task)
+        state = await handle.result()
+
+    assert state.status is TaskStatus.COMPLETED
+    [run] = executions(sqlite_engine, state.task_id)
+    assert (run.scheduled_at, run.status, run.trigger) == (run_at, "COMPLETED", "catchup")
+    assert run.started_at is not None and run.started_at - state.created_at < timedelta(seconds=1)
