@@ -137,6 +137,7 @@ class Reconciler:
         since = (now - self._window).isoformat().replace("+00:00", "Z")
         until = (now - self._grace).isoformat().replace("+00:00", "Z")
         query = (f"WorkflowType = 'TaskWorkflow' AND ExecutionStatus = 'Running' "
+                 f"AND TaskQueue = '{self._task_queue}' "
                  f"AND StartTime > '{since}' AND StartTime < '{until}'")
         ids = [w.id async for w in self._client.list_workflows(query)]
         if not ids:
@@ -152,7 +153,12 @@ class Reconciler:
             present |= await asyncio.to_thread(known, task_ids[start:start + 500])
         for task_id in (t for t in task_ids if t not in present):
             handle = self._client.get_workflow_handle(workflow_id(task_id))
-            state: TaskState = await handle.query("state", result_type=TaskState)
+            try:
+                state: TaskState = await handle.query("state", result_type=TaskState)
+            except RPCError as exc:
+                # No worker answers right now; once one runs, the workflow writes its own row.
+                log.warning("reconcile.query_failed", task_id=task_id, error=exc.message)
+                continue
             snapshot = TaskSnapshot(
                 task_id=state.task_id, tenant_id=state.tenant_id, name=state.spec.task_name,
                 schedule_type=state.spec.schedule_type.value,
