@@ -6,9 +6,9 @@ import structlog
 from sqlalchemy import Engine
 from temporalio import activity
 
-from activities.contracts import SAVE_EXECUTION, SAVE_TASK
+from activities.contracts import RECORD_RUN, SAVE_EXECUTION, SAVE_TASK, RunRecord
 from store.records import ExecutionRecord, TaskSnapshot
-from store.tasks import save_execution, save_snapshot
+from store.tasks import save_execution, save_run, save_snapshot
 
 log = structlog.get_logger("task_scheduler.bookkeeping")
 
@@ -44,4 +44,20 @@ class BookkeepingActivities:
             status=record.status,
             reason=record.reason,
             attempt=record.attempts,
+        )
+
+    @activity.defn(name=RECORD_RUN)
+    def record_run(self, run: RunRecord) -> None:
+        """A finished run's row and the task row after it, in one transaction."""
+        save_run(self._engine, run.execution, run.snapshot)
+        record = run.execution
+        log.info(
+            "execution.state",
+            task_id=record.task_id,
+            execution_id=record.id,
+            tenant=record.tenant_id,
+            status=record.status,
+            reason=record.reason,
+            attempt=record.attempts,
+            lateness_ms=record.lateness_ms,
         )

@@ -8,10 +8,20 @@ from typing import Any
 from pydantic import BaseModel
 
 from scheduling.spec import HandlerJob, HttpJob, WorkflowJob
+from store.records import ExecutionRecord, TaskSnapshot
 
 RUN_JOB = "run_job"
 SAVE_TASK = "save_task"
 SAVE_EXECUTION = "save_execution"
+RECORD_RUN = "record_run"
+NOTIFY = "notify"
+WITHDRAWN = "Withdrawn"
+
+
+def jobs_queue(task_queue: str) -> str:
+    """The task queue of job activities: its own slots, so runs waiting for their instant
+    never starve workflow and bookkeeping work."""
+    return f"{task_queue}-jobs"
 
 
 class JobInput(BaseModel):
@@ -22,12 +32,16 @@ class JobInput(BaseModel):
     tenant_id: str
     scheduled_at: datetime
     job: HttpJob | HandlerJob | WorkflowJob
+    not_before: datetime | None = None
+    trigger: str = "schedule"
+    drift_threshold_seconds: float | None = None
 
 
 class JobResult(BaseModel):
     """What a successful run returned."""
 
     attempt: int = 1
+    started_at: datetime | None = None
     http_status: int | None = None
     response_snippet: str | None = None
     output: Any = None
@@ -37,5 +51,26 @@ class JobFailureDetails(BaseModel):
     """Carried in the ApplicationError details of a failed attempt."""
 
     attempt: int = 1
+    started_at: datetime | None = None
     http_status: int | None = None
     response_snippet: str | None = None
+
+
+class RunRecord(BaseModel):
+    """A finished run's row and the task row after it, written together."""
+
+    execution: ExecutionRecord
+    snapshot: TaskSnapshot | None = None
+
+
+class Notification(BaseModel):
+    """One event delivered to a task's notification webhook."""
+
+    url: str
+    event: str
+    task_id: str
+    tenant_id: str
+    task_name: str
+    execution_id: str | None = None
+    detail: str | None = None
+    at: datetime

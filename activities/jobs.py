@@ -10,15 +10,18 @@ from typing import Any
 
 import httpx
 import structlog
+from sqlalchemy import Engine
 from temporalio import activity
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 
-from activities.contracts import RUN_JOB, JobFailureDetails, JobInput, JobResult
+from activities.contracts import RUN_JOB, WITHDRAWN, JobFailureDetails, JobInput, JobResult
 from activities.egress import EgressRefused
 from activities.handlers import Handler, HandlerContext, call_handler
 from scheduling.spec import HandlerJob, HttpJob, WorkflowJob
+from store.records import ExecutionRecord
+from store.tasks import mark_started
 
 log = structlog.get_logger("task_scheduler.jobs")
 
@@ -36,7 +39,9 @@ class JobActivities:
         client: Client | None,
         default_task_queue: str,
         max_response_bytes: int = 1024,
+        engine: Engine | None = None,
     ) -> None:
+        self._engine = engine
         self._http = http
         self._handlers = dict(handlers)
         self._client = client
@@ -45,35 +50,48 @@ class JobActivities:
 
     @activity.defn(name=RUN_JOB)
     async def run_job(self, job_input: JobInput) -> JobResult:
-        """Run one attempt of the job, heartbeating so a cancel or a dead worker is noticed."""
+        """Wait for the run's instant on this worker's clock, then run one attempt of the job,
+        heartbeating so a cancel or a dead worker is noticed."""
         info = activity.info()
         bound = log.bind(
             task_id=job_input.task_id,
             execution_id=job_input.execution_id,
             tenant=job_input.tenant_id,
+            workflow_id=info.workflow_id,
             attempt=info.attempt,
         )
-        started = datetime.now(UTC)
+        heartbeats = asyncio.create_task(_heartbeat_forever(info.heartbeat_timeout))
+        try:
+            await _wait_for_instant(job_input)
+            return await self._attempt(job_input, info.attempt, bound)
+        finally:
+            heartbeats.cancel()
+
+    async def _attempt(self, job_input: JobInput, attempt: int, bound: Any) -> JobResult:
+        # The later of the server's start of this attempt and this worker's clock: the same
+        # clock as the scheduled time on a real server, and still right where the server's
+        # time is skipped (tests) or the job waited here for its instant.
+        started = max(datetime.now(UTC), activity.info().started_time.astimezone(UTC))
+        lateness = started - job_input.scheduled_at
         meter = activity.metric_meter()
         labels = {"job_type": job_input.job.type}
-        if info.attempt == 1:
-            lateness = started - job_input.scheduled_at
+        if attempt == 1:
             meter.create_histogram_timedelta(
                 "scheduler_fire_lateness", "actual start of a run minus its scheduled time", "duration"
             ).record(max(lateness, timedelta(0)), labels)
         else:
             meter.create_counter("scheduler_job_retries", "job attempts after the first").add(1, labels)
-        bound.info("job.start", job_type=job_input.job.type)
-        heartbeats = asyncio.create_task(_heartbeat_forever(info.heartbeat_timeout))
+        bound.info("job.start", job_type=job_input.job.type, lateness_ms=round(lateness.total_seconds() * 1000, 1))
+        recording = asyncio.create_task(self._record_start(job_input, started, attempt, bound))
         outcome = "failed"
         try:
             job = job_input.job
             if isinstance(job, HttpJob):
-                result = await self._run_http(job, job_input, info.attempt)
+                result = await self._run_http(job, job_input, attempt)
             elif isinstance(job, HandlerJob):
-                result = await self._run_handler(job, job_input, info.attempt)
+                result = await self._run_handler(job, job_input, attempt)
             else:
-                result = await self._run_workflow(job, job_input, info.attempt)
+                result = await self._run_workflow(job, job_input, attempt)
             outcome = "completed"
         except asyncio.CancelledError:
             outcome = "cancelled"
@@ -81,14 +99,38 @@ class JobActivities:
             raise
         except ApplicationError as exc:
             bound.warning("job.failed", error=str(exc), retryable=not exc.non_retryable)
-            raise
+            raise _with_start(exc, started) from exc.__cause__
         finally:
-            heartbeats.cancel()
             meter.create_histogram_timedelta(
                 "scheduler_job_duration", "duration of one job attempt", "duration"
             ).record(datetime.now(UTC) - started, {**labels, "outcome": outcome})
+            await recording
         bound.info("job.completed")
-        return result
+        return result.model_copy(update={"started_at": started})
+
+    async def _record_start(self, job_input: JobInput, started: datetime, attempt: int, bound: Any) -> None:
+        """Write the RUNNING row with the real start time, beside the job (never delaying it)."""
+        if self._engine is None:
+            return
+        lateness_ms = max(0.0, (started - job_input.scheduled_at).total_seconds() * 1000)
+        threshold = job_input.drift_threshold_seconds
+        record = ExecutionRecord(
+            id=job_input.execution_id,
+            task_id=job_input.task_id,
+            tenant_id=job_input.tenant_id,
+            scheduled_at=job_input.scheduled_at,
+            trigger=job_input.trigger,
+            status="RUNNING",
+            attempts=attempt,
+            started_at=started if attempt == 1 else None,
+            lateness_ms=lateness_ms if attempt == 1 else None,
+            drifted=threshold is not None and attempt == 1 and lateness_ms > threshold * 1000,
+        )
+        engine = self._engine
+        try:
+            await asyncio.to_thread(mark_started, engine, record)
+        except Exception as exc:  # the workflow records the run in full when it ends
+            bound.warning("job.start_not_recorded", error=type(exc).__name__)
 
     async def _run_http(self, job: HttpJob, job_input: JobInput, attempt: int) -> JobResult:
         headers = {**job.headers, "Idempotency-Key": job_input.execution_id}
@@ -201,6 +243,28 @@ class JobActivities:
                 type="WorkflowFailed",
             ) from exc
         return JobResult(attempt=attempt, output=_jsonable(output))
+
+
+async def _wait_for_instant(job_input: JobInput) -> None:
+    """Sleep until the run's instant; a cancel before it withdraws the run (nothing ran)."""
+    if job_input.not_before is None:
+        return
+    delay = (job_input.not_before - datetime.now(UTC)).total_seconds()
+    if delay <= 0:
+        return
+    try:
+        await asyncio.sleep(delay)
+    except asyncio.CancelledError:
+        raise ApplicationError(
+            "withdrawn before its instant: the job did not run", type=WITHDRAWN, non_retryable=True
+        ) from None
+
+
+def _with_start(exc: ApplicationError, started: datetime) -> ApplicationError:
+    """The same failure, its details carrying when the attempt started."""
+    details = dict(exc.details[0]) if exc.details and isinstance(exc.details[0], dict) else {}
+    details["started_at"] = started.isoformat()
+    return ApplicationError(str(exc.message), details, type=exc.type, non_retryable=exc.non_retryable)
 
 
 async def _heartbeat_forever(timeout: timedelta | None) -> None:

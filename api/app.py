@@ -52,7 +52,10 @@ def create_app(
         )
         app.state.service = TaskService(
             db,
-            TemporalGateway(temporal, settings.task_queue),
+            TemporalGateway(
+                temporal, settings.task_queue, lead_seconds=settings.dispatch_lead_seconds,
+                max_lead_seconds=settings.dispatch_max_lead_seconds,
+            ),
             load_handlers().keys(),
             EgressPolicy.from_list(settings.egress_allow_list),
             Quota(

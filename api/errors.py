@@ -15,10 +15,7 @@ TYPE_BASE = "https://task-scheduler.dev/problems/"
 log = structlog.get_logger("task_scheduler.api")
 
 # Fields of the design that this version does not implement yet: refused, never ignored.
-NOT_YET_SUPPORTED = frozenset(
-    {"jitter_seconds", "drift_threshold_seconds", "max_consecutive_failures", "notify",
-     "catchup_window_seconds"}
-)
+NOT_YET_SUPPORTED: frozenset[str] = frozenset()
 
 
 class ApiError(Exception):

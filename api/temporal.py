@@ -57,9 +57,14 @@ async def _temporal_errors(task_id: str | None = None) -> AsyncIterator[None]:
 class TemporalGateway:
     """Starts task workflows and sends them updates, signals and queries."""
 
-    def __init__(self, client: Client, task_queue: str) -> None:
+    def __init__(
+        self, client: Client, task_queue: str, *, lead_seconds: float = 0.0,
+        max_lead_seconds: float = 60.0,
+    ) -> None:
         self.client = client
         self.task_queue = task_queue
+        self.lead_seconds = lead_seconds
+        self.max_lead_seconds = max_lead_seconds
 
     async def start_task(
         self, *, task_id: str, tenant_id: str, spec: TaskSpec, created_at: datetime
@@ -68,7 +73,8 @@ class TemporalGateway:
         async with _temporal_errors(task_id):
             return await start_task_workflow(
                 self.client, task_queue=self.task_queue, task_id=task_id, tenant_id=tenant_id,
-                spec=spec, created_at=created_at,
+                spec=spec, created_at=created_at, lead_seconds=self.lead_seconds,
+                max_lead_seconds=self.max_lead_seconds,
             )
 
     async def update(self, task_id: str, changes: TaskChanges) -> TaskState:

@@ -208,6 +208,32 @@ class ScheduleFields(_Strict):
         return self
 
 
+class NotifyEvent(StrEnum):
+    FAILED = "failed"
+    DEAD_LETTERED = "dead_lettered"
+    DRIFT = "drift"
+    AUTO_PAUSED = "auto_paused"
+    COMPLETED = "completed"
+
+
+class NotifySpec(_Strict):
+    """Where to POST a task's events, and which events."""
+
+    url: str = Field(max_length=2048, examples=["https://example.com/hooks/scheduler"])
+    events: list[NotifyEvent] = Field(
+        default_factory=lambda: [NotifyEvent.FAILED, NotifyEvent.DEAD_LETTERED,
+                                 NotifyEvent.DRIFT, NotifyEvent.AUTO_PAUSED]
+    )
+
+    @field_validator("url")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        parts = urlsplit(value)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError("must be an absolute http:// or https:// URL")
+        return value
+
+
 class PolicyFields(_Strict):
     """Retry and run policies of a task."""
 
@@ -218,7 +244,22 @@ class PolicyFields(_Strict):
         "single_catchup, low skip",
     )
     max_catchup_runs: int = Field(default=100, ge=1, le=10_000)
+    catchup_window_seconds: float | None = Field(
+        default=None, gt=0, description="missed runs older than this are skipped, not caught up"
+    )
     overlap_policy: OverlapPolicy = OverlapPolicy.SKIP
+    jitter_seconds: float = Field(
+        default=0, ge=0, le=3600,
+        description="spread each run by a deterministic offset in [0, jitter) from its time",
+    )
+    drift_threshold_seconds: float | None = Field(
+        default=None, gt=0, description="a run starting later than this is flagged and notified"
+    )
+    max_consecutive_failures: int | None = Field(
+        default=5, ge=1, le=1000,
+        description="after this many failed runs in a row the task is auto-paused (null: never)",
+    )
+    notify: NotifySpec | None = None
 
     retry_policy: RetrySpec = Field(default_factory=RetrySpec)
     heartbeat_timeout_seconds: float = Field(default=30.0, ge=1, le=3600)
@@ -263,6 +304,11 @@ class TaskChanges(_Strict):
     missed_run_policy: MissedRunPolicy | None = None
     max_catchup_runs: int | None = None
     overlap_policy: OverlapPolicy | None = None
+    catchup_window_seconds: float | None = None
+    jitter_seconds: float | None = None
+    drift_threshold_seconds: float | None = None
+    max_consecutive_failures: int | None = None
+    notify: NotifySpec | None = None
 
     @model_serializer(mode="wrap")
     def _only_given(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:

@@ -87,6 +87,9 @@ class TaskExecution(SQLModel, table=True):
     http_status: int | None = None
     response_snippet: str | None = Field(default=None, max_length=2048)
     error: str | None = Field(default=None, max_length=2000)
+    lateness_ms: float | None = None
+    drifted: bool = False
+    dead_letter: str | None = Field(default=None, max_length=16, index=True)
     created_at: datetime = _ts(default_factory=utcnow)
 
 

@@ -48,3 +48,6 @@ class ExecutionRecord(BaseModel):
     http_status: int | None = None
     response_snippet: str | None = None
     error: str | None = None
+    lateness_ms: float | None = None
+    drifted: bool = False
+    dead_letter: str | None = None

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Engine, and_, or_, select
+from sqlalchemy import Engine, and_, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
@@ -24,31 +24,63 @@ def _insert(engine: Engine, table: Any) -> Any:
 
 def save_snapshot(engine: Engine, snapshot: TaskSnapshot) -> None:
     """Insert or update a task row; an older state_version never overwrites a newer one."""
+    with engine.begin() as connection:
+        connection.execute(_snapshot_upsert(engine, snapshot))
+
+
+def save_execution(engine: Engine, record: ExecutionRecord, *, reopen: bool = False) -> None:
+    """Insert or update an execution row by its id; retries of the same run record it once."""
+    with engine.begin() as connection:
+        connection.execute(_execution_upsert(engine, record, reopen=reopen))
+
+
+def save_run(engine: Engine, record: ExecutionRecord, snapshot: TaskSnapshot | None) -> None:
+    """An execution row and the task row after it, in one transaction."""
+    with engine.begin() as connection:
+        connection.execute(_execution_upsert(engine, record))
+        if snapshot is not None:
+            connection.execute(_snapshot_upsert(engine, snapshot))
+
+
+def mark_started(engine: Engine, record: ExecutionRecord) -> None:
+    """A run's job has started: its RUNNING row (real start time) and the task shown RUNNING."""
+    with engine.begin() as connection:
+        connection.execute(_execution_upsert(engine, record, reopen=record.trigger == "replay"))
+        connection.execute(
+            update(Task)
+            .where(Task.id == record.task_id, Task.status == "PENDING")
+            .values(status="RUNNING")
+        )
+
+
+def _snapshot_upsert(engine: Engine, snapshot: TaskSnapshot) -> Any:
     values = snapshot.model_dump()
     values["id"] = values.pop("task_id")
     stmt = _insert(engine, Task.__table__).values(**values)
     newer = stmt.excluded.state_version >= Task.__table__.c.state_version
     changed = {k: stmt.excluded[k] for k in values if k not in ("id", "tenant_id", "created_at")}
-    stmt = stmt.on_conflict_do_update(index_elements=["id"], set_=changed, where=newer)
-    with engine.begin() as connection:
-        connection.execute(stmt)
+    return stmt.on_conflict_do_update(index_elements=["id"], set_=changed, where=newer)
 
 
-def save_execution(engine: Engine, record: ExecutionRecord) -> None:
-    """Insert or update an execution row by its id; retries of the same run record it once."""
+def _execution_upsert(engine: Engine, record: ExecutionRecord, *, reopen: bool = False) -> Any:
     values = record.model_dump()
     table = TaskExecution.__table__
     stmt = _insert(engine, table).values(**values)
+    # Only fields that are known overwrite: a late RUNNING write keeps the final outcome, and a
+    # final write keeps the start time the job recorded.
+    changed = {
+        k: stmt.excluded[k] for k, v in values.items() if k not in ("id", "created_at") and v is not None
+    }
+    if reopen:
+        # A replayed dead letter runs again under its own id: the row is reopened.
+        return stmt.on_conflict_do_update(index_elements=["id"], set_=changed)
     # A final row stays final: a late or replayed RUNNING write must not resurrect it.
     not_final = table.c.status.not_in(FINAL_EXECUTION_STATUSES)
-    changed = {k: stmt.excluded[k] for k in values if k not in ("id", "created_at")}
-    stmt = stmt.on_conflict_do_update(
+    return stmt.on_conflict_do_update(
         index_elements=["id"],
         set_=changed,
         where=or_(not_final, stmt.excluded.status.in_(FINAL_EXECUTION_STATUSES)),
     )
-    with engine.begin() as connection:
-        connection.execute(stmt)
 
 
 def get_task(engine: Engine, task_id: str, tenant_id: str | None) -> Task | None:

@@ -31,7 +31,7 @@ from activities.egress import EgressPolicy, guarded_client
 from activities.handlers import Handler
 from store.engine import make_engine, migrate
 from tests.target import TargetServer
-from worker.build import build_activities, build_worker
+from worker.build import build_activities, build_workers
 from workflows import attributes
 
 BIN = Path(sys.executable).parent
@@ -191,7 +191,7 @@ async def new_worker(
         activities = build_activities(
             engine=engine, http=http, client=client, task_queue=queue, extra_handlers=handlers
         )
-        worker = build_worker(client, task_queue=queue, activities=activities, executor=executor, **options)
-        async with worker:
-            yield worker
+        main, jobs = build_workers(client, task_queue=queue, activities=activities, executor=executor, **options)
+        async with main, jobs:
+            yield main
     executor.shutdown(wait=False)

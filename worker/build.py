@@ -1,9 +1,15 @@
-"""Assembles the Temporal worker: the one place that wires activities to their dependencies."""
+"""Assembles the Temporal workers: the one place that wires activities to their dependencies.
+
+A deployment's worker process runs two Temporal workers: one on the task queue for the task
+workflows and their bookkeeping, one on ``<task queue>-jobs`` for job runs, with many slots,
+since a run dispatched ahead of its instant waits in its slot."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 import httpx
@@ -14,8 +20,10 @@ from temporalio.runtime import Runtime
 from temporalio.worker import Worker
 
 from activities.bookkeeping import BookkeepingActivities
+from activities.contracts import jobs_queue
 from activities.handlers import Handler, load_handlers
 from activities.jobs import JobActivities
+from activities.notify import NotifyActivities
 from workflows.task import TaskWorkflow
 
 WORKFLOWS: Sequence[type] = (TaskWorkflow,)
@@ -28,6 +36,14 @@ async def connect(address: str, namespace: str, runtime: Runtime | None = None) 
     )
 
 
+@dataclass
+class ActivitySet:
+    """Activities by the worker that hosts them."""
+
+    workflow_side: list[Any]
+    jobs: list[Any]
+
+
 def build_activities(
     *,
     engine: Engine,
@@ -36,7 +52,7 @@ def build_activities(
     task_queue: str,
     extra_handlers: Mapping[str, Handler] | None = None,
     max_response_bytes: int = 1024,
-) -> list[Any]:
+) -> ActivitySet:
     """Every activity the task workflow calls, bound to its dependencies."""
     jobs = JobActivities(
         http=http,
@@ -44,28 +60,49 @@ def build_activities(
         client=client,
         default_task_queue=task_queue,
         max_response_bytes=max_response_bytes,
+        engine=engine,
     )
     books = BookkeepingActivities(engine)
-    return [jobs.run_job, books.save_task, books.save_execution]
+    notes = NotifyActivities(http)
+    return ActivitySet(
+        workflow_side=[books.save_task, books.save_execution, books.record_run, notes.notify],
+        jobs=[jobs.run_job],
+    )
 
 
-def build_worker(
+def build_workers(
     client: Client,
     *,
     task_queue: str,
-    activities: Sequence[Any],
+    activities: ActivitySet,
     executor: ThreadPoolExecutor,
-    max_concurrent_activities: int = 1000,
+    max_concurrent_activities: int = 2000,
     max_concurrent_workflow_tasks: int = 200,
-) -> Worker:
-    """The worker for the task queue; sync bookkeeping activities run on ``executor``."""
-    return Worker(
+    max_cached_workflows: int = 10_000,
+) -> list[Worker]:
+    """The workflow worker and the jobs worker; sync bookkeeping runs on ``executor``."""
+    common: dict[str, Any] = {
+        # Heartbeats reach the server at least every second, so a cancel reaches a job fast.
+        "max_heartbeat_throttle_interval": timedelta(seconds=1),
+        "default_heartbeat_throttle_interval": timedelta(seconds=1),
+    }
+    main = Worker(
         client,
         task_queue=task_queue,
         workflows=list(WORKFLOWS),
-        activities=list(activities),
+        activities=activities.workflow_side,
         activity_executor=executor,
-        max_concurrent_activities=max_concurrent_activities,
-        max_concurrent_local_activities=max(64, executor._max_workers),
+        max_concurrent_activities=executor._max_workers,
+        max_concurrent_local_activities=executor._max_workers,
         max_concurrent_workflow_tasks=max_concurrent_workflow_tasks,
+        max_cached_workflows=max_cached_workflows,
+        **common,
     )
+    jobs = Worker(
+        client,
+        task_queue=jobs_queue(task_queue),
+        activities=activities.jobs,
+        max_concurrent_activities=max_concurrent_activities,
+        **common,
+    )
+    return [main, jobs]

@@ -58,7 +58,9 @@ class Reconciler:
         *,
         grace: timedelta = timedelta(seconds=30),
         window: timedelta = timedelta(days=1),
+        lead_seconds: float = 0.0,
     ) -> None:
+        self._lead_seconds = lead_seconds
         self._engine = engine
         self._client = client
         self._task_queue = task_queue
@@ -129,7 +131,7 @@ class Reconciler:
         )
         await start_task_workflow(
             self._client, task_queue=self._task_queue, task_id=row.id, tenant_id=row.tenant_id,
-            spec=spec, created_at=row.created_at, state=state,
+            spec=spec, created_at=row.created_at, state=state, lead_seconds=self._lead_seconds,
         )
         log.warning("reconcile.restarted", task_id=row.id, tenant=row.tenant_id)
 

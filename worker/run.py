@@ -14,7 +14,7 @@ from temporalio.runtime import Runtime
 from activities.egress import EgressPolicy, guarded_client
 from store.engine import make_engine, migrate
 from worker.reconcile import Reconciler
-from worker.build import build_activities, build_worker, connect
+from worker.build import build_activities, build_workers, connect
 from worker.settings import Settings
 from worker.telemetry import make_runtime, watch_backlog
 
@@ -66,7 +66,7 @@ async def run_worker(settings: Settings) -> None:
             task_queue=settings.task_queue,
             max_response_bytes=settings.http_max_response_bytes,
         )
-        worker = build_worker(
+        main, jobs = build_workers(
             client,
             task_queue=settings.task_queue,
             activities=activities,
@@ -78,9 +78,10 @@ async def run_worker(settings: Settings) -> None:
             engine, client, settings.task_queue,
             grace=timedelta(seconds=settings.reconcile_grace_seconds),
             window=timedelta(hours=settings.reconcile_window_hours),
+            lead_seconds=settings.dispatch_lead_seconds,
         )
         log.info("worker.started", task_queue=settings.task_queue, address=settings.temporal_address)
-        async with worker:
+        async with main, jobs:
             background = [asyncio.create_task(
                 reconciler.run_forever(timedelta(seconds=settings.reconcile_interval_seconds), stop)
             )]

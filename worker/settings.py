@@ -35,7 +35,7 @@ class Settings(BaseSettings):
     worker_metrics_port: int | None = Field(
         default=None, description="serve the worker's Prometheus metrics on this port"
     )
-    worker_max_concurrent_activities: int = 1000
+    worker_max_concurrent_activities: int = 5000
     worker_max_concurrent_workflow_tasks: int = 200
     http_max_response_bytes: int = 1024
     egress_allow: str = Field(
@@ -56,6 +56,12 @@ class Settings(BaseSettings):
     quota_max_body_bytes: int = 64 * 1024
     quota_max_header_bytes: int = 8 * 1024
 
+    dispatch_lead_seconds: float = Field(
+        default=5.0, ge=0,
+        description="dispatch each run this long ahead; the job waits for its instant on the "
+        "worker (0 turns it off); grows with the backlog the task sees, up to the maximum",
+    )
+    dispatch_max_lead_seconds: float = 60.0
     reconcile_interval_seconds: float = 60.0
     reconcile_grace_seconds: float = 30.0
     reconcile_window_hours: float = 24.0

@@ -5,6 +5,7 @@ Pure and deterministic: the workflow calls it with ``workflow.now()``; tests cal
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Literal
@@ -36,8 +37,17 @@ class Plan:
     decisions: list[Decision] = field(default_factory=list)
 
 
-def plan_due_fires(state: TaskState, now: datetime, *, running: bool) -> Plan:
-    """Decide every fire due at ``now`` by the missed-run and overlap policies."""
+def plan_due_fires(
+    state: TaskState,
+    now: datetime,
+    *,
+    running: bool,
+    offset: Callable[[datetime], timedelta] | None = None,
+) -> Plan:
+    """Decide every fire due at ``now`` by the missed-run and overlap policies.
+
+    ``offset`` gives each fire's jitter: a fire is due when its time plus its offset is."""
+    shift = offset or (lambda _: timedelta(0))
     spec = state.spec
     fixed_delay = (
         spec.schedule_type is ScheduleType.INTERVAL
@@ -45,7 +55,7 @@ def plan_due_fires(state: TaskState, now: datetime, *, running: bool) -> Plan:
     )
     due: list[datetime] = []
     upcoming = state.next_fire_at
-    while upcoming is not None and upcoming <= now and len(due) < MAX_DUE_PER_PASS:
+    while upcoming is not None and upcoming + shift(upcoming) <= now and len(due) < MAX_DUE_PER_PASS:
         due.append(upcoming)
         # fixed_delay plans its next fire when this run completes
         upcoming = None if fixed_delay else next_fire(spec, anchor=state.anchor, after=upcoming)
@@ -76,8 +86,14 @@ def plan_due_fires(state: TaskState, now: datetime, *, running: bool) -> Plan:
         for scheduled in [f for f in due if f <= state.resumed_at]:
             take(Decision("skip", scheduled, reason="paused"))
         due = [f for f in due if f > state.resumed_at]
-    missed = [f for f in due if now - f > MISSED_AFTER]
-    on_time = [f for f in due if now - f <= MISSED_AFTER]
+    # Only the newest due fire can be on time; older ones were overtaken while nothing ran.
+    on_time = [f for f in due[-1:] if now - (f + shift(f)) <= MISSED_AFTER]
+    missed = due[: len(due) - len(on_time)]
+    window = spec.catchup_window_seconds
+    if window is not None:
+        for scheduled in [f for f in missed if now - f > timedelta(seconds=window)]:
+            take(Decision("skip", scheduled, reason="outside_window"))
+        missed = [f for f in missed if now - f <= timedelta(seconds=window)]
     for scheduled, reason in _decide_missed(state, missed, bool(on_time)):
         if reason is None:
             take(Decision("queue", scheduled, Trigger.CATCHUP))

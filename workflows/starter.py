@@ -24,6 +24,8 @@ async def start_task_workflow(
     spec: TaskSpec,
     created_at: datetime,
     state: TaskState | None = None,
+    lead_seconds: float = 0.0,
+    max_lead_seconds: float = 60.0,
 ) -> bool:
     """Start ``task-<task_id>``; False when a workflow with that id exists or existed."""
     first = state.next_fire_at if state is not None else None
@@ -35,7 +37,8 @@ async def start_task_workflow(
         await client.start_workflow(
             "TaskWorkflow",
             TaskWorkflowInput(
-                task_id=task_id, tenant_id=tenant_id, spec=spec, created_at=created_at, state=state
+                task_id=task_id, tenant_id=tenant_id, spec=spec, created_at=created_at,
+                state=state, lead_seconds=lead_seconds, max_lead_seconds=max_lead_seconds,
             ),
             id=workflow_id(task_id),
             task_queue=task_queue,

@@ -34,13 +34,22 @@ class Trigger(StrEnum):
     SCHEDULE = "schedule"
     CATCHUP = "catchup"
     MANUAL = "manual"
+    REPLAY = "replay"
 
 
 class QueuedRun(BaseModel):
-    """A run waiting for the running one to finish (catch-up, buffered or manual)."""
+    """A run waiting for the running one to finish (catch-up, buffered, manual or replay)."""
 
     scheduled_at: datetime
     trigger: Trigger = Trigger.SCHEDULE
+    execution_id: str | None = Field(default=None, description="set for a replayed run")
+
+
+class ReplayRequest(BaseModel):
+    """Run a dead-lettered execution again under its own id (and Idempotency-Key)."""
+
+    execution_id: str
+    scheduled_at: datetime
 
 
 class LastRun(BaseModel):
@@ -71,7 +80,8 @@ class TaskState(BaseModel):
     cancel_requested: bool = False
     queue: list[QueuedRun] = Field(default_factory=list)
     last_run: LastRun | None = None
-    run_count: int = 0
+    run_count: int = Field(default=0, description="scheduled runs started (max_runs counts these)")
+    manual_count: int = Field(default=0, description="manual and replayed runs started")
     success_count: int = 0
     failure_count: int = 0
     skipped_count: int = 0
@@ -79,6 +89,9 @@ class TaskState(BaseModel):
     consecutive_failures: int = 0
     running: list[str] = Field(default_factory=list, description="execution ids in progress")
     continued_as_new: int = 0
+    wake_lag_seconds: float = Field(
+        default=0.0, description="how late the last timer fired: the dispatch lead grows with it"
+    )
 
 
 class TaskWorkflowInput(BaseModel):
@@ -90,6 +103,12 @@ class TaskWorkflowInput(BaseModel):
     created_at: datetime
     state: TaskState | None = None
     history_limit: int = Field(default=10_000, description="continue-as-new past this length")
+    lead_seconds: float = Field(
+        default=0.0, ge=0,
+        description="dispatch each run this long before its instant; the job waits for the "
+        "instant on the worker's clock (0: dispatch at the instant)",
+    )
+    max_lead_seconds: float = Field(default=60.0, ge=0)
 
 
 def workflow_id(task_id: str) -> str:

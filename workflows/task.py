@@ -17,18 +17,26 @@ from temporalio.exceptions import ActivityError, ApplicationError, CancelledErro
 
 with workflow.unsafe.imports_passed_through():
     from activities.contracts import (
+        NOTIFY,
+        RECORD_RUN,
         RUN_JOB,
         SAVE_EXECUTION,
         SAVE_TASK,
+        WITHDRAWN,
         JobFailureDetails,
         JobInput,
         JobResult,
+        Notification,
+        RunRecord,
+        jobs_queue,
     )
     from scheduling.fire import first_fire, next_fire
+    from scheduling.jitter import jitter_offset
     from scheduling.spec import (
         HandlerJob,
         HttpJob,
         IntervalMode,
+        NotifyEvent,
         ScheduleFields,
         ScheduleType,
         TaskChanges,
@@ -43,6 +51,7 @@ with workflow.unsafe.imports_passed_through():
         ExecutionStatus,
         LastRun,
         QueuedRun,
+        ReplayRequest,
         TaskState,
         TaskStatus,
         TaskWorkflowInput,
@@ -60,6 +69,7 @@ SCHEDULE_FIELD_NAMES = frozenset(ScheduleFields.model_fields)
 BOUND_FIELD_NAMES = frozenset({"end_date", "max_runs"})
 # Temporal priority keys: smaller runs first when the task queue is backlogged.
 PRIORITY_KEYS = {"high": 1, "medium": 3, "low": 5}
+NOTIFY_RETRY = RetryPolicy(maximum_attempts=5, maximum_interval=timedelta(seconds=30))
 
 
 @workflow.defn(name="TaskWorkflow")
@@ -86,6 +96,11 @@ class TaskWorkflow:
         self._wake = False
         self._saved: TaskSnapshot | None = None
         self._version = 0
+        # Runs dispatched ahead of their instant: id -> instant; and why a waiting one was
+        # withdrawn (it never ran, so it is not recorded as a run).
+        self._instants: dict[str, datetime] = {}
+        self._withdrawn: dict[str, str] = {}
+        self._notes: set[asyncio.Task[None]] = set()
 
     # ----------------------------------------------------------------- main loop
     @workflow.run
@@ -103,13 +118,16 @@ class TaskWorkflow:
                 if not state.paused:
                     await self._fire_due()
                 self._start_queued()
+                self._predispatch()
                 if self._schedule_exhausted():
                     self._finish(self._final_status(), state.status_reason)
                     break
                 self._refresh_status()
                 await self._save()
                 if self._should_continue_as_new():
-                    await workflow.wait_condition(workflow.all_handlers_finished)
+                    await workflow.wait_condition(
+                        lambda: not self._notes and workflow.all_handlers_finished()
+                    )
                     state.continued_as_new += 1
                     workflow.continue_as_new(self._input.model_copy(update={"state": state}))
                 await self._sleep()
@@ -121,7 +139,9 @@ class TaskWorkflow:
             await self._save()
             raise
         await self._save()
-        await workflow.wait_condition(workflow.all_handlers_finished)
+        if state.status is TaskStatus.COMPLETED:
+            self._notify(NotifyEvent.COMPLETED, None, state.status_reason or "the task has ended")
+        await workflow.wait_condition(lambda: not self._notes and workflow.all_handlers_finished())
         return state
 
     async def _sleep(self) -> None:
@@ -133,19 +153,58 @@ class TaskWorkflow:
         timeout = None
         summary = None
         if due is not None:
-            timeout = max(due - now, timedelta(milliseconds=1))
-            summary = f"sleep until {due.astimezone(state.spec.zone()).isoformat()} ({_describe(state.spec)})"
+            instant = due + self._offset(due)
+            # Wake a lead early to dispatch the run ahead of its instant, unless a run is in
+            # flight: then wake at the instant, where the overlap policy decides.
+            wake_at = instant if self._in_flight else instant - self._lead()
+            timeout = max(wake_at - now, timedelta(milliseconds=1))
+            summary = (
+                f"sleep until {instant.astimezone(state.spec.zone()).isoformat()} "
+                f"({_describe(state.spec)})"
+            )
         try:
             await workflow.wait_condition(
                 lambda: self._wake, timeout=timeout, timeout_summary=summary
             )
         except TimeoutError:
-            pass
+            # How late the timer fired is the backlog this task sees: lead further ahead.
+            assert timeout is not None
+            late = workflow.now() - (now + timeout)
+            state.wake_lag_seconds = max(0.0, late.total_seconds())
+
+    def _lead(self) -> timedelta:
+        base = self._input.lead_seconds
+        if base <= 0:
+            return timedelta(0)
+        adaptive = base + 2 * self._state.wake_lag_seconds
+        return timedelta(seconds=min(max(base, adaptive), self._input.max_lead_seconds))
+
+    def _offset(self, scheduled_at: datetime) -> timedelta:
+        spec = self._state.spec
+        return jitter_offset(self._state.task_id, scheduled_at, spec.jitter_seconds)
+
+    def _predispatch(self) -> None:
+        """Dispatch the next run ahead of its instant when nothing else is in flight."""
+        state = self._state
+        due = state.next_fire_at
+        lead = self._lead()
+        if (due is None or not lead or state.paused or state.cancel_requested or state.queue
+                or self._in_flight):
+            return
+        instant = due + self._offset(due)
+        if instant - workflow.now() > lead:
+            return
+        state.next_fire_at = (
+            None if self._fixed_delay()
+            else next_fire(state.spec, anchor=state.anchor, after=due)
+        )
+        self._start_run(QueuedRun(scheduled_at=due), instant=instant)
+        state.next_fire_at = self._limit_runs(state.next_fire_at)
 
     async def _fire_due(self) -> None:
         state = self._state
         now = workflow.now()
-        plan = plan_due_fires(state, now, running=self._in_flight > 0)
+        plan = plan_due_fires(state, now, running=self._in_flight > 0, offset=self._offset)
         state.next_fire_at = plan.next_fire_at
         for decision in plan.decisions:
             await self._apply(decision)
@@ -168,6 +227,7 @@ class TaskWorkflow:
             await self._replace_waiting()
             state.queue.insert(0, QueuedRun(scheduled_at=decision.scheduled_at))
         else:
+            # Its instant has come (the plan only decides due fires): no waiting.
             self._start_run(QueuedRun(scheduled_at=decision.scheduled_at, trigger=decision.trigger))
 
     async def _replace_waiting(self) -> None:
@@ -182,8 +242,19 @@ class TaskWorkflow:
 
     def _start_queued(self) -> None:
         state = self._state
-        if state.queue and not self._in_flight:
+        if not state.queue:
+            return
+        head = state.queue[0]
+        asked = head.trigger in (Trigger.MANUAL, Trigger.REPLAY)
+        # A run someone asked for does not wait behind one that only waits for its instant.
+        if not self._in_flight or (asked and self._only_waiting()):
             self._start_run(state.queue.pop(0))
+
+    def _only_waiting(self) -> bool:
+        now = workflow.now()
+        return all(self._instants.get(run_id, now) > now for run_id in self._active) and len(
+            self._active
+        ) == self._in_flight
 
     def _schedule_exhausted(self) -> bool:
         state = self._state
@@ -223,7 +294,8 @@ class TaskWorkflow:
 
     def _refresh_status(self) -> None:
         state = self._state
-        if self._active:
+        now = workflow.now()
+        if any(self._instants.get(run_id, now) <= now for run_id in self._active):
             state.status = TaskStatus.RUNNING
         elif state.paused:
             state.status = TaskStatus.PAUSED
@@ -240,26 +312,32 @@ class TaskWorkflow:
         )
 
     # ----------------------------------------------------------------- runs
-    def _start_run(self, queued: QueuedRun) -> None:
+    def _start_run(self, queued: QueuedRun, *, instant: datetime | None = None) -> None:
+        state = self._state
+        if queued.trigger in (Trigger.MANUAL, Trigger.REPLAY):
+            state.manual_count += 1
+        else:
+            state.run_count += 1
+        run_id = queued.execution_id or execution_id(state.task_id, queued.scheduled_at, queued.trigger)
+        if instant is not None:
+            self._instants[run_id] = instant
         self._in_flight += 1
-        run = asyncio.create_task(self._run_once(queued))
+        run = asyncio.create_task(self._run_once(queued, run_id))
         self._runs.add(run)
         run.add_done_callback(self._runs.discard)
 
-    async def _run_once(self, queued: QueuedRun) -> None:
+    async def _run_once(self, queued: QueuedRun, run_id: str) -> None:
         try:
-            await self._execute(queued)
+            await self._execute(queued, run_id)
         finally:
             self._in_flight -= 1
+            self._instants.pop(run_id, None)
             self._wake = True
 
-    async def _execute(self, queued: QueuedRun) -> None:
+    async def _execute(self, queued: QueuedRun, run_id: str) -> None:
         state = self._state
         spec = state.spec
-        run_id = execution_id(state.task_id, queued.scheduled_at, queued.trigger)
-        started = workflow.now()
-        if queued.trigger is not Trigger.MANUAL:
-            state.run_count += 1
+        instant = self._instants.get(run_id)
         record = ExecutionRecord(
             id=run_id,
             task_id=state.task_id,
@@ -267,7 +345,6 @@ class TaskWorkflow:
             scheduled_at=queued.scheduled_at,
             trigger=queued.trigger.value,
             status=ExecutionStatus.RUNNING,
-            started_at=started,
         )
         handle = workflow.start_activity(
             RUN_JOB,
@@ -277,9 +354,15 @@ class TaskWorkflow:
                 tenant_id=state.tenant_id,
                 scheduled_at=queued.scheduled_at,
                 job=spec.job_details,
+                not_before=instant,
+                trigger=queued.trigger.value,
+                drift_threshold_seconds=spec.drift_threshold_seconds,
             ),
+            task_queue=jobs_queue(workflow.info().task_queue),
             result_type=JobResult,
-            start_to_close_timeout=timedelta(seconds=spec.run_timeout_seconds),
+            # The attempt's time limit counts from its start; a run dispatched ahead of its
+            # instant waits on top of it.
+            start_to_close_timeout=timedelta(seconds=spec.run_timeout_seconds) + self._lead(),
             heartbeat_timeout=timedelta(seconds=spec.heartbeat_timeout_seconds),
             retry_policy=RetryPolicy(
                 maximum_attempts=spec.retry_policy.max_attempts,
@@ -290,41 +373,98 @@ class TaskWorkflow:
             cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
             activity_id=run_id,
             priority=Priority(priority_key=PRIORITY_KEYS[spec.priority]),
-            summary=f"{_describe_job(spec)} for {queued.scheduled_at.isoformat()}",
+            summary=f"{_describe_job(spec)} at {(instant or queued.scheduled_at).isoformat()}",
         )
         self._active[run_id] = handle
         state.running.append(run_id)
         self._refresh_status()
-        await self._save_execution(record)
-        await self._save()
         try:
             result = await handle
             record.status = ExecutionStatus.COMPLETED
             record.attempts = result.attempt
+            record.started_at = result.started_at
             record.http_status = result.http_status
             record.response_snippet = result.response_snippet
         except ActivityError as err:
+            if _is_withdrawn(err):
+                await self._withdrawn_run(queued, run_id)
+                return
             record.status, record.error = _failure_status(err)
             details = _failure_details(err)
             record.attempts = details.attempt if details else spec.retry_policy.max_attempts
             if details:
+                record.started_at = details.started_at
                 record.http_status = details.http_status
                 record.response_snippet = details.response_snippet
         finally:
             del self._active[run_id]
             state.running.remove(run_id)
+        await self._finish_run(queued, record)
+
+    async def _finish_run(self, queued: QueuedRun, record: ExecutionRecord) -> None:
+        state = self._state
+        spec = state.spec
         record.finished_at = workflow.now()
+        if record.started_at is not None:
+            lateness = (record.started_at - record.scheduled_at).total_seconds()
+            record.lateness_ms = max(0.0, lateness * 1000)
+            threshold = spec.drift_threshold_seconds
+            record.drifted = threshold is not None and queued.trigger is Trigger.SCHEDULE and lateness > threshold
+        if record.status == ExecutionStatus.FAILED:
+            record.dead_letter = "open"  # retries are exhausted: listable and replayable
         self._count(record)
         # The schedule as it is now: an update during the run may have changed it.
         if (
             self._fixed_delay()
-            and queued.trigger is not Trigger.MANUAL
+            and queued.trigger in (Trigger.SCHEDULE, Trigger.CATCHUP)
             and not state.cancel_requested
         ):
             state.next_fire_at = self._limit_runs(
                 next_fire(state.spec, anchor=state.anchor, after=record.finished_at)
             )
-        await self._save_execution(record)
+        tripped = (
+            record.status == ExecutionStatus.FAILED
+            and spec.max_consecutive_failures is not None
+            and state.consecutive_failures >= spec.max_consecutive_failures
+            and not state.paused
+        )
+        if tripped:
+            self._pause(
+                f"auto-paused after {state.consecutive_failures} consecutive failed runs "
+                f"(max_consecutive_failures={spec.max_consecutive_failures})"
+            )
+        self._refresh_status()
+        await self._record_run(record)
+        self._after_run_events(record, tripped)
+
+    def _after_run_events(self, record: ExecutionRecord, tripped: bool) -> None:
+        meter = workflow.metric_meter()
+        meter.create_counter("scheduler_runs", "finished runs by outcome").add(
+            1, {"outcome": str(record.status).lower()}
+        )
+        if record.status == ExecutionStatus.FAILED:
+            meter.create_counter("scheduler_dead_letters", "runs dead-lettered").add(1)
+            self._notify(NotifyEvent.FAILED, record.id, record.error)
+            self._notify(NotifyEvent.DEAD_LETTERED, record.id, "retries exhausted; replayable")
+        if record.drifted:
+            meter.create_counter("scheduler_drift_events", "runs that started past the drift threshold").add(1)
+            self._notify(NotifyEvent.DRIFT, record.id, f"started {record.lateness_ms:.0f} ms late")
+            workflow.logger.warning("run drifted", extra={"execution_id": record.id})
+        if tripped:
+            self._notify(NotifyEvent.AUTO_PAUSED, record.id, self._state.status_reason)
+
+    async def _withdrawn_run(self, queued: QueuedRun, run_id: str) -> None:
+        """A run withdrawn before its instant never ran: give its fire back to the schedule."""
+        state = self._state
+        reason = self._withdrawn.pop(run_id, "withdrawn")
+        if queued.trigger in (Trigger.MANUAL, Trigger.REPLAY):
+            state.manual_count -= 1
+        else:
+            state.run_count -= 1
+        if reason == "paused":
+            # Its instant falls inside the pause (unless resumed first): decided on resume.
+            if state.next_fire_at is None or queued.scheduled_at < state.next_fire_at:
+                state.next_fire_at = queued.scheduled_at
 
     def _count(self, record: ExecutionRecord) -> None:
         state = self._state
@@ -345,6 +485,32 @@ class TaskWorkflow:
             error=record.error,
         )
 
+    def _notify(self, event: NotifyEvent, run_id: str | None, detail: str | None) -> None:
+        """Tell the task's webhook, if it asked for this event; never blocks the task."""
+        spec = self._state.spec
+        workflow.logger.info(f"task event {event.value}", extra={"execution_id": run_id})
+        if spec.notify is None or event not in spec.notify.events:
+            return
+        note = Notification(
+            url=spec.notify.url, event=event.value, task_id=self._state.task_id,
+            tenant_id=self._state.tenant_id, task_name=spec.task_name, execution_id=run_id,
+            detail=detail, at=workflow.now(),
+        )
+
+        async def deliver() -> None:
+            try:
+                await workflow.execute_activity(
+                    NOTIFY, note, start_to_close_timeout=timedelta(seconds=15),
+                    schedule_to_close_timeout=timedelta(minutes=2), retry_policy=NOTIFY_RETRY,
+                    summary=f"notify {event.value}",
+                )
+            except ActivityError:
+                workflow.logger.warning(f"notification {event.value} not delivered")
+
+        task = asyncio.create_task(deliver())
+        self._notes.add(task)
+        task.add_done_callback(self._notes.discard)
+
     def _limit_runs(self, candidate: datetime | None) -> datetime | None:
         max_runs = self._state.spec.max_runs
         if max_runs is not None and self._state.run_count >= max_runs:
@@ -354,6 +520,9 @@ class TaskWorkflow:
     async def _record_skip(self, scheduled_at: datetime, reason: str) -> None:
         state = self._state
         state.skipped_count += 1
+        workflow.metric_meter().create_counter(
+            "scheduler_skipped_runs", "fires recorded as skipped, by reason"
+        ).add(1, {"reason": reason})
         now = workflow.now()
         await self._save_execution(
             ExecutionRecord(
@@ -374,11 +543,13 @@ class TaskWorkflow:
         await workflow.wait_condition(lambda: not self._in_flight)
 
     # ----------------------------------------------------------------- bookkeeping
-    async def _save(self) -> None:
-        """Write the task row when something a user can see has changed."""
+    def _snapshot(self) -> TaskSnapshot:
         state = self._state
         last = state.last_run
-        snapshot = TaskSnapshot(
+        upcoming = None if state.paused or state.next_fire_at is None else (
+            state.next_fire_at + self._offset(state.next_fire_at)
+        )
+        return TaskSnapshot(
             task_id=state.task_id,
             tenant_id=state.tenant_id,
             name=state.spec.task_name,
@@ -386,11 +557,11 @@ class TaskWorkflow:
             spec=state.spec.model_dump(mode="json"),
             status=state.status.value,
             status_reason=state.status_reason,
-            next_run_at=None if state.paused else state.next_fire_at,
+            next_run_at=upcoming,
             last_run_at=last.scheduled_at if last else None,
             last_run_status=last.status.value if last else None,
             last_execution_id=last.execution_id if last else None,
-            run_count=state.run_count,
+            run_count=state.run_count + state.manual_count,
             success_count=state.success_count,
             failure_count=state.failure_count,
             skipped_count=state.skipped_count,
@@ -398,25 +569,44 @@ class TaskWorkflow:
             created_at=state.created_at,
             updated_at=state.created_at,
         )
+
+    def _versioned(self, snapshot: TaskSnapshot) -> TaskSnapshot | None:
+        """The snapshot to write (None when nothing a user can see has changed)."""
         if self._saved is not None and snapshot == self._saved:
-            return
+            return None
         previous, self._saved = self._saved, snapshot
         self._upsert_search_attributes(previous, snapshot)
-        # The version orders concurrent writers (main loop, runs, update handlers); the
-        # history length only grows, so a continued-as-new run keeps counting upwards.
+        # The version orders concurrent writers (main loop, runs, update handlers); a
+        # continued-as-new run keeps counting upwards.
         self._version += 1
-        to_write = snapshot.model_copy(
+        return snapshot.model_copy(
             update={
                 "updated_at": workflow.now(),
-                "state_version": state.continued_as_new * 1_000_000 + self._version,
+                "state_version": self._state.continued_as_new * 1_000_000 + self._version,
             }
         )
+
+    async def _save(self) -> None:
+        """Write the task row when something a user can see has changed."""
+        to_write = self._versioned(self._snapshot())
+        if to_write is None:
+            return
         await workflow.execute_local_activity(
             SAVE_TASK,
             to_write,
             start_to_close_timeout=BOOKKEEPING_TIMEOUT,
             retry_policy=BOOKKEEPING_RETRY,
-            summary=f"save task {state.status.value}",
+            summary=f"save task {self._state.status.value}",
+        )
+
+    async def _record_run(self, record: ExecutionRecord) -> None:
+        """A finished run's row and the task row after it, in one local activity."""
+        await workflow.execute_local_activity(
+            RECORD_RUN,
+            RunRecord(execution=record, snapshot=self._versioned(self._snapshot())),
+            start_to_close_timeout=BOOKKEEPING_TIMEOUT,
+            retry_policy=BOOKKEEPING_RETRY,
+            summary=f"record {record.status} {record.id}",
         )
 
     def _upsert_search_attributes(self, before: TaskSnapshot | None, now: TaskSnapshot) -> None:
@@ -518,6 +708,22 @@ class TaskWorkflow:
     def _validate_trigger(self) -> None:
         self._refuse_if_final("triggered")
 
+    @workflow.update(name="replay_run")
+    async def replay_update(self, request: ReplayRequest) -> TaskState:
+        """Run a dead-lettered run again, under its own execution id."""
+        self._state.queue.append(
+            QueuedRun(scheduled_at=request.scheduled_at, trigger=Trigger.REPLAY,
+                      execution_id=request.execution_id)
+        )
+        self._wake = True
+        return self._state
+
+    @replay_update.validator
+    def _validate_replay(self, request: ReplayRequest) -> None:
+        self._refuse_if_final("replayed")
+        if not request.execution_id.startswith(f"{self._state.task_id}:"):
+            raise ApplicationError("that execution is not one of this task's", non_retryable=True)
+
     @workflow.update(name="update_task")
     async def update_task(self, changes: TaskChanges) -> TaskState:
         """Change the task; the sleeping workflow re-plans at once."""
@@ -533,6 +739,7 @@ class TaskWorkflow:
             state.next_fire_at = self._limit_runs(self._rebound(state.next_fire_at))
         elif changed:
             now = workflow.now()
+            self._withdraw_waiting("rescheduled")
             state.anchor = now
             state.run_count = 0 if new_spec.schedule_type is ScheduleType.ONCE else state.run_count
             state.next_fire_at = self._limit_runs(first_fire(new_spec, now))
@@ -585,9 +792,18 @@ class TaskWorkflow:
             return
         state.paused = True
         state.status_reason = reason or "paused"
-        if not self._active:
-            state.status = TaskStatus.PAUSED
+        self._withdraw_waiting("paused")
+        self._refresh_status()
         self._wake = True
+
+    def _withdraw_waiting(self, reason: str) -> None:
+        """Cancel runs dispatched ahead of an instant that has not come yet."""
+        now = workflow.now()
+        for run_id, handle in self._active.items():
+            instant = self._instants.get(run_id)
+            if instant is not None and instant > now:
+                self._withdrawn[run_id] = reason
+                handle.cancel()
 
     def _resume(self) -> None:
         state = self._state
@@ -633,6 +849,11 @@ def _failure_status(err: ActivityError) -> tuple[ExecutionStatus, str]:
         return ExecutionStatus.CANCELLED, "cancelled while running"
     message = str(cause) if cause is not None else str(err)
     return ExecutionStatus.FAILED, message[:2000]
+
+
+def _is_withdrawn(err: ActivityError) -> bool:
+    cause = err.cause
+    return isinstance(cause, ApplicationError) and cause.type == WITHDRAWN
 
 
 def _failure_details(err: ActivityError) -> JobFailureDetails | None:

@@ -6,12 +6,10 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import AsyncIterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import httpx
 from sqlalchemy import Engine
 from temporalio.api.testservice.v1 import LockTimeSkippingRequest, UnlockTimeSkippingRequest
 from temporalio.client import WorkflowHandle
@@ -24,7 +22,7 @@ from scheduling.fire import first_fire
 from scheduling.spec import TaskSpec
 from store.models import TaskExecution
 from store.tasks import list_executions
-from worker.build import WORKFLOWS, build_activities
+from tests.conftest import new_worker
 from workflows import attributes
 from workflows.state import TaskState, TaskWorkflowInput, workflow_id
 from workflows.task import TaskWorkflow
@@ -184,21 +182,8 @@ async def stoppable_worker(
     comes back could never pick it up. Without a cache, every workflow task goes to the shared
     queue, as it does on a real server once the sticky timeout passes.
     """
-    async with httpx.AsyncClient() as http:
-        activities = build_activities(
-            engine=engine, http=http, client=env.client, task_queue=task_queue
-        )
-        with ThreadPoolExecutor(max_workers=8) as executor:
-            worker = Worker(
-                env.client,
-                task_queue=task_queue,
-                workflows=list(WORKFLOWS),
-                activities=activities,
-                activity_executor=executor,
-                max_cached_workflows=0,
-            )
-            async with worker:
-                yield worker
+    async with new_worker(env.client, engine, task_queue=task_queue, max_cached_workflows=0) as worker:
+        yield worker
 
 
 async def pass_time_without_worker(
