@@ -26,6 +26,7 @@ from store.tasks import mark_started
 log = structlog.get_logger("task_scheduler.jobs")
 
 RETRYABLE_4XX = {408, 429}
+WAITING_HEARTBEAT = timedelta(seconds=1.5)
 
 
 class JobActivities:
@@ -60,9 +61,13 @@ class JobActivities:
             workflow_id=info.workflow_id,
             attempt=info.attempt,
         )
-        heartbeats = asyncio.create_task(_heartbeat_forever(info.heartbeat_timeout))
+        # While it waits for its instant the run heartbeats every second, so a cancel, pause
+        # or update withdraws it in time; once running, at a third of the heartbeat timeout.
+        heartbeats = asyncio.create_task(_heartbeat_forever(WAITING_HEARTBEAT))
         try:
             await _wait_for_instant(job_input)
+            heartbeats.cancel()
+            heartbeats = asyncio.create_task(_heartbeat_forever(info.heartbeat_timeout))
             return await self._attempt(job_input, info.attempt, bound)
         finally:
             heartbeats.cancel()

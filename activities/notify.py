@@ -38,5 +38,5 @@ class NotifyActivities:
             raise ApplicationError(f"webhook unreachable: {type(exc).__name__}") from exc
         if not 200 <= response.status_code < 300:
             raise ApplicationError(f"webhook answered HTTP {response.status_code}")
-        log.info("notify.delivered", task_id=note.task_id, event=note.event, status=response.status_code)
+        log.info("notify.delivered", task_id=note.task_id, notify_event=note.event, status=response.status_code)
         return response.status_code

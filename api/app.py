@@ -16,7 +16,7 @@ from api.errors import install_error_handlers
 from api.guards import BodyGuard
 from api.metrics import ApiMetrics
 from api.ratelimit import TenantRateLimiter
-from api.routes import health, tasks, ui
+from api.routes import dead_letters, health, tasks, ui
 from api.service import TaskService
 from api.temporal import TemporalGateway
 from store.engine import make_engine, migrate
@@ -88,6 +88,7 @@ def create_app(
     app.add_middleware(BodyGuard, max_bytes=settings.max_request_bytes)
     install_error_handlers(app)
     app.include_router(tasks.router)
+    app.include_router(dead_letters.router)
     app.include_router(health.router)
     app.include_router(ui.router)
 

@@ -40,6 +40,10 @@ class TaskNotFound(ApiError):
     status, slug, title = 404, "task-not-found", "Task not found"
 
 
+class NotFound(ApiError):
+    status, slug, title = 404, "not-found", "Not found"
+
+
 class InvalidTask(ApiError):
     status, slug, title = 422, "invalid-task", "Invalid task"
 

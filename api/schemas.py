@@ -192,10 +192,28 @@ class ExecutionOut(BaseModel):
     http_status: int | None
     response_snippet: str | None
     error: str | None
+    lateness_ms: float | None = Field(default=None, description="actual start minus scheduled time")
+    drifted: bool = Field(default=False, description="started later than the drift threshold")
+    dead_letter: str | None = Field(
+        default=None, description="open (replayable), replayed or dismissed, for failed runs"
+    )
 
     @classmethod
     def from_row(cls, row: TaskExecution) -> ExecutionOut:
         return cls.model_validate(row)
+
+
+class DeadLetterOut(ExecutionOut):
+    """A run that exhausted its retries, with its task's name."""
+
+    task_name: str
+
+
+class DeadLetterPage(BaseModel):
+    """One page of open dead letters, newest first."""
+
+    items: list[DeadLetterOut]
+    next_cursor: str | None
 
 
 class ExecutionPage(BaseModel):

@@ -22,22 +22,38 @@ from activities.egress import EgressPolicy, EgressRefused
 from api.errors import (
     IdempotencyConflict,
     InvalidTask,
+    NotFound,
     PayloadTooLarge,
     QuotaExceeded,
     ServiceUnavailable,
     TaskConflict,
     TaskNotFound,
 )
-from api.schemas import ExecutionOut, ExecutionPage, TaskOut, TaskPage
+from api.schemas import (
+    DeadLetterOut,
+    DeadLetterPage,
+    ExecutionOut,
+    ExecutionPage,
+    TaskOut,
+    TaskPage,
+)
 from api.temporal import TemporalGateway
 from scheduling.fire import first_fire
 from scheduling.spacing import shortest_gap
 from scheduling.spec import HandlerJob, HttpJob, ScheduleType, TaskChanges, TaskSpec, check_timing
 from store.idempotency import claim_key, complete_key
-from store.models import Task
+from store.models import Task, TaskExecution
 from store.quotas import Quota, count_active_tasks, quota_for
 from store.records import TaskSnapshot
-from store.tasks import get_task, list_executions, list_tasks, save_snapshot
+from store.tasks import (
+    get_execution,
+    get_task,
+    list_dead_letters,
+    list_executions,
+    list_tasks,
+    save_snapshot,
+    set_dead_letter,
+)
 from workflows.state import TaskState, TaskStatus
 
 log = structlog.get_logger("task_scheduler.api")
@@ -274,6 +290,53 @@ class TaskService:
         """Run a task's job now, outside its schedule."""
         self._refuse_final(await self._row(who, task_id))
         return self._out(await self.temporal.trigger(task_id))
+
+    # ------------------------------------------------------------- dead letters
+    async def dead_letters(self, who: Principal, *, limit: int, cursor: str | None) -> DeadLetterPage:
+        """Open dead letters of the tenant (of everyone for an admin key)."""
+        tenant = None if who.is_admin else who.tenant_id
+        try:
+            rows, next_cursor = await in_thread(
+                list_dead_letters, self.engine, tenant_id=tenant, limit=limit, cursor=cursor
+            )
+        except ValueError as exc:
+            raise InvalidTask(f"cursor: {exc}", field="cursor") from exc
+        items = [
+            DeadLetterOut(**ExecutionOut.from_row(row).model_dump(), task_name=name)
+            for row, name in rows
+        ]
+        return DeadLetterPage(items=items, next_cursor=next_cursor)
+
+    async def replay(self, who: Principal, execution_id: str) -> ExecutionOut:
+        """Run a dead letter again under the same execution id (same Idempotency-Key)."""
+        row = await self._dead_letter(who, execution_id)
+        task = await self._row(who, row.task_id)
+        if task.status == TaskStatus.CANCELLED:
+            raise TaskConflict(f"task {task.id} is CANCELLED; its dead letters cannot be replayed")
+        if not await in_thread(set_dead_letter, self.engine, execution_id, state="replayed"):
+            raise TaskConflict(f"dead letter {execution_id} is being replayed already")
+        try:
+            if task.status in (TaskStatus.COMPLETED, TaskStatus.FAILED):
+                await self.temporal.replay_ended(task, execution_id, row.scheduled_at)
+            else:
+                await self.temporal.replay(row.task_id, execution_id, row.scheduled_at)
+        except Exception:
+            await in_thread(set_dead_letter, self.engine, execution_id, state="open", expect="replayed")
+            raise
+        row.dead_letter = "replayed"
+        return ExecutionOut.from_row(row)
+
+    async def dismiss(self, who: Principal, execution_id: str) -> None:
+        """Drop a dead letter from the list; its execution row stays."""
+        await self._dead_letter(who, execution_id)
+        if not await in_thread(set_dead_letter, self.engine, execution_id, state="dismissed"):
+            raise TaskConflict(f"dead letter {execution_id} is no longer open")
+
+    async def _dead_letter(self, who: Principal, execution_id: str) -> TaskExecution:
+        row = await in_thread(get_execution, self.engine, execution_id)
+        if row is None or (not who.is_admin and row.tenant_id != who.tenant_id) or row.dead_letter != "open":
+            raise NotFound(f"no open dead letter {execution_id}")
+        return row
 
     # ------------------------------------------------------------- helpers
     async def _check(self, spec: TaskSpec, now: datetime) -> None:

@@ -21,8 +21,9 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from api.errors import InvalidTask, OutcomeUnknown, ServiceUnavailable, TaskConflict, TaskNotFound
 from scheduling.spec import TaskChanges, TaskSpec
-from workflows.starter import start_task_workflow
-from workflows.state import TaskState, workflow_id
+from store.models import Task
+from workflows.starter import start_task_workflow, state_from_row
+from workflows.state import QueuedRun, ReplayRequest, TaskState, Trigger, workflow_id
 from workflows.task import TaskWorkflow
 
 UPDATE_TIMEOUT = timedelta(seconds=20)
@@ -96,6 +97,22 @@ class TemporalGateway:
     async def trigger(self, task_id: str) -> TaskState:
         """Run the task's job now."""
         return await self._update(task_id, TaskWorkflow.trigger_update)
+
+    async def replay(self, task_id: str, execution_id: str, scheduled_at: datetime) -> TaskState:
+        """Run a dead-lettered execution again."""
+        request = ReplayRequest(execution_id=execution_id, scheduled_at=scheduled_at)
+        return await self._update(task_id, TaskWorkflow.replay_update, request)
+
+    async def replay_ended(self, row: Task, execution_id: str, scheduled_at: datetime) -> None:
+        """Replay a dead letter of a task whose workflow has ended: a new run of the task's
+        workflow does just that run, then ends by the same rules."""
+        replay = QueuedRun(scheduled_at=scheduled_at, trigger=Trigger.REPLAY, execution_id=execution_id)
+        state = state_from_row(row, next_fire_at=None, queue=[replay], reason="replaying a dead letter")
+        async with _temporal_errors(row.id):
+            await start_task_workflow(
+                self.client, task_queue=self.task_queue, task_id=row.id, tenant_id=row.tenant_id,
+                spec=state.spec, created_at=row.created_at, state=state, reuse_closed_id=True,
+            )
 
     async def _update(self, task_id: str, update: Any, *args: Any) -> TaskState:
         handle = self.client.get_workflow_handle_for(TaskWorkflow.run, workflow_id(task_id))

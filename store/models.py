@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import JSON, Column, DateTime, Index, TypeDecorator
+from sqlalchemy import JSON, BigInteger, Column, DateTime, Index, TypeDecorator
 from sqlalchemy.engine import Dialect
 from sqlmodel import Field, SQLModel
 
@@ -63,7 +63,7 @@ class Task(SQLModel, table=True):
     failure_count: int = 0
     skipped_count: int = 0
     consecutive_failures: int = 0
-    state_version: int = 0
+    state_version: int = Field(default=0, sa_type=BigInteger)
     created_at: datetime = _ts(default_factory=utcnow)
     updated_at: datetime = _ts(default_factory=utcnow)
 

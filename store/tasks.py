@@ -183,3 +183,43 @@ def mark_task(engine: Engine, task_id: str, *, status: str, reason: str) -> None
             task.status, task.status_reason, task.updated_at = status, reason, utcnow()
             session.add(task)
             session.commit()
+
+
+def list_dead_letters(
+    engine: Engine, *, tenant_id: str | None, limit: int, cursor: str | None = None
+) -> tuple[list[tuple[TaskExecution, str]], str | None]:
+    """Open dead letters (runs that exhausted their retries) with their task's name, newest first."""
+    query = (
+        select(TaskExecution, Task.name)
+        .join(Task, Task.id == TaskExecution.task_id)
+        .where(TaskExecution.dead_letter == "open")
+    )
+    if tenant_id is not None:
+        query = query.where(TaskExecution.tenant_id == tenant_id)
+    if cursor is not None:
+        scheduled, row_id = decode_cursor(cursor)
+        query = query.where(
+            or_(
+                TaskExecution.scheduled_at < scheduled,
+                and_(TaskExecution.scheduled_at == scheduled, TaskExecution.id < row_id),
+            )
+        )
+    query = query.order_by(TaskExecution.scheduled_at.desc(), TaskExecution.id.desc()).limit(limit + 1)
+    with Session(engine) as session:
+        rows = [(execution, name) for execution, name in session.execute(query).all()]
+        for execution, _ in rows:
+            session.expunge(execution)
+    page, more = rows[:limit], len(rows) > limit
+    last = page[-1][0] if page else None
+    return page, (encode_cursor(last.scheduled_at, last.id) if more and last else None)
+
+
+def set_dead_letter(engine: Engine, execution_id: str, *, state: str, expect: str = "open") -> bool:
+    """Move a dead letter from ``expect`` to ``state``; False when it was not in ``expect``."""
+    with engine.begin() as connection:
+        result = connection.execute(
+            update(TaskExecution)
+            .where(TaskExecution.id == execution_id, TaskExecution.dead_letter == expect)
+            .values(dead_letter=state)
+        )
+    return bool(result.rowcount)

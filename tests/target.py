@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections import Counter
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from aiohttp import web
@@ -16,9 +18,16 @@ class Received:
     path: str
     headers: dict[str, str]
     body: bytes
+    at: datetime = field(default_factory=lambda: datetime.now(UTC))
+    status: int | None = None  # what the target answered (None: no answer was sent)
 
     def json(self) -> Any:
         return json.loads(self.body) if self.body else None
+
+    @property
+    def key(self) -> str | None:
+        """The request's Idempotency-Key (the execution id of a run)."""
+        return self.headers.get("Idempotency-Key")
 
 
 @dataclass
@@ -47,6 +56,10 @@ class TargetServer:
     def url(self, path: str = "/hook") -> str:
         return f"http://127.0.0.1:{self.port}{path}"
 
+    def requests_by_key(self) -> Counter[str]:
+        """How many requests arrived under each Idempotency-Key."""
+        return Counter(r.key for r in self.received if r.key is not None)
+
     async def wait_for(self, count: int, timeout: float = 30) -> list[Received]:
         """Wait until at least ``count`` requests arrived."""
         async def _until() -> None:
@@ -58,8 +71,14 @@ class TargetServer:
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         body = await request.read()
-        self.received.append(Received(request.method, request.path, dict(request.headers), body))
+        seen = Received(request.method, request.path, dict(request.headers), body)
+        self.received.append(seen)
         self._event.set()
+        response = await self._answer(request)
+        seen.status = response.status
+        return response
+
+    async def _answer(self, request: web.Request) -> web.StreamResponse:
         parts = request.path.strip("/").split("/")
         if parts[0] == "status" and len(parts) > 1:
             return web.Response(status=int(parts[1]), text=f"answered {parts[1]}")

@@ -27,7 +27,7 @@ from store.models import Task
 from store.quotas import ACTIVE_STATUSES
 from store.records import TaskSnapshot
 from store.tasks import mark_task, save_snapshot
-from workflows.starter import start_task_workflow
+from workflows.starter import start_task_workflow, state_from_row
 from workflows.state import TaskState, workflow_id
 
 log = structlog.get_logger("task_scheduler.reconcile")
@@ -123,12 +123,7 @@ class Reconciler:
             upcoming = spec.run_at
         else:
             upcoming = next_fire(spec, anchor=row.created_at, after=now)
-        state = TaskState(
-            task_id=row.id, tenant_id=row.tenant_id, spec=spec, created_at=row.created_at,
-            anchor=row.created_at, next_fire_at=upcoming, run_count=row.run_count,
-            success_count=row.success_count, failure_count=row.failure_count,
-            skipped_count=row.skipped_count, status_reason="restarted by the reconciler",
-        )
+        state = state_from_row(row, next_fire_at=upcoming, reason="restarted by the reconciler")
         await start_task_workflow(
             self._client, task_queue=self._task_queue, task_id=row.id, tenant_id=row.tenant_id,
             spec=spec, created_at=row.created_at, state=state, lead_seconds=self._lead_seconds,

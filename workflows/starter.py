@@ -10,7 +10,8 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 
 from scheduling.spec import TaskSpec
 from workflows import attributes
-from workflows.state import TaskState, TaskWorkflowInput, workflow_id
+from store.models import Task
+from workflows.state import QueuedRun, TaskState, TaskWorkflowInput, workflow_id
 
 PRIORITY_KEYS = {"high": 1, "medium": 3, "low": 5}
 
@@ -26,6 +27,7 @@ async def start_task_workflow(
     state: TaskState | None = None,
     lead_seconds: float = 0.0,
     max_lead_seconds: float = 60.0,
+    reuse_closed_id: bool = False,
 ) -> bool:
     """Start ``task-<task_id>``; False when a workflow with that id exists or existed."""
     first = state.next_fire_at if state is not None else None
@@ -42,7 +44,11 @@ async def start_task_workflow(
             ),
             id=workflow_id(task_id),
             task_queue=task_queue,
-            id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+            id_reuse_policy=(
+                WorkflowIDReusePolicy.ALLOW_DUPLICATE
+                if reuse_closed_id
+                else WorkflowIDReusePolicy.REJECT_DUPLICATE
+            ),
             search_attributes=attributes.initial(
                 task_id=task_id,
                 tenant_id=tenant_id,
@@ -56,3 +62,17 @@ async def start_task_workflow(
     except WorkflowAlreadyStartedError:
         return False
     return True
+
+
+def state_from_row(
+    row: Task, *, next_fire_at: datetime | None, queue: list[QueuedRun] | None = None,
+    reason: str,
+) -> TaskState:
+    """A workflow state rebuilt from a task row (its workflow is gone or has ended)."""
+    spec = TaskSpec.model_validate(row.spec)
+    return TaskState(
+        task_id=row.id, tenant_id=row.tenant_id, spec=spec, created_at=row.created_at,
+        anchor=row.created_at, next_fire_at=next_fire_at, run_count=row.run_count,
+        success_count=row.success_count, failure_count=row.failure_count,
+        skipped_count=row.skipped_count, status_reason=reason, queue=queue or [],
+    )

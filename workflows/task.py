@@ -582,7 +582,9 @@ class TaskWorkflow:
         return snapshot.model_copy(
             update={
                 "updated_at": workflow.now(),
-                "state_version": self._state.continued_as_new * 1_000_000 + self._version,
+                # Later workflow runs (continue-as-new, a restart, a replay) start later, so
+                # their writes outrank every write of the runs before them.
+                "state_version": _run_epoch_ms() * 1_000_000 + self._version,
             }
         )
 
@@ -849,6 +851,10 @@ def _failure_status(err: ActivityError) -> tuple[ExecutionStatus, str]:
         return ExecutionStatus.CANCELLED, "cancelled while running"
     message = str(cause) if cause is not None else str(err)
     return ExecutionStatus.FAILED, message[:2000]
+
+
+def _run_epoch_ms() -> int:
+    return int(workflow.info().start_time.timestamp() * 1000)
 
 
 def _is_withdrawn(err: ActivityError) -> bool:

@@ -79,3 +79,31 @@ def test_keys_hashed_and_revocable(any_engine: Engine) -> None:
     assert find_active_key(any_engine, plain) is None
     assert not revoke_key(any_engine, row.id)
     assert [k.id for k in list_keys(any_engine, "t1")] == [row.id]
+
+
+def test_migrations_match_the_models(any_engine: Engine) -> None:
+    from alembic.autogenerate import compare_metadata
+    from alembic.migration import MigrationContext
+    from sqlmodel import SQLModel
+
+    with any_engine.connect() as connection:
+        context = MigrationContext.configure(connection, opts={"compare_type": True})
+        differences = compare_metadata(context, SQLModel.metadata)
+    assert differences == []
+
+
+def test_dead_letters_listed_and_moved(any_engine: Engine) -> None:
+    from store.tasks import list_dead_letters, set_dead_letter
+
+    save_snapshot(any_engine, snapshot("d", version=1, name="dl-task"))
+    for n, letter in enumerate(["open", "open", None]):
+        save_execution(any_engine, ExecutionRecord(
+            id=f"d:{n}", task_id="d", tenant_id="t1", scheduled_at=T0 + timedelta(minutes=n),
+            status="FAILED" if letter else "COMPLETED", dead_letter=letter,
+        ))
+    rows, _ = list_dead_letters(any_engine, tenant_id="t1", limit=10)
+    assert [(r.id, name) for r, name in rows] == [("d:1", "dl-task"), ("d:0", "dl-task")]
+    assert list_dead_letters(any_engine, tenant_id="t2", limit=10)[0] == []
+    assert set_dead_letter(any_engine, "d:1", state="replayed")
+    assert not set_dead_letter(any_engine, "d:1", state="dismissed")
+    assert [r.id for r, _ in list_dead_letters(any_engine, tenant_id=None, limit=10)[0]] == ["d:0"]

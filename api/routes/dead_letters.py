@@ -1,0 +1,40 @@
+"""Dead letters: runs that exhausted their retries, listable, replayable, dismissable."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Path, Query, Response, status
+
+from api.deps import ServiceDep
+from api.ratelimit import ReaderDep, WriterDep
+from api.routes.tasks import ERRORS
+from api.schemas import DeadLetterPage, ExecutionOut
+
+router = APIRouter(tags=["dead letters"])
+ExecutionIdPath = Annotated[str, Path(min_length=1, max_length=200, description="the execution id")]
+
+
+@router.get("/dead-letters", responses=ERRORS)
+async def list_dead_letters(
+    who: ReaderDep,
+    service: ServiceDep,
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+    cursor: Annotated[str | None, Query(max_length=500)] = None,
+) -> DeadLetterPage:
+    """Open dead letters of the tenant, newest first."""
+    return await service.dead_letters(who, limit=limit, cursor=cursor)
+
+
+@router.post("/dead-letters/{execution_id}/replay", status_code=status.HTTP_202_ACCEPTED, responses=ERRORS)
+async def replay_dead_letter(execution_id: ExecutionIdPath, who: WriterDep, service: ServiceDep) -> ExecutionOut:
+    """Run the failed run again under the same execution id (same Idempotency-Key)."""
+    return await service.replay(who, execution_id)
+
+
+@router.delete("/dead-letters/{execution_id}", status_code=status.HTTP_204_NO_CONTENT, responses=ERRORS,
+               response_class=Response)
+async def dismiss_dead_letter(execution_id: ExecutionIdPath, who: WriterDep, service: ServiceDep) -> Response:
+    """Dismiss a dead letter; its execution row stays in the run history."""
+    await service.dismiss(who, execution_id)
+    return Response(status_code=status.HTTP_204_NO_CONTENT)

