@@ -430,7 +430,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5, help="fires of the longer interval task")
     parser.add_argument("--db-seconds", type=float, default=0.0,
                         help="also measure the database's fires/s for this long (0: skip)")
-    parser.add_argument("--db-threads", type=int, default=8)
+    parser.add_argument("--db-threads", type=int, default=4)
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args()
     if args.runs < 3:

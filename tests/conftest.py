@@ -77,7 +77,13 @@ async def dev_env() -> AsyncIterator[WorkflowEnvironment]:
         data_converter=pydantic_data_converter,
         dev_server_existing_path=_binary("temporal"),
         search_attributes=keys,
-        dev_server_extra_args=["--dynamic-config-value", "frontend.enableUpdateWorkflowExecution=true"],
+        # One partition per task queue: Temporal orders a backlog by priority within a
+        # partition, and the priority test wants to see that order exactly.
+        dev_server_extra_args=[
+            "--dynamic-config-value", "frontend.enableUpdateWorkflowExecution=true",
+            "--dynamic-config-value", "matching.numTaskqueueReadPartitions=1",
+            "--dynamic-config-value", "matching.numTaskqueueWritePartitions=1",
+        ],
     )
     yield env
     await env.shutdown()

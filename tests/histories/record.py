@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import sys
 import tempfile
+import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from scheduling.spec import TaskChanges
 from store.engine import make_engine, migrate
 from tests.conftest import _binary, new_worker, register_search_attributes
 from tests.workflows.helpers import spec, start_task
+from workflows.starter import start_task_workflow
 from workflows.state import TaskState
 from workflows.task import TaskWorkflow
 
@@ -47,6 +49,15 @@ async def record() -> list[Path]:
             handles: dict[str, WorkflowHandle[TaskWorkflow, TaskState]] = {}
 
             handles["once"] = await start_task(env, queue, spec(schedule_type="once", run_at=now + timedelta(minutes=5)))
+
+            # Dispatched ahead of its instant: the job waits on the worker's clock.
+            ahead_id = uuid.uuid4().hex
+            await start_task_workflow(
+                env.client, task_queue=queue, task_id=ahead_id, tenant_id="t1",
+                spec=spec(schedule_type="interval", interval_seconds=3, max_runs=2),
+                created_at=await env.get_current_time(), lead_seconds=2,
+            )
+            handles["interval_dispatched_ahead"] = env.client.get_workflow_handle(f"task-{ahead_id}")
 
             cron = await start_task(env, queue, spec(schedule_type="cron", cron="0 * * * *", max_runs=6))
             await env.sleep(timedelta(hours=2, minutes=10))
