@@ -10,6 +10,7 @@ from typing import Any
 
 import httpx
 import structlog
+from opentelemetry import propagate, trace
 from sqlalchemy import Engine
 from temporalio import activity
 from temporalio.client import Client, WorkflowFailureError
@@ -26,6 +27,7 @@ from store.tasks import mark_started
 log = structlog.get_logger("task_scheduler.jobs")
 
 RETRYABLE_4XX = {408, 429}
+_tracer = trace.get_tracer("task_scheduler.jobs")
 WAITING_HEARTBEAT = timedelta(seconds=1.5)
 
 
@@ -138,7 +140,18 @@ class JobActivities:
             bound.warning("job.start_not_recorded", error=type(exc).__name__)
 
     async def _run_http(self, job: HttpJob, job_input: JobInput, attempt: int) -> JobResult:
+        with _tracer.start_as_current_span(
+            f"HTTP {job.method}", kind=trace.SpanKind.CLIENT,
+            attributes={"http.request.method": job.method, "url.full": job.url,
+                        "task_scheduler.execution_id": job_input.execution_id},
+        ) as span:
+            result = await self._send_http(job, job_input, attempt)
+            span.set_attribute("http.response.status_code", result.http_status or 0)
+            return result
+
+    async def _send_http(self, job: HttpJob, job_input: JobInput, attempt: int) -> JobResult:
         headers = {**job.headers, "Idempotency-Key": job_input.execution_id}
+        propagate.inject(headers)  # traceparent, when tracing is on
         content = None
         if job.body is not None:
             content = json.dumps(job.body).encode()

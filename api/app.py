@@ -22,6 +22,7 @@ from api.temporal import TemporalGateway
 from store.engine import make_engine, migrate
 from store.quotas import Quota
 from worker.settings import Settings
+from worker.tracing import setup_tracing, temporal_interceptors
 
 DESCRIPTION = """
 Durable task scheduling. Every task is a Temporal workflow that sleeps until its next run,
@@ -48,6 +49,7 @@ def create_app(
             settings.temporal_address,
             namespace=settings.temporal_namespace,
             data_converter=pydantic_data_converter,
+            interceptors=temporal_interceptors(tracing),
             lazy=True,  # start even while Temporal is down; requests then answer 503
         )
         app.state.service = TaskService(
@@ -82,6 +84,11 @@ def create_app(
         description=DESCRIPTION,
         lifespan=lifespan,
     )
+    tracing = setup_tracing("task-scheduler-api", settings.otlp_endpoint)
+    if tracing:
+        from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
+
+        FastAPIInstrumentor.instrument_app(app, excluded_urls="metrics,livez,readyz")
     metrics = ApiMetrics()
     app.state.metrics = metrics
     app.middleware("http")(metrics.middleware)

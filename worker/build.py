@@ -24,15 +24,19 @@ from activities.contracts import jobs_queue
 from activities.handlers import Handler, load_handlers
 from activities.jobs import JobActivities
 from activities.notify import NotifyActivities
+from worker.tracing import temporal_interceptors
 from workflows.task import TaskWorkflow
 
 WORKFLOWS: Sequence[type] = (TaskWorkflow,)
 
 
-async def connect(address: str, namespace: str, runtime: Runtime | None = None) -> Client:
-    """A Temporal client that speaks pydantic models."""
+async def connect(
+    address: str, namespace: str, runtime: Runtime | None = None, *, tracing: bool = False
+) -> Client:
+    """A Temporal client that speaks pydantic models (and carries traces when tracing is on)."""
     return await Client.connect(
-        address, namespace=namespace, data_converter=pydantic_data_converter, runtime=runtime
+        address, namespace=namespace, data_converter=pydantic_data_converter, runtime=runtime,
+        interceptors=temporal_interceptors(tracing),
     )
 
 

@@ -17,6 +17,7 @@ from worker.reconcile import Reconciler
 from worker.build import build_activities, build_workers, connect
 from worker.settings import Settings
 from worker.telemetry import make_runtime, watch_backlog
+from worker.tracing import setup_tracing
 
 log = structlog.get_logger("task_scheduler.worker")
 
@@ -28,7 +29,10 @@ async def connect_with_retry(
     delay = 0.5
     while not stop.is_set():
         try:
-            return await connect(settings.temporal_address, settings.temporal_namespace, runtime)
+            return await connect(
+                settings.temporal_address, settings.temporal_namespace, runtime,
+                tracing=setup_tracing("task-scheduler-worker", settings.otlp_endpoint),
+            )
         except Exception as exc:  # the server may still be starting
             log.warning("temporal.unavailable", address=settings.temporal_address, error=str(exc))
             try:

@@ -62,6 +62,9 @@ class Settings(BaseSettings):
         "worker (0 turns it off); grows with the backlog the task sees, up to the maximum",
     )
     dispatch_max_lead_seconds: float = 60.0
+    otlp_endpoint: str | None = Field(
+        default=None, description="OTLP/HTTP traces endpoint; unset: no tracing"
+    )
     reconcile_interval_seconds: float = 60.0
     reconcile_grace_seconds: float = 30.0
     reconcile_window_hours: float = 24.0
