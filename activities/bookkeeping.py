@@ -26,6 +26,7 @@ class BookkeepingActivities:
         log.info(
             "task.state",
             task_id=snapshot.task_id,
+            workflow_id=f"task-{snapshot.task_id}",
             tenant=snapshot.tenant_id,
             status=snapshot.status,
             next_run_at=snapshot.next_run_at.isoformat() if snapshot.next_run_at else None,
@@ -39,6 +40,7 @@ class BookkeepingActivities:
         log.info(
             "execution.state",
             task_id=record.task_id,
+            workflow_id=f"task-{record.task_id}",
             execution_id=record.id,
             tenant=record.tenant_id,
             status=record.status,
@@ -54,6 +56,7 @@ class BookkeepingActivities:
         log.info(
             "execution.state",
             task_id=record.task_id,
+            workflow_id=f"task-{record.task_id}",
             execution_id=record.id,
             tenant=record.tenant_id,
             status=record.status,

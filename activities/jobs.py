@@ -20,7 +20,7 @@ from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 from activities.contracts import RUN_JOB, WITHDRAWN, JobFailureDetails, JobInput, JobResult
 from activities.egress import EgressRefused
 from activities.handlers import Handler, HandlerContext, call_handler
-from scheduling.spec import HandlerJob, HttpJob, WorkflowJob
+from scheduling.spec import HandlerJob, HttpJob, WorkflowJob, redact_url
 from store.records import ExecutionRecord
 from store.tasks import mark_started
 
@@ -142,7 +142,7 @@ class JobActivities:
     async def _run_http(self, job: HttpJob, job_input: JobInput, attempt: int) -> JobResult:
         with _tracer.start_as_current_span(
             f"HTTP {job.method}", kind=trace.SpanKind.CLIENT,
-            attributes={"http.request.method": job.method, "url.full": job.url,
+            attributes={"http.request.method": job.method, "url.full": redact_url(job.url),
                         "task_scheduler.execution_id": job_input.execution_id},
         ) as span:
             result = await self._send_http(job, job_input, attempt)
@@ -163,20 +163,20 @@ class JobActivities:
                 snippet = await self._read_snippet(response)
         except EgressRefused as exc:
             raise ApplicationError(
-                f"{job.method} {job.url} refused: {exc}",
+                f"{job.method} {redact_url(job.url)} refused: {exc}",
                 JobFailureDetails(attempt=attempt).model_dump(),
                 type="EgressRefused",
                 non_retryable=True,
             ) from exc
         except httpx.TimeoutException as exc:
             raise ApplicationError(
-                f"{job.method} {job.url} timed out after {job.timeout_seconds}s",
+                f"{job.method} {redact_url(job.url)} timed out after {job.timeout_seconds}s",
                 JobFailureDetails(attempt=attempt).model_dump(),
                 type="HttpTimeout",
             ) from exc
         except httpx.HTTPError as exc:
             raise ApplicationError(
-                f"{job.method} {job.url} failed: {type(exc).__name__}: {exc}",
+                f"{job.method} {redact_url(job.url)} failed: {type(exc).__name__}: {exc}",
                 JobFailureDetails(attempt=attempt).model_dump(),
                 type="HttpConnectionError",
             ) from exc
@@ -186,7 +186,7 @@ class JobActivities:
         details = JobFailureDetails(attempt=attempt, http_status=status, response_snippet=snippet)
         retryable = status >= 500 or status in RETRYABLE_4XX
         raise ApplicationError(
-            f"{job.method} {job.url} answered HTTP {status}",
+            f"{job.method} {redact_url(job.url)} answered HTTP {status}",
             details.model_dump(),
             type="HttpStatus",
             non_retryable=not retryable,

@@ -344,3 +344,13 @@ def check_timing(spec: TaskSpec, now: datetime) -> None:
         )
     if spec.end_date is not None and spec.end_date <= now:
         raise ValueError("end_date is in the past: the task could never run")
+
+
+def redact_url(url: str) -> str:
+    """The URL without path, query or credentials, for logs and summaries: webhook URLs often
+    carry their secret in the path or the query."""
+    parts = urlsplit(url)
+    host = parts.hostname or "?"
+    port = f":{parts.port}" if parts.port else ""
+    tail = "/…" if (parts.path not in ("", "/") or parts.query) else "/"
+    return f"{parts.scheme}://{host}{port}{tail}"

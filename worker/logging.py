@@ -26,7 +26,7 @@ def configure_logging(fmt: str = "console", level: str = "INFO") -> None:
         ],
         wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelName(level.upper())),
         logger_factory=structlog.PrintLoggerFactory(file=_CurrentStderr()),  # type: ignore[arg-type]
-        cache_logger_on_first_use=True,
+        cache_logger_on_first_use=False,  # a reconfiguration applies to every logger
     )
 
 

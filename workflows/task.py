@@ -42,6 +42,7 @@ with workflow.unsafe.imports_passed_through():
         TaskChanges,
         TaskSpec,
         check_timing,
+        redact_url,
     )
     from store.records import ExecutionRecord, TaskSnapshot
     from workflows import attributes
@@ -839,7 +840,7 @@ def _describe(spec: TaskSpec) -> str:
 def _describe_job(spec: TaskSpec) -> str:
     job = spec.job_details
     if isinstance(job, HttpJob):
-        return f"{job.method} {job.url}"
+        return f"{job.method} {redact_url(job.url)}"
     if isinstance(job, HandlerJob):
         return f"handler {job.name}"
     return f"workflow {job.workflow_type}"
