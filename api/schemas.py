@@ -83,8 +83,32 @@ class LastRunOut(BaseModel):
     scheduled_at: datetime
 
 
+TASK_EXAMPLE: dict[str, Any] = {
+    "task_id": "5b0c2e7c9f2d4e2a9a51d3c0b8f1a7e4", "task_name": "daily-report", "tenant_id": "growth",
+    "status": "PENDING", "status_reason": None, "schedule_type": "cron",
+    "schedule": {"schedule_type": "cron", "cron": "0 10 * * *", "timezone": "Europe/Berlin",
+                 "priority": "medium", "overlap_policy": "skip"},
+    "job_details": {"type": "http", "url": "https://example.com/hooks/report", "method": "POST"},
+    "next_run_at": "2026-12-01T09:00:00Z",
+    "last_run": {"execution_id": "5b0c2e7c9f2d4e2a9a51d3c0b8f1a7e4:2026-11-30T09:00:00.000Z",
+                 "status": "COMPLETED", "scheduled_at": "2026-11-30T09:00:00Z"},
+    "run_count": 12, "success_count": 12, "failure_count": 0, "skipped_count": 0,
+    "consecutive_failures": 0, "created_at": "2026-11-18T08:12:40Z", "updated_at": "2026-11-30T09:00:01Z",
+}
+EXECUTION_EXAMPLE: dict[str, Any] = {
+    "id": "5b0c2e7c9f2d4e2a9a51d3c0b8f1a7e4:2026-11-30T09:00:00.000Z",
+    "task_id": "5b0c2e7c9f2d4e2a9a51d3c0b8f1a7e4", "scheduled_at": "2026-11-30T09:00:00Z",
+    "trigger": "schedule", "status": "COMPLETED", "reason": None, "attempts": 1,
+    "started_at": "2026-11-30T09:00:00.004Z", "finished_at": "2026-11-30T09:00:00.210Z",
+    "http_status": 200, "response_snippet": "{\"ok\": true}", "error": None,
+    "lateness_ms": 4.0, "drifted": False, "dead_letter": None,
+}
+
+
 class TaskOut(BaseModel):
     """A task as the API shows it."""
+
+    model_config = ConfigDict(json_schema_extra={"examples": [TASK_EXAMPLE]})
 
     task_id: str
     task_name: str
@@ -171,6 +195,10 @@ class TaskOut(BaseModel):
 class TaskPage(BaseModel):
     """One page of tasks, newest first."""
 
+    model_config = ConfigDict(
+        json_schema_extra={"examples": [{"items": [TASK_EXAMPLE], "next_cursor": "MjAyNi0xMS0xOFQw"}]}
+    )
+
     items: list[TaskOut]
     next_cursor: str | None = Field(description="pass as ?cursor= for the next page")
 
@@ -178,7 +206,7 @@ class TaskPage(BaseModel):
 class ExecutionOut(BaseModel):
     """One run, or one recorded skip, of a task."""
 
-    model_config = ConfigDict(from_attributes=True)
+    model_config = ConfigDict(from_attributes=True, json_schema_extra={"examples": [EXECUTION_EXAMPLE]})
 
     id: str
     task_id: str
@@ -218,6 +246,10 @@ class DeadLetterPage(BaseModel):
 
 class ExecutionPage(BaseModel):
     """One page of a task's executions, newest first."""
+
+    model_config = ConfigDict(
+        json_schema_extra={"examples": [{"items": [EXECUTION_EXAMPLE], "next_cursor": None}]}
+    )
 
     items: list[ExecutionOut]
     next_cursor: str | None
