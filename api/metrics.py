@@ -6,7 +6,8 @@ import time
 from collections.abc import Awaitable, Callable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from sqlalchemy import Engine, func, select
+from sqlalchemy import Engine, func
+from sqlmodel import select
 from sqlalchemy.orm import Session
 from starlette.requests import Request
 from starlette.responses import Response

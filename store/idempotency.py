@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-from sqlalchemy import Engine, select, update
+from sqlalchemy import Engine, update
+from sqlmodel import col, select
 from sqlalchemy.orm import Session
 
-from store.models import IdempotencyRecord
+from store.models import IDEMPOTENCY_TABLE, IdempotencyRecord
 from store.tasks import _insert
 
 
 def claim_key(engine: Engine, tenant_id: str, key: str, request_hash: str, task_id: str) -> IdempotencyRecord:
     """Record the key unless it is known; returns the record that holds it (ours or earlier)."""
-    stmt = _insert(engine, IdempotencyRecord.__table__).values(
+    stmt = _insert(engine, IDEMPOTENCY_TABLE).values(
         tenant_id=tenant_id, key=key, request_hash=request_hash, task_id=task_id, completed=False
     ).on_conflict_do_nothing(index_elements=["tenant_id", "key"])
     with engine.begin() as connection:
@@ -19,7 +20,7 @@ def claim_key(engine: Engine, tenant_id: str, key: str, request_hash: str, task_
     with Session(engine) as session:
         row = session.scalar(
             select(IdempotencyRecord).where(
-                IdempotencyRecord.tenant_id == tenant_id, IdempotencyRecord.key == key
+                col(IdempotencyRecord.tenant_id) == tenant_id, col(IdempotencyRecord.key) == key
             )
         )
         assert row is not None
@@ -32,6 +33,6 @@ def complete_key(engine: Engine, tenant_id: str, key: str) -> None:
     with engine.begin() as connection:
         connection.execute(
             update(IdempotencyRecord)
-            .where(IdempotencyRecord.tenant_id == tenant_id, IdempotencyRecord.key == key)
+            .where(col(IdempotencyRecord.tenant_id) == tenant_id, col(IdempotencyRecord.key) == key)
             .values(completed=True)
         )

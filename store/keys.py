@@ -7,7 +7,8 @@ import secrets
 import uuid
 from collections.abc import Sequence
 
-from sqlalchemy import Engine, select
+from sqlalchemy import Engine
+from sqlmodel import col, select
 from sqlalchemy.orm import Session
 
 from store.models import ApiKey, utcnow
@@ -50,7 +51,7 @@ def find_active_key(engine: Engine, key: str) -> ApiKey | None:
     """The unrevoked key row matching a presented key."""
     with Session(engine) as session:
         row = session.scalar(
-            select(ApiKey).where(ApiKey.key_hash == hash_key(key), ApiKey.revoked_at.is_(None))
+            select(ApiKey).where(ApiKey.key_hash == hash_key(key), col(ApiKey.revoked_at).is_(None))
         )
         if row is not None:
             session.expunge(row)
@@ -59,7 +60,7 @@ def find_active_key(engine: Engine, key: str) -> ApiKey | None:
 
 def list_keys(engine: Engine, tenant_id: str | None = None) -> Sequence[ApiKey]:
     """Keys, optionally of one tenant, oldest first."""
-    query = select(ApiKey).order_by(ApiKey.created_at)
+    query = select(ApiKey).order_by(col(ApiKey.created_at))
     if tenant_id is not None:
         query = query.where(ApiKey.tenant_id == tenant_id)
     with Session(engine) as session:

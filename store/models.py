@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, Column, DateTime, Index, TypeDecorator
+from sqlalchemy import JSON, BigInteger, Column, DateTime, Index, Table, TypeDecorator
 from sqlalchemy.engine import Dialect
 from sqlmodel import Field, SQLModel
 
@@ -132,3 +132,9 @@ class TenantQuota(SQLModel, table=True):
     max_body_bytes: int | None = None
     max_header_bytes: int | None = None
     updated_at: datetime = _ts(default_factory=utcnow)
+
+
+# Typed handles on the tables, for core statements (upserts) that take a Table.
+TASK_TABLE: Table = Task.__table__  # type: ignore[attr-defined]
+EXECUTION_TABLE: Table = TaskExecution.__table__  # type: ignore[attr-defined]
+IDEMPOTENCY_TABLE: Table = IdempotencyRecord.__table__  # type: ignore[attr-defined]

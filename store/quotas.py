@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from sqlalchemy import Engine, func, select
+from sqlalchemy import Engine, func
+from sqlmodel import col, select
 from sqlalchemy.orm import Session
 
 from store.models import Task, TenantQuota, utcnow
@@ -54,6 +55,6 @@ def count_active_tasks(engine: Engine, tenant_id: str) -> int:
     with Session(engine) as session:
         return int(session.scalar(
             select(func.count()).select_from(Task).where(
-                Task.tenant_id == tenant_id, Task.status.in_(ACTIVE_STATUSES)
+                col(Task.tenant_id) == tenant_id, col(Task.status).in_(ACTIVE_STATUSES)
             )
         ) or 0)

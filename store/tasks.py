@@ -7,11 +7,12 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Engine, and_, or_, select, update
+from sqlalchemy import Engine, and_, or_, update
+from sqlmodel import col, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
-from store.models import Task, TaskExecution, utcnow
+from store.models import EXECUTION_TABLE, TASK_TABLE, Task, TaskExecution, utcnow
 from store.records import ExecutionRecord, TaskSnapshot
 
 FINAL_EXECUTION_STATUSES = ("COMPLETED", "FAILED", "CANCELLED", "SKIPPED")
@@ -48,7 +49,7 @@ def mark_started(engine: Engine, record: ExecutionRecord) -> None:
         connection.execute(_execution_upsert(engine, record, reopen=record.trigger == "replay"))
         connection.execute(
             update(Task)
-            .where(Task.id == record.task_id, Task.status == "PENDING")
+            .where(col(Task.id) == record.task_id, col(Task.status) == "PENDING")
             .values(status="RUNNING")
         )
 
@@ -56,15 +57,15 @@ def mark_started(engine: Engine, record: ExecutionRecord) -> None:
 def _snapshot_upsert(engine: Engine, snapshot: TaskSnapshot) -> Any:
     values = snapshot.model_dump()
     values["id"] = values.pop("task_id")
-    stmt = _insert(engine, Task.__table__).values(**values)
-    newer = stmt.excluded.state_version >= Task.__table__.c.state_version
+    stmt = _insert(engine, TASK_TABLE).values(**values)
+    newer = stmt.excluded.state_version >= TASK_TABLE.c.state_version
     changed = {k: stmt.excluded[k] for k in values if k not in ("id", "tenant_id", "created_at")}
     return stmt.on_conflict_do_update(index_elements=["id"], set_=changed, where=newer)
 
 
 def _execution_upsert(engine: Engine, record: ExecutionRecord, *, reopen: bool = False) -> Any:
     values = record.model_dump()
-    table = TaskExecution.__table__
+    table = EXECUTION_TABLE
     stmt = _insert(engine, table).values(**values)
     # Only fields that are known overwrite: a late RUNNING write keeps the final outcome, and a
     # final write keeps the start time the job recorded.
@@ -124,17 +125,17 @@ def list_tasks(
     """Tasks newest first, and the cursor of the next page (None at the end)."""
     query = select(Task)
     if tenant_id is not None:
-        query = query.where(Task.tenant_id == tenant_id)
+        query = query.where(col(Task.tenant_id) == tenant_id)
     if status is not None:
-        query = query.where(Task.status == status)
+        query = query.where(col(Task.status) == status)
     if name is not None:
-        query = query.where(Task.name == name)
+        query = query.where(col(Task.name) == name)
     if cursor is not None:
         created, row_id = decode_cursor(cursor)
         query = query.where(
-            or_(Task.created_at < created, and_(Task.created_at == created, Task.id < row_id))
+            or_(col(Task.created_at) < created, and_(col(Task.created_at) == created, col(Task.id) < row_id))
         )
-    query = query.order_by(Task.created_at.desc(), Task.id.desc()).limit(limit + 1)
+    query = query.order_by(col(Task.created_at).desc(), col(Task.id).desc()).limit(limit + 1)
     with Session(engine) as session:
         rows = list(session.scalars(query))
         for row in rows:
@@ -148,16 +149,16 @@ def list_executions(
 ) -> tuple[Sequence[TaskExecution], str | None]:
     """A task's executions, newest scheduled first, and the next page's cursor."""
     table = TaskExecution
-    query = select(table).where(table.task_id == task_id)
+    query = select(table).where(col(table.task_id) == task_id)
     if cursor is not None:
         scheduled, row_id = decode_cursor(cursor)
         query = query.where(
             or_(
-                table.scheduled_at < scheduled,
-                and_(table.scheduled_at == scheduled, table.id < row_id),
+                col(table.scheduled_at) < scheduled,
+                and_(col(table.scheduled_at) == scheduled, col(table.id) < row_id),
             )
         )
-    query = query.order_by(table.scheduled_at.desc(), table.id.desc()).limit(limit + 1)
+    query = query.order_by(col(table.scheduled_at).desc(), col(table.id).desc()).limit(limit + 1)
     with Session(engine) as session:
         rows = list(session.scalars(query))
         for row in rows:
@@ -191,20 +192,20 @@ def list_dead_letters(
     """Open dead letters (runs that exhausted their retries) with their task's name, newest first."""
     query = (
         select(TaskExecution, Task.name)
-        .join(Task, Task.id == TaskExecution.task_id)
-        .where(TaskExecution.dead_letter == "open")
+        .join(Task, col(Task.id) == col(TaskExecution.task_id))
+        .where(col(TaskExecution.dead_letter) == "open")
     )
     if tenant_id is not None:
-        query = query.where(TaskExecution.tenant_id == tenant_id)
+        query = query.where(col(TaskExecution.tenant_id) == tenant_id)
     if cursor is not None:
         scheduled, row_id = decode_cursor(cursor)
         query = query.where(
             or_(
-                TaskExecution.scheduled_at < scheduled,
-                and_(TaskExecution.scheduled_at == scheduled, TaskExecution.id < row_id),
+                col(TaskExecution.scheduled_at) < scheduled,
+                and_(col(TaskExecution.scheduled_at) == scheduled, col(TaskExecution.id) < row_id),
             )
         )
-    query = query.order_by(TaskExecution.scheduled_at.desc(), TaskExecution.id.desc()).limit(limit + 1)
+    query = query.order_by(col(TaskExecution.scheduled_at).desc(), col(TaskExecution.id).desc()).limit(limit + 1)
     with Session(engine) as session:
         rows = [(execution, name) for execution, name in session.execute(query).all()]
         for execution, _ in rows:
@@ -219,7 +220,7 @@ def set_dead_letter(engine: Engine, execution_id: str, *, state: str, expect: st
     with engine.begin() as connection:
         result = connection.execute(
             update(TaskExecution)
-            .where(TaskExecution.id == execution_id, TaskExecution.dead_letter == expect)
+            .where(col(TaskExecution.id) == execution_id, col(TaskExecution.dead_letter) == expect)
             .values(dead_letter=state)
         )
     return bool(result.rowcount)

@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 import structlog
-from sqlalchemy import Engine, select
+from sqlalchemy import Engine
+from sqlmodel import col, select
 from sqlalchemy.orm import Session
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
@@ -93,9 +94,9 @@ class Reconciler:
         def recent_rows() -> list[Task]:
             with Session(self._engine) as session:
                 rows = list(session.scalars(select(Task).where(
-                    Task.status.in_(ACTIVE_STATUSES),
-                    Task.created_at >= now - self._window,
-                    Task.updated_at <= now - self._grace,
+                    col(Task.status).in_(ACTIVE_STATUSES),
+                    col(Task.created_at) >= now - self._window,
+                    col(Task.updated_at) <= now - self._grace,
                 )))
                 for row in rows:
                     session.expunge(row)
@@ -143,7 +144,7 @@ class Reconciler:
 
         def known(candidates: list[str]) -> set[str]:
             with Session(self._engine) as session:
-                return set(session.scalars(select(Task.id).where(Task.id.in_(candidates))))
+                return set(session.scalars(select(Task.id).where(col(Task.id).in_(candidates))))
 
         present: set[str] = set()
         for start in range(0, len(task_ids), 500):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
 
@@ -28,7 +29,7 @@ def initial(
     *, task_id: str, tenant_id: str, name: str, schedule_type: str, next_run_at: datetime | None
 ) -> TypedSearchAttributes:
     """The search attributes a task workflow starts with."""
-    pairs: list[SearchAttributePair[object]] = [
+    pairs: list[SearchAttributePair[Any]] = [
         SearchAttributePair(TASK_ID, task_id),
         SearchAttributePair(TENANT_ID, tenant_id),
         SearchAttributePair(TASK_NAME, name),

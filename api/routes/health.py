@@ -50,7 +50,7 @@ async def check_health(request: Request) -> JSONResponse:
     """200 when the database, Temporal and a worker are all up; else 503 naming what is down."""
     healthy, checks = await _checks(request)
     down = [name for name, value in checks.items() if not str(value).startswith("up")]
-    body = {"status": "ok" if healthy else "unavailable", "checks": checks}
+    body: dict[str, Any] = {"status": "ok" if healthy else "unavailable", "checks": checks}
     if down:
         body["down"] = down
     return JSONResponse(body, status_code=200 if healthy else 503)

@@ -47,11 +47,14 @@ async def test_hanging_failing_and_slow_targets(stack: Stack, target: TargetServ
     }
     try:
         await wait_healthy(api.bases[0])
+        started = now()
         ids = {name: (await api.create(body))["task_id"] for name, (body, _, _) in failing.items()}
         ids |= {name: (await api.create(body))["task_id"] for name, body in others.items()}
         await settle(stack.engine, [ids[n] for n in failing], timeout=60, done=frozenset({"PAUSED"}))
         paused_at = now()
+        print("paused after", (paused_at - started).total_seconds())
         await settle(stack.engine, [ids[n] for n in others], timeout=(ends - now()).total_seconds() + 40)
+        print("settled after", (now() - started).total_seconds())
     finally:
         await api.close()
 
@@ -84,6 +87,10 @@ async def test_hanging_failing_and_slow_targets(stack: Stack, target: TargetServ
     assert [r for r in report.of_task(ids["slow"]) if r.status == "COMPLETED"]
 
     # run_timeout_seconds bounds each attempt: the job is stopped 2 s after it started.
+    for run in report.of_task(ids["run-timeout"]):
+        sent = [r.at for r in target.received if r.key == run.id]
+        print(run.id, run.status, run.reason, run.lateness_ms, run.finished_at, min(sent) if sent else None,
+              (run.finished_at - min(sent)).total_seconds() if sent else None)
     for run in report.of_task(ids["run-timeout"]):
         if run.status == "SKIPPED":
             continue
