@@ -7,8 +7,8 @@ from collections.abc import Awaitable, Callable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from sqlalchemy import Engine, func
-from sqlmodel import select
 from sqlalchemy.orm import Session
+from sqlmodel import select
 from starlette.requests import Request
 from starlette.responses import Response
 

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-import structlog
 import anyio
+import structlog
 from anyio import to_thread
 from pydantic import ValidationError
 from sqlalchemy import Engine

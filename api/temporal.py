@@ -19,7 +19,7 @@ from temporalio.client import (
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
-from api.errors import InvalidTask, OutcomeUnknown, ServiceUnavailable, TaskConflict, TaskNotFound
+from api.errors import InvalidTask, OutcomeUnknown, ServiceUnavailable, TaskConflict
 from scheduling.spec import TaskChanges, TaskSpec
 from store.models import Task
 from workflows.starter import start_task_workflow, state_from_row

@@ -26,5 +26,5 @@ def shortest_gap(spec: TaskSpec, now: datetime) -> float | None:
             break
         fires.append(upcoming)
         cursor = upcoming
-    gaps = [(b - a).total_seconds() for a, b in zip(fires, fires[1:])]
+    gaps = [(b - a).total_seconds() for a, b in zip(fires, fires[1:], strict=False)]
     return min(gaps) if gaps else None

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from sqlalchemy import Engine, update
-from sqlmodel import col, select
 from sqlalchemy.orm import Session
+from sqlmodel import col, select
 
 from store.models import IDEMPOTENCY_TABLE, IdempotencyRecord
 from store.tasks import _insert

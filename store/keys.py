@@ -8,8 +8,8 @@ import uuid
 from collections.abc import Sequence
 
 from sqlalchemy import Engine
-from sqlmodel import col, select
 from sqlalchemy.orm import Session
+from sqlmodel import col, select
 
 from store.models import ApiKey, utcnow
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from sqlalchemy import Engine, func
-from sqlmodel import col, select
 from sqlalchemy.orm import Session
+from sqlmodel import col, select
 
 from store.models import Task, TenantQuota, utcnow
 

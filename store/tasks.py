@@ -8,9 +8,9 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Engine, and_, or_, update
-from sqlmodel import col, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
+from sqlmodel import col, select
 
 from store.models import EXECUTION_TABLE, TASK_TABLE, Task, TaskExecution, utcnow
 from store.records import ExecutionRecord, TaskSnapshot

@@ -3,7 +3,6 @@ a local HTTP target server, and a worker factory that registers the production a
 
 from __future__ import annotations
 
-import asyncio
 import os
 import shutil
 import socket
@@ -17,7 +16,6 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 from sqlalchemy import Engine
 from temporalio.api.enums.v1 import IndexedValueType

@@ -130,7 +130,7 @@ def run_dev(settings: Settings) -> int:
         print(exc, file=sys.stderr)
         code = 1
     finally:
-        for name, child in reversed(children):
+        for _name, child in reversed(children):
             if child.poll() is None:
                 child.send_signal(signal.SIGTERM)
                 try:

@@ -17,8 +17,8 @@ from datetime import UTC, datetime, timedelta
 
 import structlog
 from sqlalchemy import Engine
-from sqlmodel import col, select
 from sqlalchemy.orm import Session
+from sqlmodel import col, select
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 

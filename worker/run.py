@@ -13,8 +13,8 @@ from temporalio.runtime import Runtime
 
 from activities.egress import EgressPolicy, guarded_client
 from store.engine import make_engine, migrate
-from worker.reconcile import Reconciler
 from worker.build import build_activities, build_workers, connect
+from worker.reconcile import Reconciler
 from worker.settings import Settings
 from worker.telemetry import make_runtime, watch_backlog
 from worker.tracing import setup_tracing

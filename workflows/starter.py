@@ -9,8 +9,8 @@ from temporalio.common import Priority, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
 from scheduling.spec import TaskSpec
-from workflows import attributes
 from store.models import Task
+from workflows import attributes
 from workflows.state import QueuedRun, TaskState, TaskWorkflowInput, workflow_id
 
 PRIORITY_KEYS = {"high": 1, "medium": 3, "low": 5}

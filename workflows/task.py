@@ -462,10 +462,12 @@ class TaskWorkflow:
             state.manual_count -= 1
         else:
             state.run_count -= 1
-        if reason == "paused":
-            # Its instant falls inside the pause (unless resumed first): decided on resume.
-            if state.next_fire_at is None or queued.scheduled_at < state.next_fire_at:
-                state.next_fire_at = queued.scheduled_at
+        # Withdrawn by a pause, its instant falls inside the pause (unless resumed first):
+        # the fire goes back to the schedule and is decided on resume.
+        if reason == "paused" and (
+            state.next_fire_at is None or queued.scheduled_at < state.next_fire_at
+        ):
+            state.next_fire_at = queued.scheduled_at
 
     def _count(self, record: ExecutionRecord) -> None:
         state = self._state

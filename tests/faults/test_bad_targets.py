@@ -3,7 +3,6 @@ timeouts, retries and circuit breaker do what each task says, and the other task
 
 from __future__ import annotations
 
-import asyncio
 from datetime import timedelta
 
 import pytest
