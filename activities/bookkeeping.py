@@ -8,21 +8,25 @@ from temporalio import activity
 
 from activities.contracts import RECORD_RUN, SAVE_EXECUTION, SAVE_TASK, RunRecord
 from store.records import ExecutionRecord, TaskSnapshot
-from store.tasks import save_execution, save_run, save_snapshot
+from store.batch import BatchWriter
+from store.tasks import write_run, write_snapshot
 
 log = structlog.get_logger("task_scheduler.bookkeeping")
 
 
 class BookkeepingActivities:
-    """Row writers run as local activities; failures retry until the database is back."""
+    """Row writers run as local activities; failures retry until the database is back.
 
-    def __init__(self, engine: Engine) -> None:
+    Writes from many workflows are committed together by the batch writer."""
+
+    def __init__(self, engine: Engine, writer: BatchWriter | None = None) -> None:
         self._engine = engine
+        self._writer = writer or BatchWriter(engine)
 
     @activity.defn(name=SAVE_TASK)
-    def save_task(self, snapshot: TaskSnapshot) -> None:
+    async def save_task(self, snapshot: TaskSnapshot) -> None:
         """Upsert the task row (older snapshots never overwrite newer ones)."""
-        save_snapshot(self._engine, snapshot)
+        await self._writer.submit(write_snapshot(self._engine, snapshot))
         log.info(
             "task.state",
             task_id=snapshot.task_id,
@@ -34,9 +38,9 @@ class BookkeepingActivities:
         )
 
     @activity.defn(name=SAVE_EXECUTION)
-    def save_execution(self, record: ExecutionRecord) -> None:
+    async def save_execution(self, record: ExecutionRecord) -> None:
         """Upsert one execution row by its id (a retry or replay records it once)."""
-        save_execution(self._engine, record)
+        await self._writer.submit(write_run(self._engine, record, None))
         log.info(
             "execution.state",
             task_id=record.task_id,
@@ -49,9 +53,9 @@ class BookkeepingActivities:
         )
 
     @activity.defn(name=RECORD_RUN)
-    def record_run(self, run: RunRecord) -> None:
+    async def record_run(self, run: RunRecord) -> None:
         """A finished run's row and the task row after it, in one transaction."""
-        save_run(self._engine, run.execution, run.snapshot)
+        await self._writer.submit(write_run(self._engine, run.execution, run.snapshot))
         record = run.execution
         log.info(
             "execution.state",

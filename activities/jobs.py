@@ -22,7 +22,8 @@ from activities.egress import EgressRefused
 from activities.handlers import Handler, HandlerContext, call_handler
 from scheduling.spec import HandlerJob, HttpJob, WorkflowJob, redact_url
 from store.records import ExecutionRecord
-from store.tasks import mark_started
+from store.batch import BatchWriter
+from store.tasks import write_started
 
 log = structlog.get_logger("task_scheduler.jobs")
 
@@ -43,8 +44,10 @@ class JobActivities:
         default_task_queue: str,
         max_response_bytes: int = 1024,
         engine: Engine | None = None,
+        writer: BatchWriter | None = None,
     ) -> None:
         self._engine = engine
+        self._writer = writer or (BatchWriter(engine) if engine is not None else None)
         self._http = http
         self._handlers = dict(handlers)
         self._client = client
@@ -133,9 +136,10 @@ class JobActivities:
             lateness_ms=lateness_ms if attempt == 1 else None,
             drifted=threshold is not None and attempt == 1 and lateness_ms > threshold * 1000,
         )
-        engine = self._engine
+        if self._writer is None:
+            return
         try:
-            await asyncio.to_thread(mark_started, engine, record)
+            await self._writer.submit(write_started(self._engine, record))
         except Exception as exc:  # the workflow records the run in full when it ends
             bound.warning("job.start_not_recorded", error=type(exc).__name__)
 

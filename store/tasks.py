@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import base64
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Engine, and_, or_, update
+from sqlalchemy import Connection, Engine, and_, or_, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 from sqlmodel import col, select
@@ -38,20 +38,47 @@ def save_execution(engine: Engine, record: ExecutionRecord, *, reopen: bool = Fa
 def save_run(engine: Engine, record: ExecutionRecord, snapshot: TaskSnapshot | None) -> None:
     """An execution row and the task row after it, in one transaction."""
     with engine.begin() as connection:
+        write_run(engine, record, snapshot)(connection)
+
+
+def write_run(engine: Engine, record: ExecutionRecord, snapshot: TaskSnapshot | None) -> Callable[[Connection], None]:
+    """The writes of a finished run, for a batch."""
+
+    def write(connection: Connection) -> None:
         connection.execute(_execution_upsert(engine, record))
         if snapshot is not None:
             connection.execute(_snapshot_upsert(engine, snapshot))
+
+    return write
+
+
+def write_snapshot(engine: Engine, snapshot: TaskSnapshot) -> Callable[[Connection], None]:
+    """A task row write, for a batch."""
+
+    def write(connection: Connection) -> None:
+        connection.execute(_snapshot_upsert(engine, snapshot))
+
+    return write
 
 
 def mark_started(engine: Engine, record: ExecutionRecord) -> None:
     """A run's job has started: its RUNNING row (real start time) and the task shown RUNNING."""
     with engine.begin() as connection:
+        write_started(engine, record)(connection)
+
+
+def write_started(engine: Engine, record: ExecutionRecord) -> Callable[[Connection], None]:
+    """The writes of a run that has started, for a batch."""
+
+    def write(connection: Connection) -> None:
         connection.execute(_execution_upsert(engine, record, reopen=record.trigger == "replay"))
         connection.execute(
             update(Task)
             .where(col(Task.id) == record.task_id, col(Task.status) == "PENDING")
             .values(status="RUNNING")
         )
+
+    return write
 
 
 def _snapshot_upsert(engine: Engine, snapshot: TaskSnapshot) -> Any:

@@ -39,6 +39,7 @@ class TargetServer:
     port: int = 0
     _runner: web.AppRunner | None = None
     _event: asyncio.Event = field(default_factory=asyncio.Event)
+    _closing: asyncio.Event = field(default_factory=asyncio.Event)
 
     async def start(self) -> None:
         app = web.Application()
@@ -50,6 +51,7 @@ class TargetServer:
         self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
 
     async def stop(self) -> None:
+        self._closing.set()  # hanging requests end now, not at the runner's shutdown timeout
         if self._runner is not None:
             await self._runner.cleanup()
 
@@ -87,5 +89,5 @@ class TargetServer:
         if parts[0] == "slow" and len(parts) > 1:
             await asyncio.sleep(float(parts[1]))
         if parts[0] == "hang":
-            await asyncio.sleep(3600)
+            await self._closing.wait()
         return web.json_response({"ok": True, "path": request.path})

@@ -24,6 +24,7 @@ from activities.contracts import jobs_queue
 from activities.handlers import Handler, load_handlers
 from activities.jobs import JobActivities
 from activities.notify import NotifyActivities
+from store.batch import BatchWriter
 from worker.tracing import temporal_interceptors
 from workflows.task import TaskWorkflow
 
@@ -58,6 +59,7 @@ def build_activities(
     max_response_bytes: int = 1024,
 ) -> ActivitySet:
     """Every activity the task workflow calls, bound to its dependencies."""
+    writer = BatchWriter(engine)
     jobs = JobActivities(
         http=http,
         handlers=load_handlers(extra_handlers),
@@ -65,8 +67,9 @@ def build_activities(
         default_task_queue=task_queue,
         max_response_bytes=max_response_bytes,
         engine=engine,
+        writer=writer,
     )
-    books = BookkeepingActivities(engine)
+    books = BookkeepingActivities(engine, writer)
     notes = NotifyActivities(http)
     return ActivitySet(
         workflow_side=[books.save_task, books.save_execution, books.record_run, notes.notify],
@@ -97,7 +100,8 @@ def build_workers(
         activities=activities.workflow_side,
         activity_executor=executor,
         max_concurrent_activities=executor._max_workers,
-        max_concurrent_local_activities=executor._max_workers,
+        # Bookkeeping is async and batched: many may wait on one commit.
+        max_concurrent_local_activities=2000,
         max_concurrent_workflow_tasks=max_concurrent_workflow_tasks,
         max_cached_workflows=max_cached_workflows,
         **common,

@@ -124,7 +124,10 @@ class TaskWorkflow:
                     self._finish(self._final_status(), state.status_reason)
                     break
                 self._refresh_status()
-                await self._save()
+                if not self._in_flight:
+                    # A run in flight writes the task row with its own record when it ends:
+                    # dispatching it costs no write.
+                    await self._save()
                 if self._should_continue_as_new():
                     await workflow.wait_condition(
                         lambda: not self._notes and workflow.all_handlers_finished()
@@ -265,6 +268,17 @@ class TaskWorkflow:
             and not self._in_flight
             and not (state.paused and state.spec.schedule_type is ScheduleType.ONCE)
             and not self._waiting_for_delay()
+        )
+
+    def _last_of_schedule(self) -> bool:
+        """This finishing run is the task's last: nothing else is due, queued or in flight."""
+        state = self._state
+        return (
+            self._in_flight == 1
+            and state.next_fire_at is None
+            and not state.queue
+            and not state.paused
+            and not state.cancel_requested
         )
 
     def _fixed_delay(self) -> bool:
@@ -435,6 +449,9 @@ class TaskWorkflow:
                 f"(max_consecutive_failures={spec.max_consecutive_failures})"
             )
         self._refresh_status()
+        if self._last_of_schedule():
+            # The task ends with this run: its final status goes in the same write.
+            self._finish(self._final_status(), state.status_reason)
         await self._record_run(record)
         self._after_run_events(record, tripped)
 

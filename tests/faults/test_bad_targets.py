@@ -46,14 +46,11 @@ async def test_hanging_failing_and_slow_targets(stack: Stack, target: TargetServ
     }
     try:
         await wait_healthy(api.bases[0])
-        started = now()
         ids = {name: (await api.create(body))["task_id"] for name, (body, _, _) in failing.items()}
         ids |= {name: (await api.create(body))["task_id"] for name, body in others.items()}
         await settle(stack.engine, [ids[n] for n in failing], timeout=60, done=frozenset({"PAUSED"}))
         paused_at = now()
-        print("paused after", (paused_at - started).total_seconds())
         await settle(stack.engine, [ids[n] for n in others], timeout=(ends - now()).total_seconds() + 40)
-        print("settled after", (now() - started).total_seconds())
     finally:
         await api.close()
 
@@ -85,21 +82,6 @@ async def test_hanging_failing_and_slow_targets(stack: Stack, target: TargetServ
         assert run.status in ("COMPLETED", "SKIPPED"), (run.status, run.error)
     assert [r for r in report.of_task(ids["slow"]) if r.status == "COMPLETED"]
 
-    # run_timeout_seconds bounds each attempt: the job is stopped 2 s after it started.
-    for run in report.of_task(ids["run-timeout"]):
-        sent = [r.at for r in target.received if r.key == run.id]
-        print(run.id, run.status, run.reason, run.lateness_ms, run.finished_at, min(sent) if sent else None,
-              (run.finished_at - min(sent)).total_seconds() if sent else None)
-    for run in report.of_task(ids["run-timeout"]):
-        if run.status == "SKIPPED":
-            continue
-        sent = min(r.at for r in target.received if r.key == run.id)
-        took = (run.finished_at - sent).total_seconds()
-        assert run.status == "FAILED" and took < 2 + 1.5, (
-            f"run {run.id} {run.status} ended {took:.1f}s after its request was sent, although "
-            f"run_timeout_seconds=2 (lateness {run.lateness_ms} ms)"
-        )
-
     # The healthy tasks ran every fire, on time, while the others hung and failed.
     for i in range(HEALTHY):
         runs = report.of_task(ids[f"healthy-{i}"])
@@ -107,3 +89,15 @@ async def test_hanging_failing_and_slow_targets(stack: Stack, target: TargetServ
         late = [(min(q.at for q in target.received if q.key == r.id) - r.scheduled_at) for r in runs]
         assert max(late) < timedelta(seconds=1.5), f"healthy-{i} ran up to {max(late)} late"
     assert tasks[ids["healthy-0"]].status in FINAL_TASKS
+
+    # run_timeout_seconds bounds each attempt: the job is stopped 2 s after it started (the
+    # request reached the target), whether or not the run was dispatched ahead of its instant.
+    overran = []
+    for run in report.of_task(ids["run-timeout"]):
+        sent = [r.at for r in target.received if r.key == run.id]
+        if run.status == "SKIPPED" or not sent:
+            continue
+        took = (run.finished_at - min(sent)).total_seconds()
+        if run.status != "FAILED" or took > 2 + 1.5:
+            overran.append(f"{run.id} {run.status} after {took:.1f}s")
+    assert not overran, f"runs outlived run_timeout_seconds=2: {overran}"
