@@ -7,8 +7,8 @@ from sqlalchemy import Engine
 from temporalio import activity
 
 from activities.contracts import RECORD_RUN, SAVE_EXECUTION, SAVE_TASK, RunRecord
-from store.records import ExecutionRecord, TaskSnapshot
 from store.batch import BatchWriter
+from store.records import ExecutionRecord, TaskSnapshot
 from store.tasks import write_run, write_snapshot
 
 log = structlog.get_logger("task_scheduler.bookkeeping")

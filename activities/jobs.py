@@ -21,8 +21,8 @@ from activities.contracts import RUN_JOB, WITHDRAWN, JobFailureDetails, JobInput
 from activities.egress import EgressRefused
 from activities.handlers import Handler, HandlerContext, call_handler
 from scheduling.spec import HandlerJob, HttpJob, WorkflowJob, redact_url
-from store.records import ExecutionRecord
 from store.batch import BatchWriter
+from store.records import ExecutionRecord
 from store.tasks import write_started
 
 log = structlog.get_logger("task_scheduler.jobs")
@@ -84,7 +84,7 @@ class JobActivities:
         started = max(datetime.now(UTC), activity.info().started_time.astimezone(UTC))
         lateness = started - job_input.scheduled_at
         meter = activity.metric_meter()
-        labels = {"job_type": job_input.job.type}
+        labels = {"job_type": job_input.job.type, "trigger": job_input.trigger}
         if attempt == 1:
             meter.create_histogram_timedelta(
                 "scheduler_fire_lateness", "actual start of a run minus its scheduled time", "duration"

@@ -7,6 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from scheduling.jitter import jitter_offset
 from scheduling.spec import TaskChanges, TaskSpec
 from store.models import Task, TaskExecution
 from workflows.state import TaskState
@@ -181,9 +182,12 @@ class TaskOut(BaseModel):
             schedule_type=state.spec.schedule_type.value,
             schedule=spec,
             job_details=job,
-            next_run_at=None if state.paused else state.next_fire_at,
+            next_run_at=None if state.paused or state.next_fire_at is None else (
+                state.next_fire_at
+                + jitter_offset(state.task_id, state.next_fire_at, state.spec.jitter_seconds)
+            ),
             last_run=last,
-            run_count=state.run_count,
+            run_count=state.run_count + state.manual_count,
             success_count=state.success_count,
             failure_count=state.failure_count,
             skipped_count=state.skipped_count,

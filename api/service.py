@@ -43,7 +43,7 @@ from scheduling.spacing import shortest_gap
 from scheduling.spec import HandlerJob, HttpJob, ScheduleType, TaskChanges, TaskSpec, check_timing
 from store.idempotency import claim_key, complete_key
 from store.models import Task, TaskExecution
-from store.quotas import Quota, count_active_tasks, quota_for
+from store.quotas import Quota, quota_and_active
 from store.records import TaskSnapshot
 from store.tasks import (
     get_execution,
@@ -188,7 +188,9 @@ class TaskService:
         ))
 
     async def _check_quota(self, who: Principal, spec: TaskSpec, now: datetime, *, body_size: int) -> None:
-        quota = await in_thread(quota_for, self.engine, who.tenant_id, self.quota_defaults)
+        quota, active = await in_thread(
+            quota_and_active, self.engine, who.tenant_id, self.quota_defaults
+        )
         if body_size > quota.max_body_bytes:
             raise PayloadTooLarge(
                 f"the body has {body_size} bytes; this tenant's limit is max_body_bytes={quota.max_body_bytes}"
@@ -216,7 +218,6 @@ class TaskService:
                 f"min_interval_seconds={quota.min_interval_seconds:g}",
                 field=field,
             )
-        active = await in_thread(count_active_tasks, self.engine, who.tenant_id)
         if active >= quota.max_active_tasks:
             raise QuotaExceeded(
                 f"the tenant has {active} active tasks; its limit is "

@@ -19,6 +19,7 @@ from temporalio.client import (
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
+from activities.contracts import jobs_queue
 from api.errors import InvalidTask, OutcomeUnknown, ServiceUnavailable, TaskConflict
 from scheduling.spec import TaskChanges, TaskSpec
 from store.models import Task
@@ -109,10 +110,12 @@ class TemporalGateway:
         replay = QueuedRun(scheduled_at=scheduled_at, trigger=Trigger.REPLAY, execution_id=execution_id)
         state = state_from_row(row, next_fire_at=None, queue=[replay], reason="replaying a dead letter")
         async with _temporal_errors(row.id):
-            await start_task_workflow(
+            started = await start_task_workflow(
                 self.client, task_queue=self.task_queue, task_id=row.id, tenant_id=row.tenant_id,
                 spec=state.spec, created_at=row.created_at, state=state, reuse_closed_id=True,
             )
+        if not started:  # a workflow of the task runs already (e.g. another replay): ask it
+            await self.replay(row.id, execution_id, scheduled_at)
 
     async def _update(self, task_id: str, update: Any, *args: Any) -> TaskState:
         handle = self.client.get_workflow_handle_for(TaskWorkflow.run, workflow_id(task_id))
@@ -128,14 +131,15 @@ class TemporalGateway:
         """Whether the server answers and how many workers poll the task queue."""
         ok = await self.client.service_client.check_health(timeout=timedelta(seconds=3))
         pollers: dict[str, int] = {}
-        for kind, name in (
-            (TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW, "workflow"),
-            (TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY, "activity"),
+        for queue, kind, name in (
+            (self.task_queue, TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW, "workflow"),
+            (self.task_queue, TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY, "activity"),
+            (jobs_queue(self.task_queue), TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY, "jobs"),
         ):
             response = await self.client.workflow_service.describe_task_queue(
                 DescribeTaskQueueRequest(
                     namespace=self.client.namespace,
-                    task_queue=TaskQueue(name=self.task_queue),
+                    task_queue=TaskQueue(name=queue),
                     task_queue_type=kind,
                 ),
                 timeout=timedelta(seconds=3),

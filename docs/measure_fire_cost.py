@@ -20,9 +20,10 @@ is measured for ``bench.baseline.BareWorkflow`` (sleep, then one empty activity)
 workflow-per-task design pays.
 
 ``--db-seconds N`` also measures how many fires per second the database takes: threads write
-the three bookkeeping transactions of a fire (``store.tasks``: save_snapshot, mark_started,
-save_run) for distinct tasks as fast as they can and, where ``store.batch.BatchWriter`` exists,
-the same writes from 200 concurrent fires through it, on SQLite (the dev default) and on a
+the bookkeeping of a fire as the worker does (``store.tasks``: the RUNNING row when the job
+starts, then the final row with the task row) for distinct tasks as fast as they can, one
+transaction each, and the same writes from 200 concurrent fires through
+``store.batch.BatchWriter`` (many fires share a commit), on SQLite (the dev default) and on a
 throwaway PostgreSQL cluster with default durability (fsync and synchronous_commit on).
 """
 
@@ -65,7 +66,7 @@ from bench.baseline import BareInput, BareWorkflow, empty
 from scheduling.spec import TaskSpec
 from store.engine import make_engine, migrate
 from store.records import ExecutionRecord, TaskSnapshot
-from store.tasks import mark_started, save_run, save_snapshot
+from store.tasks import mark_started, save_run
 from worker.build import build_activities, build_workers
 from workflows.attributes import DEFINITIONS
 from workflows.starter import start_task_workflow
@@ -300,9 +301,9 @@ def _fire_rows(task: str, fire: int, created: datetime) -> tuple[TaskSnapshot, E
 
 
 def db_fires_per_second(engine: Engine, seconds: float, threads: int) -> float:
-    """Fires per second the database takes, one transaction per write group: the task row at
-    the fire, the RUNNING row when the job starts, the final row with the task row at the end
-    (``store.tasks``), every thread on tasks of its own."""
+    """Fires per second the database takes, one transaction per write group: the RUNNING row
+    when the job starts, the final row with the task row at the end (``store.tasks``), every
+    thread on tasks of its own."""
     stop = time.monotonic() + seconds
     done = [0] * threads
 
@@ -312,7 +313,6 @@ def db_fires_per_second(engine: Engine, seconds: float, threads: int) -> float:
         fire = 0
         while time.monotonic() < stop:
             snapshot, record = _fire_rows(tasks[fire % len(tasks)], fire, created)
-            save_snapshot(engine, snapshot)
             mark_started(engine, record)
             final = record.model_copy(update={"status": "COMPLETED", "finished_at": record.started_at})
             save_run(engine, final, snapshot.model_copy(
@@ -334,7 +334,7 @@ def db_fires_per_second_batched(engine: Engine, seconds: float, concurrent: int)
     ``concurrent`` fires in flight at once; None when this version has no batch writer."""
     try:
         from store.batch import BatchWriter
-        from store.tasks import write_run, write_snapshot, write_started
+        from store.tasks import write_run, write_started
     except ImportError:
         return None
 
@@ -347,7 +347,6 @@ def db_fires_per_second_batched(engine: Engine, seconds: float, concurrent: int)
             task, fire = uuid.uuid4().hex, 0
             while time.monotonic() < stop:
                 snapshot, record = _fire_rows(task, fire, created)
-                await writer.submit(write_snapshot(engine, snapshot))
                 await writer.submit(write_started(engine, record))
                 final = record.model_copy(update={"status": "COMPLETED"})
                 await writer.submit(write_run(engine, final, snapshot.model_copy(

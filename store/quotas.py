@@ -58,3 +58,8 @@ def count_active_tasks(engine: Engine, tenant_id: str) -> int:
                 col(Task.tenant_id) == tenant_id, col(Task.status).in_(ACTIVE_STATUSES)
             )
         ) or 0)
+
+
+def quota_and_active(engine: Engine, tenant_id: str, defaults: Quota) -> tuple[Quota, int]:
+    """The tenant's quota and its active task count, in one round trip to a thread."""
+    return quota_for(engine, tenant_id, defaults), count_active_tasks(engine, tenant_id)

@@ -13,6 +13,8 @@ from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 
+from activities.contracts import jobs_queue
+
 log = structlog.get_logger("task_scheduler.telemetry")
 
 SECONDS_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300]
@@ -46,15 +48,18 @@ async def watch_backlog(
     age = meter.create_gauge_float(
         "scheduler_task_queue_backlog_age_seconds", "age of the oldest task waiting in the queue"
     )
-    kinds = {"workflow": TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
-             "activity": TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY}
+    watched = [
+        (task_queue, "workflow", TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW),
+        (task_queue, "activity", TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY),
+        (jobs_queue(task_queue), "activity", TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY),
+    ]
     while not stop.is_set():
-        for name, kind in kinds.items():
+        for queue, name, kind in watched:
             try:
                 response = await client.workflow_service.describe_task_queue(
                     DescribeTaskQueueRequest(
                         namespace=client.namespace,
-                        task_queue=TaskQueue(name=task_queue),
+                        task_queue=TaskQueue(name=queue),
                         task_queue_type=kind,
                         report_stats=True,
                     ),
@@ -63,7 +68,7 @@ async def watch_backlog(
             except Exception as exc:  # metrics must never take the worker down
                 log.warning("backlog.unavailable", error=type(exc).__name__)
                 continue
-            labels = {"task_queue": task_queue, "type": name}
+            labels = {"task_queue": queue, "type": name}
             count.set(int(response.stats.approximate_backlog_count), labels)
             age.set(response.stats.approximate_backlog_age.ToTimedelta().total_seconds(), labels)
         try:

@@ -142,4 +142,5 @@ def _decide_missed(
 
 def _consumed(state: TaskState) -> int:
     """Scheduled runs started or waiting, counted against max_runs."""
-    return state.run_count + sum(1 for q in state.queue if q.trigger is not Trigger.MANUAL)
+    asked = (Trigger.MANUAL, Trigger.REPLAY)
+    return state.run_count + sum(1 for q in state.queue if q.trigger not in asked)

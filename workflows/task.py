@@ -70,6 +70,7 @@ SCHEDULE_FIELD_NAMES = frozenset(ScheduleFields.model_fields)
 BOUND_FIELD_NAMES = frozenset({"end_date", "max_runs"})
 # Temporal priority keys: smaller runs first when the task queue is backlogged.
 PRIORITY_KEYS = {"high": 1, "medium": 3, "low": 5}
+DISPATCH_SLACK = timedelta(seconds=1)
 NOTIFY_RETRY = RetryPolicy(maximum_attempts=5, maximum_interval=timedelta(seconds=30))
 
 
@@ -121,7 +122,7 @@ class TaskWorkflow:
                 self._start_queued()
                 self._predispatch()
                 if self._schedule_exhausted():
-                    self._finish(self._final_status(), state.status_reason)
+                    self._finish(self._final_status(), state.status_reason or self._end_reason())
                     break
                 self._refresh_status()
                 if not self._in_flight:
@@ -196,7 +197,9 @@ class TaskWorkflow:
                 or self._in_flight):
             return
         instant = due + self._offset(due)
-        if instant - workflow.now() > lead:
+        # A timer may fire a few milliseconds before the wake it was set for: a second of
+        # slack keeps that from costing a second, tiny timer.
+        if instant - workflow.now() > lead + DISPATCH_SLACK:
             return
         state.next_fire_at = (
             None if self._fixed_delay()
@@ -300,6 +303,13 @@ class TaskWorkflow:
                 ExecutionStatus.CANCELLED: TaskStatus.CANCELLED,
             }.get(last.status, TaskStatus.FAILED)
         return TaskStatus.COMPLETED
+
+    def _end_reason(self) -> str | None:
+        """Why a task ends without a run of its own to show for it."""
+        state = self._state
+        if state.spec.schedule_type is ScheduleType.ONCE and state.last_run is None:
+            return "its only run was skipped (see its executions for the reason)"
+        return None
 
     def _finish(self, status: TaskStatus, reason: str | None) -> None:
         state = self._state
@@ -766,8 +776,9 @@ class TaskWorkflow:
             state.run_count = 0 if new_spec.schedule_type is ScheduleType.ONCE else state.run_count
             state.next_fire_at = self._limit_runs(first_fire(new_spec, now))
             # Runs waiting under the old schedule are dropped, and recorded as such.
-            dropped = [q for q in state.queue if q.trigger is not Trigger.MANUAL]
-            state.queue = [q for q in state.queue if q.trigger is Trigger.MANUAL]
+            asked = (Trigger.MANUAL, Trigger.REPLAY)
+            dropped = [q for q in state.queue if q.trigger not in asked]
+            state.queue = [q for q in state.queue if q.trigger in asked]
             for old in dropped:
                 await self._record_skip(old.scheduled_at, "rescheduled")
         self._wake = True
@@ -835,8 +846,8 @@ class TaskWorkflow:
         state.status_reason = None
         state.consecutive_failures = 0
         if state.spec.schedule_type is not ScheduleType.ONCE:
-            # Fires that fell inside the pause are recorded as skipped, not caught up; a
-            # one-time task still runs once on resume.
+            # Fires that fell inside the pause are recorded as skipped, not caught up. A
+            # one-time task's fire is left to its missed-run policy instead.
             state.resumed_at = workflow.now()
         self._refresh_status()
         self._wake = True

@@ -33,9 +33,11 @@ async def _checks(request: Request) -> tuple[bool, dict[str, Any]]:
         checks["temporal"] = "up"
         pollers = temporal["pollers"]
         checks["workers"] = (
-            f"up: {pollers['workflow']} workflow and {pollers['activity']} activity pollers"
-            if pollers["workflow"] and pollers["activity"]
-            else "down: no worker polls the task queue"
+            f"up: {pollers['workflow']} workflow, {pollers['activity']} activity and "
+            f"{pollers['jobs']} job pollers"
+            if pollers["workflow"] and pollers["activity"] and pollers["jobs"]
+            else "down: no worker polls "
+            + ", ".join(f"the {k} queue" for k, v in pollers.items() if not v)
         )
     except Exception as exc:
         checks["temporal"] = f"down: {type(exc).__name__}"

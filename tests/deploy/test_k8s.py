@@ -128,7 +128,7 @@ def test_scaled_object_scales_the_worker_on_the_queue_the_workers_poll(
     worker = objects[(target.get("kind", "Deployment"), target["name"])]
     assert worker["spec"]["template"]["spec"]["containers"][0]["args"] == ["worker"]
 
-    (trigger,) = scaled["spec"]["triggers"]
+    trigger, jobs_trigger = scaled["spec"]["triggers"]
     meta = trigger["metadata"]
     assert trigger["type"] == "temporal"
     assert set(meta) <= KEDA_TEMPORAL_KEYS, set(meta) - KEDA_TEMPORAL_KEYS
@@ -141,6 +141,11 @@ def test_scaled_object_scales_the_worker_on_the_queue_the_workers_poll(
     assert endpoint == env["SCHEDULER_TEMPORAL_ADDRESS"]
     assert set(meta["queueTypes"].split(",")) == {"workflow", "activity"}
     assert int(meta["targetQueueSize"]) > 0
+    # job runs have their own queue, <task queue>-jobs: its backlog scales workers too
+    jobs = jobs_trigger["metadata"]
+    assert jobs_trigger["type"] == "temporal" and set(jobs) <= KEDA_TEMPORAL_KEYS
+    assert jobs["taskQueue"] == f"{env['SCHEDULER_TASK_QUEUE']}-jobs"
+    assert jobs["queueTypes"] == "activity" and jobs["endpointFromEnv"] == meta["endpointFromEnv"]
 
     # timers fire on workers that are already polling: never scale to zero
     assert 2 <= scaled["spec"]["minReplicaCount"] < scaled["spec"]["maxReplicaCount"]

@@ -40,7 +40,7 @@ class Stack:
 
 def log_events(path: Path, event: str, **fields: object) -> list[dict[str, object]]:
     """The JSON log lines of a process with this event and fields."""
-    found = []
+    found: list[dict[str, object]] = []
     if not path.exists():
         return found
     for line in path.read_text(errors="replace").splitlines():

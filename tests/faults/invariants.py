@@ -23,6 +23,7 @@ from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
+from sqlmodel import col
 
 from store.models import Task, TaskExecution
 from tests.target import Received
@@ -53,7 +54,8 @@ def planned_fires(task: Task, *, until: datetime | None = None) -> list[datetime
     assert not spec.get("jitter_seconds") and not spec.get("start_date"), "not modelled here"
     assert cut is not None, "a recurring task needs an end to have a finite plan"
     step = timedelta(seconds=float(spec["interval_seconds"]))
-    fires, k = [], 1
+    fires: list[datetime] = []
+    k = 1
     while (fire := task.created_at + k * step) <= cut:
         if spec.get("max_runs") is not None and len(fires) >= spec["max_runs"]:
             break
@@ -141,9 +143,9 @@ def load(engine: Engine, task_ids: Iterable[str]) -> tuple[dict[str, Task], list
         tasks, rows = {}, []
         for start in range(0, len(ids), 500):
             chunk = ids[start:start + 500]
-            for task in session.scalars(select(Task).where(Task.id.in_(chunk))):
+            for task in session.scalars(select(Task).where(col(Task.id).in_(chunk))):
                 tasks[task.id] = task
-            rows += list(session.scalars(select(TaskExecution).where(TaskExecution.task_id.in_(chunk))))
+            rows += list(session.scalars(select(TaskExecution).where(col(TaskExecution.task_id).in_(chunk))))
         session.expunge_all()
     return tasks, rows
 
@@ -191,9 +193,9 @@ def audit(
     report.requests = sum(per_key.values())
     report.retried_keys = sum(1 for n in per_key.values() if n > 1)
     for key in per_key:
-        row = by_id.get(key)
-        if row is None or row.status not in RAN:
-            report.unrecorded.append(f"{key} ({row.status if row else 'no row'})")
+        seen = by_id.get(key)
+        if seen is None or seen.status not in RAN:
+            report.unrecorded.append(f"{key} ({seen.status if seen else 'no row'})")
 
     # A run ran when its row says so; an http run must have reached the target.
     executed = [r for r in rows if r.status in RAN and (r.attempts or r.started_at or r.id in per_key)]

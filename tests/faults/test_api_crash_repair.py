@@ -11,6 +11,7 @@ import httpx
 import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session
+from sqlmodel import col
 
 from store.models import Task
 from tests.faults.conftest import Stack, log_events, wait_healthy
@@ -21,7 +22,7 @@ from tests.target import TargetServer
 
 def _rows_named(stack: Stack, name: str) -> list[Task]:
     with Session(stack.engine) as session:
-        rows = list(session.scalars(select(Task).where(Task.name == name)))
+        rows = list(session.scalars(select(Task).where(col(Task.name) == name)))
         session.expunge_all()
     return rows
 

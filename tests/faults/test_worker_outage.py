@@ -8,6 +8,7 @@ from datetime import timedelta
 
 import pytest
 
+from store.models import TaskExecution
 from tests.faults.conftest import Stack, wait_healthy
 from tests.faults.driver import Api, http_job, interval_task, later, now, once_task
 from tests.faults.invariants import audit, plans, settle
@@ -60,7 +61,7 @@ async def test_worker_down_across_fire_times_then_missed_run_policies_decide(
     print(report.render())
     report.assert_holds()
 
-    def runs(name: str, *, trigger: str | None = None, status: str | None = None, reason: str | None = None) -> list:
+    def runs(name: str, *, trigger: str | None = None, status: str | None = None, reason: str | None = None) -> list[TaskExecution]:
         return [r for r in report.of_task(ids[name])
                 if (trigger is None or r.trigger == trigger) and (status is None or r.status == status)
                 and (reason is None or r.reason == reason)]
