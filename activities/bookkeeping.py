@@ -27,15 +27,7 @@ class BookkeepingActivities:
     async def save_task(self, snapshot: TaskSnapshot) -> None:
         """Upsert the task row (older snapshots never overwrite newer ones)."""
         await self._writer.submit(write_snapshot(self._engine, snapshot))
-        log.info(
-            "task.state",
-            task_id=snapshot.task_id,
-            workflow_id=f"task-{snapshot.task_id}",
-            tenant=snapshot.tenant_id,
-            status=snapshot.status,
-            next_run_at=snapshot.next_run_at.isoformat() if snapshot.next_run_at else None,
-            version=snapshot.state_version,
-        )
+        _log_task_state(snapshot)
 
     @activity.defn(name=SAVE_EXECUTION)
     async def save_execution(self, record: ExecutionRecord) -> None:
@@ -56,6 +48,8 @@ class BookkeepingActivities:
     async def record_run(self, run: RunRecord) -> None:
         """A finished run's row and the task row after it, in one transaction."""
         await self._writer.submit(write_run(self._engine, run.execution, run.snapshot))
+        if run.snapshot is not None:
+            _log_task_state(run.snapshot)
         record = run.execution
         log.info(
             "execution.state",
@@ -68,3 +62,15 @@ class BookkeepingActivities:
             attempt=record.attempts,
             lateness_ms=record.lateness_ms,
         )
+
+
+def _log_task_state(snapshot: TaskSnapshot) -> None:
+    log.info(
+        "task.state",
+        task_id=snapshot.task_id,
+        workflow_id=f"task-{snapshot.task_id}",
+        tenant=snapshot.tenant_id,
+        status=snapshot.status,
+        next_run_at=snapshot.next_run_at.isoformat() if snapshot.next_run_at else None,
+        version=snapshot.state_version,
+    )

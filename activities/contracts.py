@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from scheduling.spec import HandlerJob, HttpJob, WorkflowJob
 from store.records import ExecutionRecord, TaskSnapshot
@@ -16,6 +16,7 @@ SAVE_EXECUTION = "save_execution"
 RECORD_RUN = "record_run"
 NOTIFY = "notify"
 WITHDRAWN = "Withdrawn"
+MISSED = "Missed"
 
 
 def jobs_queue(task_queue: str) -> str:
@@ -35,6 +36,10 @@ class JobInput(BaseModel):
     not_before: datetime | None = None
     trigger: str = "schedule"
     drift_threshold_seconds: float | None = None
+    run_timeout_seconds: float = 3600.0
+    skip_if_late_seconds: float | None = Field(
+        default=None, description="a retry that never started and is this late is missed"
+    )
 
 
 class JobResult(BaseModel):

@@ -17,7 +17,14 @@ from temporalio.client import Client, WorkflowFailureError
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 
-from activities.contracts import RUN_JOB, WITHDRAWN, JobFailureDetails, JobInput, JobResult
+from activities.contracts import (
+    MISSED,
+    RUN_JOB,
+    WITHDRAWN,
+    JobFailureDetails,
+    JobInput,
+    JobResult,
+)
 from activities.egress import EgressRefused
 from activities.handlers import Handler, HandlerContext, call_handler
 from scheduling.spec import HandlerJob, HttpJob, WorkflowJob, redact_url
@@ -30,6 +37,7 @@ log = structlog.get_logger("task_scheduler.jobs")
 RETRYABLE_4XX = {408, 429}
 _tracer = trace.get_tracer("task_scheduler.jobs")
 WAITING_HEARTBEAT = timedelta(seconds=1.5)
+STARTED = "started"
 
 
 class JobActivities:
@@ -71,9 +79,21 @@ class JobActivities:
         heartbeats = asyncio.create_task(_heartbeat_forever(WAITING_HEARTBEAT))
         try:
             await _wait_for_instant(job_input)
+            _refuse_if_missed(job_input, info)
             heartbeats.cancel()
-            heartbeats = asyncio.create_task(_heartbeat_forever(info.heartbeat_timeout))
-            return await self._attempt(job_input, info.attempt, bound)
+            # From here the job has started: a retry after a crash is a retry, not a late start.
+            heartbeats = asyncio.create_task(
+                _heartbeat_forever(info.heartbeat_timeout, STARTED)
+            )
+            return await asyncio.wait_for(
+                self._attempt(job_input, info.attempt, bound), job_input.run_timeout_seconds
+            )
+        except TimeoutError as exc:
+            raise ApplicationError(
+                f"the run took longer than run_timeout_seconds={job_input.run_timeout_seconds:g}",
+                JobFailureDetails(attempt=info.attempt).model_dump(mode="json"),
+                type="RunTimeout",
+            ) from exc
         finally:
             heartbeats.cancel()
 
@@ -289,12 +309,26 @@ def _with_start(exc: ApplicationError, started: datetime) -> ApplicationError:
     return ApplicationError(str(exc.message), details, type=exc.type, non_retryable=exc.non_retryable)
 
 
-async def _heartbeat_forever(timeout: timedelta | None) -> None:
+async def _heartbeat_forever(timeout: timedelta | None, *details: Any) -> None:
     """Heartbeat often enough that the server sees us alive and can deliver a cancel."""
     every = max(0.5, min(5.0, (timeout.total_seconds() / 3) if timeout else 5.0))
     while True:
-        activity.heartbeat()
+        activity.heartbeat(*details)
         await asyncio.sleep(every)
+
+
+def _refuse_if_missed(job_input: JobInput, info: activity.Info) -> None:
+    """A run dispatched ahead whose worker died before it started, retried only now, long
+    after its instant: under the skip policy that is a missed run, not a late one."""
+    limit = job_input.skip_if_late_seconds
+    if limit is None or info.attempt == 1 or STARTED in info.heartbeat_details:
+        return
+    late = (datetime.now(UTC) - (job_input.not_before or job_input.scheduled_at)).total_seconds()
+    if late > limit:
+        raise ApplicationError(
+            f"missed: its worker stopped before it started and it is now {late:.0f}s late",
+            type=MISSED, non_retryable=True,
+        )
 
 
 def _jsonable(value: Any) -> Any:

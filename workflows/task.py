@@ -17,6 +17,7 @@ from temporalio.exceptions import ActivityError, ApplicationError, CancelledErro
 
 with workflow.unsafe.imports_passed_through():
     from activities.contracts import (
+        MISSED,
         NOTIFY,
         RECORD_RUN,
         RUN_JOB,
@@ -36,6 +37,7 @@ with workflow.unsafe.imports_passed_through():
         HandlerJob,
         HttpJob,
         IntervalMode,
+        MissedRunPolicy,
         NotifyEvent,
         ScheduleFields,
         ScheduleType,
@@ -46,7 +48,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from store.records import ExecutionRecord, TaskSnapshot
     from workflows import attributes
-    from workflows.plan import Decision, plan_due_fires
+    from workflows.plan import MISSED_AFTER, Decision, plan_due_fires
     from workflows.state import (
         FINAL_STATUSES,
         ExecutionStatus,
@@ -382,12 +384,20 @@ class TaskWorkflow:
                 not_before=instant,
                 trigger=queued.trigger.value,
                 drift_threshold_seconds=spec.drift_threshold_seconds,
+                run_timeout_seconds=spec.run_timeout_seconds,
+                skip_if_late_seconds=(
+                    MISSED_AFTER.total_seconds()
+                    if queued.trigger is Trigger.SCHEDULE
+                    and spec.effective_missed_run_policy() is MissedRunPolicy.SKIP
+                    else None
+                ),
             ),
             task_queue=jobs_queue(workflow.info().task_queue),
             result_type=JobResult,
-            # The attempt's time limit counts from its start; a run dispatched ahead of its
-            # instant waits on top of it.
-            start_to_close_timeout=timedelta(seconds=spec.run_timeout_seconds) + self._lead(),
+            # The job itself is held to run_timeout_seconds by the activity; this backstop
+            # also covers the wait of a run dispatched ahead of its instant.
+            start_to_close_timeout=timedelta(seconds=spec.run_timeout_seconds) + self._lead()
+            + DISPATCH_SLACK + timedelta(seconds=10),
             heartbeat_timeout=timedelta(seconds=spec.heartbeat_timeout_seconds),
             retry_policy=RetryPolicy(
                 maximum_attempts=spec.retry_policy.max_attempts,
@@ -413,6 +423,9 @@ class TaskWorkflow:
         except ActivityError as err:
             if _is_withdrawn(err):
                 await self._withdrawn_run(queued, run_id)
+                return
+            if _failure_type(err) == MISSED:
+                await self._record_skip(queued.scheduled_at, "missed")
                 return
             record.status, record.error = _failure_status(err)
             details = _failure_details(err)
@@ -889,8 +902,12 @@ def _run_epoch_ms() -> int:
 
 
 def _is_withdrawn(err: ActivityError) -> bool:
+    return _failure_type(err) == WITHDRAWN
+
+
+def _failure_type(err: ActivityError) -> str | None:
     cause = err.cause
-    return isinstance(cause, ApplicationError) and cause.type == WITHDRAWN
+    return cause.type if isinstance(cause, ApplicationError) else None
 
 
 def _failure_details(err: ActivityError) -> JobFailureDetails | None:
