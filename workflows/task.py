@@ -655,14 +655,17 @@ class TaskWorkflow:
         )
 
     def _upsert_search_attributes(self, before: TaskSnapshot | None, now: TaskSnapshot) -> None:
+        current = workflow.info().typed_search_attributes
         updates: list[SearchAttributeUpdate[Any]] = []
-        if before is None or before.status != now.status:
+        # Only what differs from what the workflow already carries: a fresh start brought its
+        # attributes along, and every upsert is a visibility write on the server.
+        if current.get(attributes.TASK_STATUS) != now.status:
             updates.append(attributes.TASK_STATUS.value_set(now.status))
-        if before is None or before.name != now.name:
+        if current.get(attributes.TASK_NAME) != now.name:
             updates.append(attributes.TASK_NAME.value_set(now.name))
-        if before is None or before.schedule_type != now.schedule_type:
+        if current.get(attributes.SCHEDULE_TYPE) != now.schedule_type:
             updates.append(attributes.SCHEDULE_TYPE.value_set(now.schedule_type))
-        if before is None or before.next_run_at != now.next_run_at:
+        if _seconds(current.get(attributes.NEXT_RUN_AT)) != _seconds(now.next_run_at):
             updates.append(
                 attributes.NEXT_RUN_AT.value_set(now.next_run_at)
                 if now.next_run_at is not None
@@ -895,6 +898,11 @@ def _failure_status(err: ActivityError) -> tuple[ExecutionStatus, str]:
         return ExecutionStatus.CANCELLED, "cancelled while running"
     message = str(cause) if cause is not None else str(err)
     return ExecutionStatus.FAILED, message[:2000]
+
+
+def _seconds(moment: datetime | None) -> int | None:
+    """Search attributes keep datetimes to the second (or so): compare at that precision."""
+    return None if moment is None else int(moment.timestamp())
 
 
 def _run_epoch_ms() -> int:
