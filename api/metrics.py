@@ -8,11 +8,11 @@ from collections.abc import Awaitable, Callable
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from sqlalchemy import Engine, func
 from sqlalchemy.orm import Session
-from sqlmodel import select
+from sqlmodel import col, select
 from starlette.requests import Request
 from starlette.responses import Response
 
-from store.models import Task
+from store.models import Task, TaskExecution
 
 
 class ApiMetrics:
@@ -32,6 +32,12 @@ class ApiMetrics:
         self.tasks = Gauge(
             "scheduler_tasks", "Tasks by status", ["status"], registry=self.registry
         )
+        self.executions = Gauge(
+            "scheduler_executions",
+            "Recorded executions by status and, for skipped ones, reason",
+            ["status", "reason"],
+            registry=self.registry,
+        )
 
     def refresh_task_counts(self, engine: Engine) -> None:
         """Count tasks by status (called when /metrics is scraped)."""
@@ -39,6 +45,18 @@ class ApiMetrics:
             counts = dict(session.execute(select(Task.status, func.count()).group_by(Task.status)).all())
         for status in ("PENDING", "RUNNING", "PAUSED", "COMPLETED", "FAILED", "CANCELLED"):
             self.tasks.labels(status=status).set(counts.get(status, 0))
+        with Session(engine) as session:
+            rows = session.execute(
+                select(TaskExecution.status, TaskExecution.reason, func.count()).group_by(
+                    col(TaskExecution.status), col(TaskExecution.reason)
+                )
+            ).all()
+        totals: dict[tuple[str, str], int] = {}
+        for status, reason, count in rows:
+            key = (status, reason if status == "SKIPPED" and reason else "")
+            totals[key] = totals.get(key, 0) + count
+        for (status, reason), count in totals.items():
+            self.executions.labels(status=status, reason=reason).set(count)
 
     async def middleware(
         self, request: Request, call_next: Callable[[Request], Awaitable[Response]]

@@ -131,6 +131,7 @@ class TemporalGateway:
         """Whether the server answers and how many workers poll the task queue."""
         ok = await self.client.service_client.check_health(timeout=timedelta(seconds=3))
         pollers: dict[str, int] = {}
+        backlog: dict[str, dict[str, float]] = {}
         for queue, kind, name in (
             (self.task_queue, TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW, "workflow"),
             (self.task_queue, TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY, "activity"),
@@ -141,8 +142,13 @@ class TemporalGateway:
                     namespace=self.client.namespace,
                     task_queue=TaskQueue(name=queue),
                     task_queue_type=kind,
+                    report_stats=True,
                 ),
                 timeout=timedelta(seconds=3),
             )
             pollers[name] = len(response.pollers)
-        return {"server": bool(ok), "pollers": pollers}
+            backlog[name] = {
+                "count": int(response.stats.approximate_backlog_count),
+                "age_seconds": round(response.stats.approximate_backlog_age.ToTimedelta().total_seconds(), 3),
+            }
+        return {"server": bool(ok), "pollers": pollers, "backlog": backlog}

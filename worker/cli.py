@@ -63,6 +63,46 @@ def _keys(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
+QUOTA_FIELDS = ("max_active_tasks", "min_interval_seconds", "allow_seconds_cron",
+                "max_body_bytes", "max_header_bytes")
+
+
+def _quotas(settings: Settings, args: argparse.Namespace) -> int:
+    from dataclasses import asdict
+
+    from store.engine import make_engine, migrate
+    from store.quotas import Quota, quota_for, set_quota
+
+    engine = make_engine(settings.resolved_database_url)
+    if settings.auto_migrate:
+        migrate(engine)
+    defaults = Quota(
+        max_active_tasks=settings.quota_max_active_tasks,
+        min_interval_seconds=settings.quota_min_interval_seconds,
+        allow_seconds_cron=settings.quota_allow_seconds_cron,
+        max_body_bytes=settings.quota_max_body_bytes,
+        max_header_bytes=settings.quota_max_header_bytes,
+    )
+    if args.quotas_command == "set":
+        kinds = {"max_active_tasks": int, "min_interval_seconds": float, "max_body_bytes": int,
+                 "max_header_bytes": int,
+                 "allow_seconds_cron": lambda v: {"true": True, "false": False}[v.lower()]}
+        changes: dict[str, object] = {}
+        for name in QUOTA_FIELDS:
+            raw = getattr(args, name)
+            if raw is None:
+                continue
+            try:
+                changes[name] = None if raw == "default" else kinds[name](raw)
+            except (ValueError, KeyError):
+                print(f"--{name.replace('_', '-')}: not a valid value: {raw!r}", file=sys.stderr)
+                return 2
+        set_quota(engine, args.tenant, **changes)
+    for name, value in asdict(quota_for(engine, args.tenant, defaults)).items():
+        print(f"{name:22} {value}")
+    return 0
+
+
 def parser() -> argparse.ArgumentParser:
     """The command-line interface."""
     root = argparse.ArgumentParser(prog="task-scheduler", description=__doc__)
@@ -81,6 +121,15 @@ def parser() -> argparse.ArgumentParser:
     listing.add_argument("--tenant")
     revoke = keys.add_parser("revoke", help="revoke a key by id")
     revoke.add_argument("key_id")
+    quotas = commands.add_parser("quotas", help="per-tenant quotas").add_subparsers(
+        dest="quotas_command", required=True
+    )
+    show = quotas.add_parser("show", help="a tenant's quotas (defaults where not set)")
+    show.add_argument("--tenant", required=True)
+    setter = quotas.add_parser("set", help="set a tenant's quotas ('default' clears one)")
+    setter.add_argument("--tenant", required=True)
+    for name in QUOTA_FIELDS:
+        setter.add_argument(f"--{name.replace('_', '-')}", dest=name)
     ops.add_commands(commands)
     return root
 
@@ -98,6 +147,8 @@ def main(argv: list[str] | None = None) -> int:
         return run_dev(settings)
     if args.command == "keys":
         return _keys(settings, args)
+    if args.command == "quotas":
+        return _quotas(settings, args)
     return {"api": _api, "worker": _worker, "migrate": _migrate}[args.command](settings)
 
 

@@ -188,16 +188,27 @@ async def test_list_newest_first_with_cursor_and_filters(stack: Stack) -> None:
 async def test_health_and_metrics(stack: Stack) -> None:
     from prometheus_client.parser import text_string_to_metric_families
 
+    async with stack.client() as owner:
+        created = await owner.post("/task/create", json={
+            "task_name": "metered", "job_details": {"type": "handler", "name": "noop"},
+            "schedule_type": "once", "run_at": iso(datetime.now(UTC)),
+        })
+        await wait_for_status(owner, created.json()["task_id"], {"COMPLETED"})
     async with httpx.AsyncClient(base_url=stack.base_url) as api:
         health = await api.get("/checkHealth/")
         assert health.status_code == 200, health.text
         assert health.json()["checks"]["database"] == "up"
         assert health.json()["checks"]["workers"].startswith("up")
+        backlog = health.json()["checks"]["backlog"]
+        assert set(backlog) == {"workflow", "activity", "jobs"}
+        assert all(b["age_seconds"] >= 0 and b["count"] >= 0 for b in backlog.values())
         metrics = await api.get("/metrics")
         assert metrics.status_code == 200
         families = {f.name: f for f in text_string_to_metric_families(metrics.text)}
         assert "scheduler_http_requests" in families
         assert "scheduler_tasks" in families
+        executions = {(s.labels["status"], s.labels["reason"]) for s in families["scheduler_executions"].samples}
+        assert ("COMPLETED", "") in executions
         docs = await api.get("/docs")
         assert docs.status_code == 200 and "swagger" in docs.text.lower()
         spec = (await api.get("/openapi.json")).json()

@@ -234,3 +234,22 @@ async def test_spread_runs_start_on_their_instant(stack: Stack) -> None:
         lateness.append(rows[0].lateness_ms)
     assert all(value is not None and value >= 0 for value in lateness)
     assert sorted(lateness)[len(lateness) // 2] < 250, lateness  # median well under the engine's ~1 s floor
+
+
+async def test_a_broken_webhook_never_blocks_or_fails_the_task(stack: Stack, target: TargetServer) -> None:
+    async with stack.client() as api:
+        created = await api.post("/task/create", json={
+            "task_name": "loud", "schedule_type": "once", "run_at": iso(datetime.now(UTC)),
+            "job_details": {"type": "handler", "name": "noop"},
+            "notify": {"url": target.url("/status/500"), "events": ["completed"]},
+        })
+        task_id = created.json()["task_id"]
+        # The run and the task's end are recorded while the webhook keeps failing.
+        done = await wait_for_status(api, task_id, {"COMPLETED"}, timeout=20)
+        assert done["success_count"] == 1
+        runs = (await api.get(f"/tasks/{task_id}/executions")).json()["items"]
+        assert [r["status"] for r in runs] == ["COMPLETED"]
+
+    async def retried() -> bool:
+        return len([r for r in target.received if r.path == "/status/500"]) >= 2
+    await _until(retried, timeout=30)  # delivery is retried on its own

@@ -118,3 +118,27 @@ def test_a_skipped_fixed_delay_fire_plans_the_next_one_from_now() -> None:
     )
     assert decided(ran) == [("queue", HALF_HOUR, None)]
     assert ran.next_fire_at is None  # planned when that run completes
+
+
+def test_catchup_window_skips_missed_fires_older_than_the_window() -> None:
+    # Down from 10:30 to 12:10: fires at 10:30, 11:00, 11:30 and 12:00 came due.
+    plan = plan_due_fires(
+        state(missed_run_policy="catchup", catchup_window_seconds=3600),
+        T0 + timedelta(hours=2, minutes=10),
+        running=False,
+    )
+    assert decided(plan) == [
+        ("skip", HALF_HOUR, "outside_window"),
+        ("skip", 2 * HALF_HOUR, "outside_window"),
+        ("queue", 3 * HALF_HOUR, None),
+        ("queue", 4 * HALF_HOUR, None),
+    ]
+
+
+def test_jittered_fire_is_due_only_at_its_jittered_instant() -> None:
+    offset = timedelta(seconds=42)
+    early = plan_due_fires(state(), T0 + HALF_HOUR + timedelta(seconds=41), running=False,
+                           offset=lambda _: offset)
+    assert early.decisions == [] and early.next_fire_at == T0 + HALF_HOUR
+    due = plan_due_fires(state(), T0 + HALF_HOUR + offset, running=False, offset=lambda _: offset)
+    assert decided(due) == [("run", HALF_HOUR, None)]

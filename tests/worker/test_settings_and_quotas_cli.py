@@ -1,0 +1,41 @@
+"""Settings refuse development secrets in production; quotas are set per tenant by CLI."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from store.engine import make_engine
+from store.quotas import Quota, quota_for
+from worker.cli import main
+from worker.settings import Settings
+
+
+def test_dev_api_key_is_refused_outside_dev(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SCHEDULER_ENV", "production")
+    monkeypatch.setenv("SCHEDULER_DEV_API_KEY", "letmein")
+    with pytest.raises(ValidationError, match="refused when SCHEDULER_ENV=production"):
+        Settings()
+    monkeypatch.setenv("SCHEDULER_ENV", "dev")
+    assert Settings().dev_api_key is not None
+    monkeypatch.setenv("SCHEDULER_ENV", "production")
+    monkeypatch.delenv("SCHEDULER_DEV_API_KEY")
+    assert Settings().egress_allow_list == []  # nothing private is reachable by default
+
+
+def test_quotas_cli_sets_shows_and_clears(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    url = f"sqlite:///{tmp_path / 'q.db'}"
+    monkeypatch.setenv("SCHEDULER_DATABASE_URL", url)
+    assert main(["quotas", "set", "--tenant", "growth", "--max-active-tasks", "7",
+                 "--allow-seconds-cron", "true"]) == 0
+    out = capsys.readouterr().out
+    assert "max_active_tasks       7" in out and "allow_seconds_cron     True" in out
+    quota = quota_for(make_engine(url), "growth", Quota())
+    assert quota.max_active_tasks == 7 and quota.allow_seconds_cron is True
+    assert main(["quotas", "set", "--tenant", "growth", "--max-active-tasks", "default"]) == 0
+    assert quota_for(make_engine(url), "growth", Quota()).max_active_tasks == Quota().max_active_tasks
+    assert main(["quotas", "set", "--tenant", "growth", "--max-body-bytes", "lots"]) == 2
+    assert "not a valid value" in capsys.readouterr().err
