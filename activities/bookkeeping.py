@@ -33,16 +33,7 @@ class BookkeepingActivities:
     async def save_execution(self, record: ExecutionRecord) -> None:
         """Upsert one execution row by its id (a retry or replay records it once)."""
         await self._writer.submit(write_run(self._engine, record, None))
-        log.info(
-            "execution.state",
-            task_id=record.task_id,
-            workflow_id=f"task-{record.task_id}",
-            execution_id=record.id,
-            tenant=record.tenant_id,
-            status=record.status,
-            reason=record.reason,
-            attempt=record.attempts,
-        )
+        _log_execution(record)
 
     @activity.defn(name=RECORD_RUN)
     async def record_run(self, run: RunRecord) -> None:
@@ -50,18 +41,7 @@ class BookkeepingActivities:
         await self._writer.submit(write_run(self._engine, run.execution, run.snapshot))
         if run.snapshot is not None:
             _log_task_state(run.snapshot)
-        record = run.execution
-        log.info(
-            "execution.state",
-            task_id=record.task_id,
-            workflow_id=f"task-{record.task_id}",
-            execution_id=record.id,
-            tenant=record.tenant_id,
-            status=record.status,
-            reason=record.reason,
-            attempt=record.attempts,
-            lateness_ms=record.lateness_ms,
-        )
+        _log_execution(run.execution)
 
 
 def _log_task_state(snapshot: TaskSnapshot) -> None:
@@ -73,4 +53,18 @@ def _log_task_state(snapshot: TaskSnapshot) -> None:
         status=snapshot.status,
         next_run_at=snapshot.next_run_at.isoformat() if snapshot.next_run_at else None,
         version=snapshot.state_version,
+    )
+
+
+def _log_execution(record: ExecutionRecord) -> None:
+    log.info(
+        "execution.state",
+        task_id=record.task_id,
+        workflow_id=f"task-{record.task_id}",
+        execution_id=record.id,
+        tenant=record.tenant_id,
+        status=record.status,
+        reason=record.reason,
+        attempt=record.attempts,
+        lateness_ms=record.lateness_ms,
     )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Engine, and_, or_, update
 from sqlalchemy.dialects import postgresql, sqlite
@@ -157,41 +157,47 @@ def list_tasks(
         query = query.where(col(Task.status) == status)
     if name is not None:
         query = query.where(col(Task.name) == name)
-    if cursor is not None:
-        created, row_id = decode_cursor(cursor)
-        query = query.where(
-            or_(col(Task.created_at) < created, and_(col(Task.created_at) == created, col(Task.id) < row_id))
-        )
-    query = query.order_by(col(Task.created_at).desc(), col(Task.id).desc()).limit(limit + 1)
-    with Session(engine) as session:
-        rows = list(session.scalars(query))
-        for row in rows:
-            session.expunge(row)
-    page, more = rows[:limit], len(rows) > limit
-    return page, (encode_cursor(page[-1].created_at, page[-1].id) if more and page else None)
+    query = _newest_first(query, col(Task.created_at), col(Task.id), cursor, limit)
+    rows = _fetch(engine, query)
+    return rows[:limit], _next_cursor(rows, limit, lambda r: (r.created_at, r.id))
 
 
 def list_executions(
     engine: Engine, *, task_id: str, limit: int, cursor: str | None = None
 ) -> tuple[Sequence[TaskExecution], str | None]:
     """A task's executions, newest scheduled first, and the next page's cursor."""
-    table = TaskExecution
-    query = select(table).where(col(table.task_id) == task_id)
+    query = select(TaskExecution).where(col(TaskExecution.task_id) == task_id)
+    query = _newest_first(
+        query, col(TaskExecution.scheduled_at), col(TaskExecution.id), cursor, limit
+    )
+    rows = _fetch(engine, query)
+    return rows[:limit], _next_cursor(rows, limit, lambda r: (r.scheduled_at, r.id))
+
+
+R = TypeVar("R")
+
+
+def _newest_first(query: Any, moment: Any, row_id: Any, cursor: str | None, limit: int) -> Any:
+    """Order newest first and start after the cursor's row; one row more than a page."""
     if cursor is not None:
-        scheduled, row_id = decode_cursor(cursor)
-        query = query.where(
-            or_(
-                col(table.scheduled_at) < scheduled,
-                and_(col(table.scheduled_at) == scheduled, col(table.id) < row_id),
-            )
-        )
-    query = query.order_by(col(table.scheduled_at).desc(), col(table.id).desc()).limit(limit + 1)
+        after, after_id = decode_cursor(cursor)
+        query = query.where(or_(moment < after, and_(moment == after, row_id < after_id)))
+    return query.order_by(moment.desc(), row_id.desc()).limit(limit + 1)
+
+
+def _fetch(engine: Engine, query: Any) -> list[Any]:
     with Session(engine) as session:
         rows = list(session.scalars(query))
         for row in rows:
             session.expunge(row)
-    page, more = rows[:limit], len(rows) > limit
-    return page, (encode_cursor(page[-1].scheduled_at, page[-1].id) if more and page else None)
+    return rows
+
+
+def _next_cursor(rows: Sequence[R], limit: int, key: Callable[[R], tuple[datetime, str]]) -> str | None:
+    """The cursor of the next page, or None when these rows end the list."""
+    if len(rows) <= limit or limit == 0:
+        return None
+    return encode_cursor(*key(rows[limit - 1]))
 
 
 def get_execution(engine: Engine, execution_id: str) -> TaskExecution | None:
@@ -224,22 +230,14 @@ def list_dead_letters(
     )
     if tenant_id is not None:
         query = query.where(col(TaskExecution.tenant_id) == tenant_id)
-    if cursor is not None:
-        scheduled, row_id = decode_cursor(cursor)
-        query = query.where(
-            or_(
-                col(TaskExecution.scheduled_at) < scheduled,
-                and_(col(TaskExecution.scheduled_at) == scheduled, col(TaskExecution.id) < row_id),
-            )
-        )
-    query = query.order_by(col(TaskExecution.scheduled_at).desc(), col(TaskExecution.id).desc()).limit(limit + 1)
+    query = _newest_first(
+        query, col(TaskExecution.scheduled_at), col(TaskExecution.id), cursor, limit
+    )
     with Session(engine) as session:
         rows = [(execution, name) for execution, name in session.execute(query).all()]
         for execution, _ in rows:
             session.expunge(execution)
-    page, more = rows[:limit], len(rows) > limit
-    last = page[-1][0] if page else None
-    return page, (encode_cursor(last.scheduled_at, last.id) if more and last else None)
+    return rows[:limit], _next_cursor(rows, limit, lambda r: (r[0].scheduled_at, r[0].id))
 
 
 def set_dead_letter(engine: Engine, execution_id: str, *, state: str, expect: str = "open") -> bool:
