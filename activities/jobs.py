@@ -36,7 +36,9 @@ log = structlog.get_logger("task_scheduler.jobs")
 
 RETRYABLE_4XX = {408, 429}
 _tracer = trace.get_tracer("task_scheduler.jobs")
-WAITING_HEARTBEAT = timedelta(seconds=1.5)
+# Heartbeat every 2 s while waiting: a cancel, pause or update more than ~2 s before the
+# instant withdraws the run; one that arrives later meets a run that starts on time.
+WAITING_HEARTBEAT = timedelta(seconds=6)
 STARTED = "started"
 
 
@@ -74,8 +76,8 @@ class JobActivities:
             workflow_id=info.workflow_id,
             attempt=info.attempt,
         )
-        # While it waits for its instant the run heartbeats every second, so a cancel, pause
-        # or update withdraws it in time; once running, at a third of the heartbeat timeout.
+        # While it waits for its instant the run heartbeats every 2 s, so a cancel, pause or
+        # update withdraws it in time; once running, at a third of the heartbeat timeout.
         heartbeats = asyncio.create_task(_heartbeat_forever(WAITING_HEARTBEAT))
         try:
             await _wait_for_instant(job_input)

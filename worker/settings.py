@@ -57,7 +57,7 @@ class Settings(BaseSettings):
     quota_max_header_bytes: int = 8 * 1024
 
     dispatch_lead_seconds: float = Field(
-        default=5.0, ge=0,
+        default=10.0, ge=0,
         description="dispatch each run this long ahead; the job waits for its instant on the "
         "worker (0 turns it off); grows with the backlog the task sees, up to the maximum",
     )
