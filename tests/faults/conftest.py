@@ -21,6 +21,7 @@ from store.keys import create_key
 from tests.faults.processes import Fleet, PostgresCluster, process_env
 
 TENANT = "faults"
+DISPATCH_LEAD = 5  # seconds a run is dispatched ahead of its instant
 
 
 @dataclass
@@ -84,8 +85,9 @@ def make_stack(tmp_path: Path, *, temporal: str, database_url: str, **extra: str
     migrate(engine)
     _, key = create_key(engine, TENANT)
     queue = f"faults-{uuid.uuid4().hex[:8]}"
-    env = process_env(temporal=temporal, database_url=database_url, task_queue=queue,
-                      auto_migrate="false", **extra)
+    # The tests time their faults around the dispatch lead: pin it rather than follow the default.
+    settings = {"auto_migrate": "false", "dispatch_lead_seconds": str(DISPATCH_LEAD), **extra}
+    env = process_env(temporal=temporal, database_url=database_url, task_queue=queue, **settings)
     logs = tmp_path / "logs"
     logs.mkdir(exist_ok=True)
     return Stack(engine=engine, database_url=database_url, key=key, queue=queue,
