@@ -102,12 +102,18 @@ def _execution_upsert(engine: Engine, record: ExecutionRecord, *, reopen: bool =
     if reopen:
         # A replayed dead letter runs again under its own id: the row is reopened.
         return stmt.on_conflict_do_update(index_elements=["id"], set_=changed)
-    # A final row stays final: a late or replayed RUNNING write must not resurrect it.
-    not_final = table.c.status.not_in(FINAL_EXECUTION_STATUSES)
+    # A finished run's outcome always lands; a late RUNNING write never resurrects a finished
+    # row; and a skip never replaces a run: a timed-out workflow task's local activity may still
+    # write the skip its discarded decision made after the retried task ran the fire.
+    current, new = table.c.status, stmt.excluded.status
     return stmt.on_conflict_do_update(
         index_elements=["id"],
         set_=changed,
-        where=or_(not_final, stmt.excluded.status.in_(FINAL_EXECUTION_STATUSES)),
+        where=or_(
+            new.in_(("COMPLETED", "FAILED", "CANCELLED")),
+            and_(new == "RUNNING", current.in_(("RUNNING", "SKIPPED"))),
+            and_(new == "SKIPPED", current == "SKIPPED"),
+        ),
     )
 
 
