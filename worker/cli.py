@@ -4,6 +4,7 @@ tasks and dead-letters (clients of the REST API)."""
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 import asyncio
 import sys
 
@@ -84,7 +85,7 @@ def _quotas(settings: Settings, args: argparse.Namespace) -> int:
         max_header_bytes=settings.quota_max_header_bytes,
     )
     if args.quotas_command == "set":
-        kinds = {"max_active_tasks": int, "min_interval_seconds": float, "max_body_bytes": int,
+        kinds: dict[str, Callable[[str], object]] = {"max_active_tasks": int, "min_interval_seconds": float, "max_body_bytes": int,
                  "max_header_bytes": int,
                  "allow_seconds_cron": lambda v: {"true": True, "false": False}[v.lower()]}
         changes: dict[str, object] = {}
