@@ -4,9 +4,9 @@ tasks and dead-letters (clients of the REST API)."""
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
 import asyncio
 import sys
+from collections.abc import Callable
 
 from worker import ops
 from worker.logging import configure_logging
