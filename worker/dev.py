@@ -63,6 +63,17 @@ def dev_api_key(settings: Settings) -> str:
     return key
 
 
+def _die_with_parent() -> None:
+    """In a child: get SIGTERM when the launcher dies, even by SIGKILL (Linux)."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass  # not Linux: Ctrl-C and SIGTERM still stop every child
+
+
 def wait_for_port(address: str, timeout: float, process: subprocess.Popen[bytes]) -> None:
     """Block until something listens on host:port (or the process died)."""
     host, _, port = address.rpartition(":")
@@ -102,11 +113,18 @@ def run_dev(settings: Settings) -> int:
     signal.signal(signal.SIGTERM, stop)
     code = 0
     try:
-        server = subprocess.Popen(dev_server_command(settings), env=env, start_new_session=True)
+        def spawn(command: list[str]) -> subprocess.Popen[bytes]:
+            # Its own session (Ctrl-C reaches only the launcher, which stops the children in
+            # order), and it dies with the launcher even if that is killed outright.
+            return subprocess.Popen(
+                command, env=env, start_new_session=True, preexec_fn=_die_with_parent
+            )
+
+        server = spawn(dev_server_command(settings))
         children.append(("temporal", server))
         wait_for_port(settings.temporal_address, 60, server)
-        children.append(("worker", subprocess.Popen([*cli, "worker"], env=env, start_new_session=True)))
-        children.append(("api", subprocess.Popen([*cli, "api"], env=env, start_new_session=True)))
+        children.append(("worker", spawn([*cli, "worker"])))
+        children.append(("api", spawn([*cli, "api"])))
         wait_for_port(f"{settings.api_host}:{settings.api_port}", 60, children[-1][1])
         print(
             "\ntask-scheduler is running:\n"

@@ -71,8 +71,12 @@ def dev_stack(tmp_path: Path) -> Iterator[DevStack]:
     stack = DevStack(tmp_path)
     yield stack
     if stack.process is not None and stack.process.poll() is None:
-        stack.process.kill()
-        stack.process.wait()
+        stack.process.terminate()  # the launcher stops its children on SIGTERM
+        try:
+            stack.process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            stack.process.kill()
+            stack.process.wait()
 
 
 def _no_child_left(stack: DevStack) -> None:
@@ -123,3 +127,18 @@ def test_dev_stack_survives_a_restart(dev_stack: DevStack) -> None:
     assert {s.labels["type"] for s in backlog} == {"workflow", "activity"}
     assert dev_stack.stop(signal.SIGTERM) == 0
     _no_child_left(dev_stack)
+
+
+def test_children_die_with_a_killed_launcher(dev_stack: DevStack) -> None:
+    dev_stack.start()
+    assert dev_stack.process is not None
+    dev_stack.process.kill()  # SIGKILL: the launcher cannot stop its children itself
+    dev_stack.process.wait()
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            _no_child_left(dev_stack)
+            break
+        except AssertionError:
+            assert time.monotonic() < deadline, "a child outlived the killed launcher"
+            time.sleep(0.5)
