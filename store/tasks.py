@@ -15,7 +15,7 @@ from sqlmodel import col, select
 from store.models import EXECUTION_TABLE, TASK_TABLE, Task, TaskExecution, utcnow
 from store.records import ExecutionRecord, TaskSnapshot
 
-FINAL_EXECUTION_STATUSES = ("COMPLETED", "FAILED", "CANCELLED", "SKIPPED")
+RUN_OUTCOMES = ("COMPLETED", "FAILED", "CANCELLED")  # how a run that ran can end
 
 
 def _insert(engine: Engine, table: Any) -> Any:
@@ -110,7 +110,7 @@ def _execution_upsert(engine: Engine, record: ExecutionRecord, *, reopen: bool =
         index_elements=["id"],
         set_=changed,
         where=or_(
-            new.in_(("COMPLETED", "FAILED", "CANCELLED")),
+            new.in_(RUN_OUTCOMES),
             and_(new == "RUNNING", current.in_(("RUNNING", "SKIPPED"))),
             and_(new == "SKIPPED", current == "SKIPPED"),
         ),
