@@ -33,7 +33,7 @@ class BookkeepingActivities:
     async def save_execution(self, record: ExecutionRecord) -> None:
         """Upsert one execution row by its id (a retry or replay records it once)."""
         await self._writer.submit(write_run(self._engine, record, None))
-        _log_execution(record)
+        log_execution(record)
 
     @activity.defn(name=RECORD_RUN)
     async def record_run(self, run: RunRecord) -> None:
@@ -41,7 +41,7 @@ class BookkeepingActivities:
         await self._writer.submit(write_run(self._engine, run.execution, run.snapshot))
         if run.snapshot is not None:
             _log_task_state(run.snapshot)
-        _log_execution(run.execution)
+        log_execution(run.execution)
 
 
 def _log_task_state(snapshot: TaskSnapshot) -> None:
@@ -56,7 +56,8 @@ def _log_task_state(snapshot: TaskSnapshot) -> None:
     )
 
 
-def _log_execution(record: ExecutionRecord) -> None:
+def log_execution(record: ExecutionRecord) -> None:
+    """The structured log line of an execution row being written."""
     log.info(
         "execution.state",
         task_id=record.task_id,

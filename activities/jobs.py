@@ -17,20 +17,25 @@ from temporalio.client import Client, WorkflowFailureError
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 
+from activities.bookkeeping import log_execution
 from activities.contracts import (
     MISSED,
     RUN_JOB,
+    RUN_SERIES,
     WITHDRAWN,
     JobFailureDetails,
     JobInput,
     JobResult,
+    SeriesInput,
+    SeriesResult,
 )
 from activities.egress import EgressRefused
 from activities.handlers import Handler, HandlerContext, call_handler
+from activities.series import SeriesRunner
 from scheduling.spec import HandlerJob, HttpJob, WorkflowJob, redact_url
 from store.batch import BatchWriter
 from store.records import ExecutionRecord
-from store.tasks import write_started
+from store.tasks import write_run, write_started
 
 log = structlog.get_logger("task_scheduler.jobs")
 
@@ -98,6 +103,38 @@ class JobActivities:
             ) from exc
         finally:
             heartbeats.cancel()
+
+    @activity.defn(name=RUN_SERIES)
+    async def run_series(self, series: SeriesInput) -> SeriesResult:
+        """Run consecutive fires of one task, each at its instant on this worker's clock."""
+        info = activity.info()
+        bound = log.bind(
+            task_id=series.task_id, tenant=series.tenant_id, workflow_id=info.workflow_id,
+            series_attempt=info.attempt,
+        )
+
+        async def attempt(job_input: JobInput, number: int) -> JobResult:
+            return await self._attempt(
+                job_input, number, bound.bind(execution_id=job_input.execution_id, attempt=number)
+            )
+
+        return await SeriesRunner(series, attempt=attempt, write=self._write_outcome).run()
+
+    async def _write_outcome(self, record: ExecutionRecord) -> None:
+        """A series fire's final row; retried until the database takes it."""
+        if self._engine is None or self._writer is None:
+            return
+        delay = 1.0
+        while True:
+            try:
+                await self._writer.submit(write_run(self._engine, record, None))
+            except Exception as exc:  # the database may be down: the record must land
+                log.warning("execution.not_recorded", execution_id=record.id, error=type(exc).__name__)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 30.0)
+                continue
+            log_execution(record)
+            return
 
     async def _attempt(self, job_input: JobInput, attempt: int, bound: Any) -> JobResult:
         # The later of the server's start of this attempt and this worker's clock: the same

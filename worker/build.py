@@ -73,7 +73,7 @@ def build_activities(
     notes = NotifyActivities(http)
     return ActivitySet(
         workflow_side=[books.save_task, books.save_execution, books.record_run, notes.notify],
-        jobs=[jobs.run_job],
+        jobs=[jobs.run_job, jobs.run_series],
     )
 
 

@@ -21,6 +21,7 @@ with workflow.unsafe.imports_passed_through():
         NOTIFY,
         RECORD_RUN,
         RUN_JOB,
+        RUN_SERIES,
         SAVE_EXECUTION,
         SAVE_TASK,
         WITHDRAWN,
@@ -29,6 +30,9 @@ with workflow.unsafe.imports_passed_through():
         JobResult,
         Notification,
         RunRecord,
+        SeriesFire,
+        SeriesInput,
+        SeriesResult,
         jobs_queue,
     )
     from scheduling.fire import first_fire, next_fire
@@ -39,6 +43,7 @@ with workflow.unsafe.imports_passed_through():
         IntervalMode,
         MissedRunPolicy,
         NotifyEvent,
+        OverlapPolicy,
         ScheduleFields,
         ScheduleType,
         TaskChanges,
@@ -74,6 +79,14 @@ BOUND_FIELD_NAMES = frozenset({"end_date", "max_runs"})
 PRIORITY_KEYS = {"high": 1, "medium": 3, "low": 5}
 DISPATCH_SLACK = timedelta(seconds=1)
 NOTIFY_RETRY = RetryPolicy(maximum_attempts=5, maximum_interval=timedelta(seconds=30))
+# Fires due within the lead plus this span go out together as one series when there are
+# several: one workflow round trip for many runs of a task that fires faster than its lead.
+SERIES_SPAN = timedelta(seconds=20)
+SERIES_MAX_FIRES = 100
+SERIES_PATCH = "run-series"
+SERIES_HEARTBEAT_TIMEOUT = timedelta(seconds=10)
+# A series resumes on another worker when its worker dies; it is never given up.
+SERIES_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=10))
 
 
 @workflow.defn(name="TaskWorkflow")
@@ -105,6 +118,8 @@ class TaskWorkflow:
         self._instants: dict[str, datetime] = {}
         self._withdrawn: dict[str, str] = {}
         self._notes: set[asyncio.Task[None]] = set()
+        # Series in flight: id -> its fires (scheduled time, instant).
+        self._series: dict[str, list[tuple[datetime, datetime]]] = {}
 
     # ----------------------------------------------------------------- main loop
     @workflow.run
@@ -127,9 +142,9 @@ class TaskWorkflow:
                     self._finish(self._final_status(), state.status_reason or self._end_reason())
                     break
                 self._refresh_status()
-                if not self._in_flight:
+                if not self._in_flight or self._only_series():
                     # A run in flight writes the task row with its own record when it ends:
-                    # dispatching it costs no write.
+                    # dispatching it costs no write. A series records its runs itself.
                     await self._save()
                 if self._should_continue_as_new():
                     await workflow.wait_condition(
@@ -203,6 +218,13 @@ class TaskWorkflow:
         # slack keeps that from costing a second, tiny timer.
         if instant - workflow.now() > lead + DISPATCH_SLACK:
             return
+        if self._series_eligible():
+            fires = self._series_fires(due, lead)
+            if len(fires) > 1 and workflow.patched(SERIES_PATCH):
+                # A new workflow run dispatches the series when this one's history is long.
+                if not self._should_continue_as_new():
+                    self._start_series(fires)
+                return
         state.next_fire_at = (
             None if self._fixed_delay()
             else next_fire(state.spec, anchor=state.anchor, after=due)
@@ -261,9 +283,13 @@ class TaskWorkflow:
 
     def _only_waiting(self) -> bool:
         now = workflow.now()
-        return all(self._instants.get(run_id, now) > now for run_id in self._active) and len(
-            self._active
-        ) == self._in_flight
+        return all(
+            run_id in self._series or self._instants.get(run_id, now) > now
+            for run_id in self._active
+        ) and len(self._active) == self._in_flight
+
+    def _only_series(self) -> bool:
+        return bool(self._series) and len(self._series) == self._in_flight
 
     def _schedule_exhausted(self) -> bool:
         state = self._state
@@ -322,7 +348,11 @@ class TaskWorkflow:
     def _refresh_status(self) -> None:
         state = self._state
         now = workflow.now()
-        if any(self._instants.get(run_id, now) <= now for run_id in self._active):
+        # A paused task's series is being withdrawn: the task shows paused.
+        if any(
+            self._instants.get(run_id, now) <= now and not (state.paused and run_id in self._series)
+            for run_id in self._active
+        ):
             state.status = TaskStatus.RUNNING
         elif state.paused:
             state.status = TaskStatus.PAUSED
@@ -509,6 +539,157 @@ class TaskWorkflow:
         ):
             state.next_fire_at = queued.scheduled_at
 
+    # ----------------------------------------------------------------- series
+    def _series_eligible(self) -> bool:
+        spec = self._state.spec
+        return (
+            spec.schedule_type is not ScheduleType.ONCE
+            and not self._fixed_delay()
+            and spec.overlap_policy in (OverlapPolicy.SKIP, OverlapPolicy.ALLOW)
+        )
+
+    def _series_fires(self, due: datetime, lead: timedelta) -> list[tuple[datetime, datetime]]:
+        """The fires from ``due`` whose instants come within the lead plus the series span."""
+        state = self._state
+        horizon = workflow.now() + lead + SERIES_SPAN
+        budget = None if state.spec.max_runs is None else state.spec.max_runs - state.run_count
+        fires: list[tuple[datetime, datetime]] = []
+        scheduled: datetime | None = due
+        while scheduled is not None and len(fires) < SERIES_MAX_FIRES and (
+            budget is None or len(fires) < budget
+        ):
+            instant = scheduled + self._offset(scheduled)
+            if fires and instant > horizon:
+                break
+            fires.append((scheduled, instant))
+            scheduled = next_fire(state.spec, anchor=state.anchor, after=scheduled)
+        return fires
+
+    def _start_series(self, fires: list[tuple[datetime, datetime]]) -> None:
+        state = self._state
+        state.run_count += len(fires)
+        state.next_fire_at = self._limit_runs(
+            next_fire(state.spec, anchor=state.anchor, after=fires[-1][0])
+        )
+        series_id = execution_id(state.task_id, fires[0][0]).replace(":", ":series-", 1)
+        self._series[series_id] = fires
+        self._instants[series_id] = min(instant for _, instant in fires)
+        self._in_flight += 1
+        run = asyncio.create_task(self._series_once(series_id, fires))
+        self._runs.add(run)
+        run.add_done_callback(self._runs.discard)
+
+    async def _series_once(self, series_id: str, fires: list[tuple[datetime, datetime]]) -> None:
+        try:
+            result, reason = await self._run_series(series_id, fires)
+            self._finish_series(result, reason)
+        finally:
+            self._in_flight -= 1
+            self._instants.pop(series_id, None)
+            self._series.pop(series_id, None)
+            self._wake = True
+
+    async def _run_series(
+        self, series_id: str, fires: list[tuple[datetime, datetime]]
+    ) -> tuple[SeriesResult, str | None]:
+        state = self._state
+        spec = state.spec
+        retry = spec.retry_policy
+        last = max(instant for _, instant in fires)
+        # Room for every fire's attempts and backoffs after the last instant; the heartbeat
+        # timeout is what notices a dead worker.
+        per_run = (spec.run_timeout_seconds + retry.maximum_interval_seconds) * retry.max_attempts
+        handle = workflow.start_activity(
+            RUN_SERIES,
+            SeriesInput(
+                task_id=state.task_id,
+                tenant_id=state.tenant_id,
+                job=spec.job_details,
+                fires=[
+                    SeriesFire(
+                        execution_id=execution_id(state.task_id, scheduled),
+                        scheduled_at=scheduled,
+                        not_before=instant,
+                    )
+                    for scheduled, instant in fires
+                ],
+                overlap=spec.overlap_policy.value,
+                missed_run_policy=spec.effective_missed_run_policy().value,
+                max_catchup_runs=spec.max_catchup_runs,
+                catchup_window_seconds=spec.catchup_window_seconds,
+                missed_after_seconds=MISSED_AFTER.total_seconds(),
+                drift_threshold_seconds=spec.drift_threshold_seconds,
+                run_timeout_seconds=spec.run_timeout_seconds,
+                max_attempts=retry.max_attempts,
+                initial_interval_seconds=retry.initial_interval_seconds,
+                backoff_coefficient=retry.backoff_coefficient,
+                maximum_interval_seconds=retry.maximum_interval_seconds,
+                max_consecutive_failures=spec.max_consecutive_failures,
+                consecutive_failures=state.consecutive_failures,
+            ),
+            task_queue=jobs_queue(workflow.info().task_queue),
+            result_type=SeriesResult,
+            start_to_close_timeout=(last - workflow.now()) + timedelta(seconds=per_run + 60),
+            heartbeat_timeout=max(
+                SERIES_HEARTBEAT_TIMEOUT, timedelta(seconds=spec.heartbeat_timeout_seconds)
+            ),
+            retry_policy=SERIES_RETRY,
+            cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+            activity_id=series_id,
+            priority=Priority(priority_key=PRIORITY_KEYS[spec.priority]),
+            summary=f"{_describe_job(spec)} x{len(fires)} from {fires[0][1].isoformat()}",
+        )
+        self._active[series_id] = handle
+        state.running.append(series_id)
+        self._refresh_status()
+        try:
+            result = await handle
+        except ActivityError:
+            # Withdrawn before it started: none of its fires ran.
+            result = SeriesResult(unrun=[scheduled for scheduled, _ in fires])
+        finally:
+            del self._active[series_id]
+            state.running.remove(series_id)
+        return result, self._withdrawn.pop(series_id, None)
+
+    def _finish_series(self, result: SeriesResult, reason: str | None) -> None:
+        """Count the series' runs (their rows are written) and take back its unrun fires."""
+        state = self._state
+        spec = state.spec
+        meter = workflow.metric_meter()
+        for outcome in result.outcomes:
+            if outcome.status == ExecutionStatus.SKIPPED:
+                state.skipped_count += 1
+                meter.create_counter(
+                    "scheduler_skipped_runs", "fires recorded as skipped, by reason"
+                ).add(1, {"reason": outcome.reason or "skipped"})
+                continue
+            record = ExecutionRecord(
+                id=outcome.execution_id, task_id=state.task_id, tenant_id=state.tenant_id,
+                scheduled_at=outcome.scheduled_at, status=outcome.status, error=outcome.error,
+                attempts=outcome.attempts, started_at=outcome.started_at,
+                finished_at=outcome.finished_at, lateness_ms=outcome.lateness_ms,
+                drifted=outcome.drifted,
+            )
+            self._count(record)
+            self._after_run_events(record, tripped=False)
+        state.run_count -= len(result.unrun)
+        limit = spec.max_consecutive_failures
+        tripped = limit is not None and state.consecutive_failures >= limit and not state.paused
+        if result.unrun and (tripped or reason in ("paused", "rebound")):
+            # Not run: back to the schedule, decided again on resume or under the new bounds.
+            first = min(result.unrun)
+            if state.next_fire_at is None or first < state.next_fire_at:
+                state.next_fire_at = first
+            if reason == "rebound":
+                state.next_fire_at = self._limit_runs(self._rebound(state.next_fire_at))
+        if tripped:
+            self._pause(
+                f"auto-paused after {state.consecutive_failures} consecutive failed runs "
+                f"(max_consecutive_failures={limit})"
+            )
+            self._notify(NotifyEvent.AUTO_PAUSED, None, state.status_reason)
+
     def _count(self, record: ExecutionRecord) -> None:
         state = self._state
         status = ExecutionStatus(record.status)
@@ -592,6 +773,10 @@ class TaskWorkflow:
         upcoming = None if state.paused or state.next_fire_at is None else (
             state.next_fire_at + self._offset(state.next_fire_at)
         )
+        now = workflow.now()
+        coming = [i for fires in self._series.values() for _, i in fires if i > now]
+        if coming and not state.paused:
+            upcoming = min(coming)
         return TaskSnapshot(
             task_id=state.task_id,
             tenant_id=state.tenant_id,
@@ -784,6 +969,9 @@ class TaskWorkflow:
         }
         state.spec = new_spec
         if changed and changed <= BOUND_FIELD_NAMES:
+            if self._series:
+                # Its fires were chosen under the old bounds: they come back and are re-bound.
+                self._withdraw_waiting("rebound")
             state.next_fire_at = self._limit_runs(self._rebound(state.next_fire_at))
         elif changed:
             now = workflow.now()
@@ -850,7 +1038,8 @@ class TaskWorkflow:
         now = workflow.now()
         for run_id, handle in self._active.items():
             instant = self._instants.get(run_id)
-            if instant is not None and instant > now:
+            # A series withdraws the fires it has not reached; runs it started finish.
+            if run_id in self._series or (instant is not None and instant > now):
                 self._withdrawn[run_id] = reason
                 handle.cancel()
 

@@ -32,7 +32,7 @@ async def _fail(ctx: object) -> None:
     raise RuntimeError("boom")
 
 
-async def record() -> list[Path]:
+async def record(only: set[str] | None = None) -> list[Path]:
     from temporalio.contrib.pydantic import pydantic_data_converter
 
     env = await WorkflowEnvironment.start_time_skipping(
@@ -59,6 +59,15 @@ async def record() -> list[Path]:
             )
             handles["interval_dispatched_ahead"] = env.client.get_workflow_handle(f"task-{ahead_id}")
 
+            # Fires faster than the lead: dispatched together as one series.
+            series_id = uuid.uuid4().hex
+            await start_task_workflow(
+                env.client, task_queue=queue, task_id=series_id, tenant_id="t1",
+                spec=spec(schedule_type="interval", interval_seconds=1, max_runs=3),
+                created_at=await env.get_current_time(), lead_seconds=2,
+            )
+            handles["interval_series"] = env.client.get_workflow_handle(f"task-{series_id}")
+
             cron = await start_task(env, queue, spec(schedule_type="cron", cron="0 * * * *", max_runs=6))
             await env.sleep(timedelta(hours=2, minutes=10))
             await cron.execute_update(TaskWorkflow.update_task, TaskChanges(cron="30 * * * *", task_name="renamed"))
@@ -82,6 +91,8 @@ async def record() -> list[Path]:
 
             for name, handle in handles.items():
                 await handle.result()
+                if only and name not in only:
+                    continue
                 history = await handle.fetch_history()
                 stamp = datetime.now(UTC).strftime("%Y%m%d")
                 path = HERE / f"{name}-{stamp}.json"
@@ -93,5 +104,6 @@ async def record() -> list[Path]:
 
 
 if __name__ == "__main__":
-    for path in asyncio.run(record()):
+    # Names given: record only those scenarios (e.g. a new one beside the kept files).
+    for path in asyncio.run(record(set(sys.argv[1:]) or None)):
         print(f"wrote {path}", file=sys.stderr)

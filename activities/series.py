@@ -1,0 +1,254 @@
+"""A series: consecutive fires of one task dispatched together and run on the worker's clock.
+
+A task whose fires come faster than the dispatch lead would otherwise cost a workflow round trip
+per fire; a series costs one for many. Inside it the task's policies hold as they do between
+single runs: the overlap policy (skip or allow) when a fire comes while a run is still going,
+the missed-run policy for fires reached long after their instant (a retry after the worker
+died), the retry policy for each run, and the consecutive-failure limit, which stops the series
+from starting more runs. Every fire ends as a row written here: a run's outcome, or SKIPPED
+with its reason; fires never started (withdrawn, or stopped by the failure limit) go back to
+the workflow.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from activities.contracts import (
+    JobFailureDetails,
+    JobInput,
+    JobResult,
+    SeriesFire,
+    SeriesInput,
+    SeriesOutcome,
+    SeriesResult,
+)
+from store.records import ExecutionRecord
+
+AttemptFn = Callable[[JobInput, int], Awaitable[JobResult]]
+WriteFn = Callable[[ExecutionRecord], Awaitable[None]]
+# Heartbeats carry the fires that ended, so a retried series does not run them again; every
+# 2 s also lets a cancel, pause or update reach the series in time to withdraw its next fire.
+HEARTBEAT_EVERY = 2.0
+
+
+def sort_overdue(
+    fires: list[SeriesFire], now: datetime, series: SeriesInput
+) -> tuple[list[SeriesFire], list[tuple[SeriesFire, str]]]:
+    """The fires still to run and those skipped (with the reason), for fires reached long after
+    their instant: the same rules the workflow applies to fires it finds missed."""
+    limit = timedelta(seconds=series.missed_after_seconds)
+    overdue = [f for f in fires if now - f.not_before > limit]
+    if not overdue:
+        return fires, []
+    on_time = [f for f in fires if now - f.not_before <= limit]
+    skipped: list[tuple[SeriesFire, str]] = []
+    if series.catchup_window_seconds is not None:
+        window = timedelta(seconds=series.catchup_window_seconds)
+        skipped += [(f, "outside_window") for f in overdue if now - f.scheduled_at > window]
+        overdue = [f for f in overdue if now - f.scheduled_at <= window]
+    keep: list[SeriesFire] = []
+    if series.missed_run_policy == "catchup":
+        cap = series.max_catchup_runs
+        keep = overdue[-cap:] if cap else []
+    elif series.missed_run_policy == "single_catchup" and not on_time:
+        keep = overdue[-1:]
+    skipped += [(f, "missed") for f in overdue if f not in keep]
+    return keep + on_time, skipped
+
+
+class SeriesRunner:
+    """Runs one series: waits for each instant, applies the policies, records every fire."""
+
+    def __init__(self, series: SeriesInput, *, attempt: AttemptFn, write: WriteFn) -> None:
+        self._series = series
+        self._attempt = attempt
+        self._write = write
+        self._done: dict[str, SeriesOutcome] = {}
+        self._running = 0
+        self._consecutive = series.consecutive_failures
+        self._tripped = False
+
+    async def run(self) -> SeriesResult:
+        series = self._series
+        self._done = _resumed(activity.info().heartbeat_details)
+        pending = sorted(
+            (f for f in series.fires if f.execution_id not in self._done),
+            key=lambda f: f.not_before,
+        )
+        pending, skipped = sort_overdue(pending, datetime.now(UTC), series)
+        beat = asyncio.create_task(self._heartbeat())
+        jobs: set[asyncio.Task[None]] = set()
+        started: set[str] = set()
+        try:
+            try:
+                for fire, reason in skipped:
+                    await self._skip(fire, reason)
+                for fire in pending:
+                    await _sleep_until(fire.not_before)
+                    if self._tripped:
+                        break
+                    started.add(fire.execution_id)
+                    if self._running and series.overlap != "allow":
+                        await self._skip(fire, "overlap")
+                        continue
+                    job = asyncio.create_task(self._run_fire(fire))
+                    jobs.add(job)
+                    job.add_done_callback(jobs.discard)
+            except asyncio.CancelledError:
+                if not _withdrawn():
+                    raise
+                # Withdrawn (cancel, pause, update): the fires not reached never run.
+            while jobs:
+                try:
+                    await asyncio.wait(set(jobs))
+                except asyncio.CancelledError:
+                    if not _withdrawn():
+                        raise
+                    # A withdrawal now only stops what has not started: runs going on finish.
+        except asyncio.CancelledError:
+            # The worker is stopping or the series timed out: it is retried, and the retry
+            # skips the fires this attempt finished (heartbeat details).
+            for job in jobs:
+                job.cancel()
+            raise
+        finally:
+            beat.cancel()
+        order = {f.execution_id: f.not_before for f in series.fires}
+        unrun = [
+            f for f in sorted(series.fires, key=lambda f: f.not_before)
+            if f.execution_id not in self._done and f.execution_id not in started
+        ]
+        return SeriesResult(
+            outcomes=sorted(self._done.values(), key=lambda o: order[o.execution_id]),
+            unrun=[f.scheduled_at for f in unrun],
+            tripped=self._tripped,
+        )
+
+    async def _heartbeat(self) -> None:
+        while True:
+            activity.heartbeat({"done": [o.model_dump(mode="json") for o in self._done.values()]})
+            await asyncio.sleep(HEARTBEAT_EVERY)
+
+    async def _skip(self, fire: SeriesFire, reason: str) -> None:
+        series = self._series
+        now = datetime.now(UTC)
+        await self._write(
+            ExecutionRecord(
+                id=fire.execution_id, task_id=series.task_id, tenant_id=series.tenant_id,
+                scheduled_at=fire.scheduled_at, status="SKIPPED", reason=reason, finished_at=now,
+            )
+        )
+        self._done[fire.execution_id] = SeriesOutcome(
+            execution_id=fire.execution_id, scheduled_at=fire.scheduled_at, status="SKIPPED",
+            reason=reason, finished_at=now,
+        )
+
+    async def _run_fire(self, fire: SeriesFire) -> None:
+        self._running += 1
+        try:
+            record = await self._execute(fire)
+        finally:
+            self._running -= 1
+        await self._write(record)
+        self._done[fire.execution_id] = SeriesOutcome(
+            execution_id=record.id, scheduled_at=record.scheduled_at, status=record.status,
+            error=record.error, attempts=record.attempts, started_at=record.started_at,
+            finished_at=record.finished_at, lateness_ms=record.lateness_ms, drifted=record.drifted,
+        )
+        limit = self._series.max_consecutive_failures
+        if record.status == "FAILED":
+            self._consecutive += 1
+            self._tripped = self._tripped or (limit is not None and self._consecutive >= limit)
+        else:
+            self._consecutive = 0
+
+    async def _execute(self, fire: SeriesFire) -> ExecutionRecord:
+        """Every attempt of one fire's run, under the task's retry policy."""
+        series = self._series
+        job_input = JobInput(
+            execution_id=fire.execution_id, task_id=series.task_id, tenant_id=series.tenant_id,
+            scheduled_at=fire.scheduled_at, job=series.job, not_before=fire.not_before,
+            drift_threshold_seconds=series.drift_threshold_seconds,
+            run_timeout_seconds=series.run_timeout_seconds,
+        )
+        record = ExecutionRecord(
+            id=fire.execution_id, task_id=series.task_id, tenant_id=series.tenant_id,
+            scheduled_at=fire.scheduled_at, status="FAILED",
+        )
+        attempt = 1
+        while True:
+            record.attempts = attempt
+            try:
+                result = await asyncio.wait_for(
+                    self._attempt(job_input, attempt), series.run_timeout_seconds
+                )
+            except TimeoutError:
+                retryable, details = True, None
+                record.error = (
+                    f"the run took longer than run_timeout_seconds={series.run_timeout_seconds:g}"
+                )
+            except ApplicationError as exc:
+                retryable, details = not exc.non_retryable, _details(exc)
+                record.error = str(exc.message)[:2000]
+            else:
+                record.status, record.error = "COMPLETED", None
+                record.started_at = record.started_at or result.started_at
+                record.http_status, record.response_snippet = result.http_status, result.response_snippet
+                break
+            if details is not None:
+                record.started_at = record.started_at or details.started_at
+                record.http_status, record.response_snippet = details.http_status, details.response_snippet
+            if not retryable or attempt >= series.max_attempts:
+                record.dead_letter = "open"  # retries are exhausted: listable and replayable
+                break
+            await asyncio.sleep(_backoff(series, attempt))
+            attempt += 1
+        record.finished_at = datetime.now(UTC)
+        if record.started_at is not None:
+            lateness = (record.started_at - record.scheduled_at).total_seconds()
+            record.lateness_ms = max(0.0, lateness * 1000)
+            threshold = series.drift_threshold_seconds
+            record.drifted = threshold is not None and lateness > threshold
+        return record
+
+
+def _withdrawn() -> bool:
+    """The series was cancelled by its workflow (not stopped by the worker or a timeout)."""
+    details = activity.cancellation_details()
+    return bool(details and details.cancel_requested and not details.worker_shutdown
+                and not details.timed_out)
+
+
+async def _sleep_until(instant: datetime) -> None:
+    delay = (instant - datetime.now(UTC)).total_seconds()
+    if delay > 0:
+        await asyncio.sleep(delay)
+
+
+def _backoff(series: SeriesInput, attempt: int) -> float:
+    delay = series.initial_interval_seconds * series.backoff_coefficient ** (attempt - 1)
+    return float(min(delay, series.maximum_interval_seconds))
+
+
+def _details(exc: ApplicationError) -> JobFailureDetails | None:
+    if exc.details and isinstance(exc.details[0], dict):
+        try:
+            return JobFailureDetails.model_validate(exc.details[0])
+        except ValueError:
+            return None
+    return None
+
+
+def _resumed(details: Any) -> dict[str, SeriesOutcome]:
+    """The fires a previous attempt of this series finished, from its last heartbeat."""
+    if not details or not isinstance(details[0], dict):
+        return {}
+    outcomes = [SeriesOutcome.model_validate(o) for o in details[0].get("done", [])]
+    return {o.execution_id: o for o in outcomes}
