@@ -103,7 +103,7 @@ class SeriesInput(BaseModel):
     fires: list[SeriesFire]
     overlap: str = "skip"
     missed_run_policy: str = "skip"
-    max_catchup_runs: int | None = None
+    max_catchup_runs: int = 100
     catchup_window_seconds: float | None = None
     missed_after_seconds: float = 60.0
     drift_threshold_seconds: float | None = None

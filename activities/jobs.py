@@ -41,9 +41,13 @@ log = structlog.get_logger("task_scheduler.jobs")
 
 RETRYABLE_4XX = {408, 429}
 _tracer = trace.get_tracer("task_scheduler.jobs")
-# Heartbeat every 2 s while waiting: a cancel, pause or update more than ~2 s before the
-# instant withdraws the run; one that arrives later meets a run that starts on time.
-WAITING_HEARTBEAT = timedelta(seconds=6)
+# While a run waits for its instant it heartbeats every 2 s in the last 10 s: a cancel, pause
+# or update more than ~2 s before the instant withdraws it; one that arrives later meets a run
+# that starts on time. Further ahead every 10 s, so thousands of runs dispatched a minute
+# before a herd's instant do not flood the server with heartbeats.
+CLOSE_WAIT_SECONDS = 10.0
+CLOSE_HEARTBEAT_SECONDS = 2.0
+FAR_HEARTBEAT_SECONDS = 10.0
 STARTED = "started"
 
 
@@ -81,9 +85,10 @@ class JobActivities:
             workflow_id=info.workflow_id,
             attempt=info.attempt,
         )
-        # While it waits for its instant the run heartbeats every 2 s, so a cancel, pause or
-        # update withdraws it in time; once running, at a third of the heartbeat timeout.
-        heartbeats = asyncio.create_task(_heartbeat_forever(WAITING_HEARTBEAT))
+        # Once running, it heartbeats at a third of the heartbeat timeout.
+        heartbeats = asyncio.create_task(
+            _heartbeat_while_waiting(job_input.not_before, info.heartbeat_timeout)
+        )
         try:
             await _wait_for_instant(job_input)
             _refuse_if_missed(job_input, info)
@@ -346,6 +351,19 @@ def _with_start(exc: ApplicationError, started: datetime) -> ApplicationError:
     details = dict(exc.details[0]) if exc.details and isinstance(exc.details[0], dict) else {}
     details["started_at"] = started.isoformat()
     return ApplicationError(str(exc.message), details, type=exc.type, non_retryable=exc.non_retryable)
+
+
+async def _heartbeat_while_waiting(not_before: datetime | None, timeout: timedelta | None) -> None:
+    """Heartbeat while waiting for the instant: often near it, seldom far from it."""
+    ceiling = timeout.total_seconds() / 3 if timeout else FAR_HEARTBEAT_SECONDS
+    while True:
+        activity.heartbeat()
+        remaining = (not_before - datetime.now(UTC)).total_seconds() if not_before else 0.0
+        every = CLOSE_HEARTBEAT_SECONDS
+        if remaining > CLOSE_WAIT_SECONDS:
+            # Far from it, but always one heartbeat as the close wait begins.
+            every = min(FAR_HEARTBEAT_SECONDS, remaining - CLOSE_WAIT_SECONDS)
+        await asyncio.sleep(max(0.5, min(every, ceiling)))
 
 
 async def _heartbeat_forever(timeout: timedelta | None, *details: Any) -> None:

@@ -55,8 +55,7 @@ def sort_overdue(
         overdue = [f for f in overdue if now - f.scheduled_at <= window]
     keep: list[SeriesFire] = []
     if series.missed_run_policy == "catchup":
-        cap = series.max_catchup_runs
-        keep = overdue[-cap:] if cap else []
+        keep = overdue[-series.max_catchup_runs:]
     elif series.missed_run_policy == "single_catchup" and not on_time:
         keep = overdue[-1:]
     skipped += [(f, "missed") for f in overdue if f not in keep]
@@ -74,6 +73,7 @@ class SeriesRunner:
         self._running = 0
         self._consecutive = series.consecutive_failures
         self._tripped = False
+        self._caught_up: set[str] = set()
 
     async def run(self) -> SeriesResult:
         series = self._series
@@ -82,7 +82,11 @@ class SeriesRunner:
             (f for f in series.fires if f.execution_id not in self._done),
             key=lambda f: f.not_before,
         )
-        pending, skipped = sort_overdue(pending, datetime.now(UTC), series)
+        now = datetime.now(UTC)
+        pending, skipped = sort_overdue(pending, now, series)
+        # Fires run long after their instant are catch-up runs, as the workflow records them.
+        limit = timedelta(seconds=series.missed_after_seconds)
+        self._caught_up = {f.execution_id for f in pending if now - f.not_before > limit}
         beat = asyncio.create_task(self._heartbeat())
         jobs: set[asyncio.Task[None]] = set()
         started: set[str] = set()
@@ -172,15 +176,17 @@ class SeriesRunner:
     async def _execute(self, fire: SeriesFire) -> ExecutionRecord:
         """Every attempt of one fire's run, under the task's retry policy."""
         series = self._series
+        trigger = "catchup" if fire.execution_id in self._caught_up else "schedule"
         job_input = JobInput(
             execution_id=fire.execution_id, task_id=series.task_id, tenant_id=series.tenant_id,
             scheduled_at=fire.scheduled_at, job=series.job, not_before=fire.not_before,
+            trigger=trigger,
             drift_threshold_seconds=series.drift_threshold_seconds,
             run_timeout_seconds=series.run_timeout_seconds,
         )
         record = ExecutionRecord(
             id=fire.execution_id, task_id=series.task_id, tenant_id=series.tenant_id,
-            scheduled_at=fire.scheduled_at, status="FAILED",
+            scheduled_at=fire.scheduled_at, trigger=trigger, status="FAILED",
         )
         attempt = 1
         while True:

@@ -21,6 +21,8 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from activities.contracts import jobs_queue
 from api.errors import InvalidTask, OutcomeUnknown, ServiceUnavailable, TaskConflict
+from scheduling.fire import first_fire
+from scheduling.herd import HerdGauge
 from scheduling.spec import TaskChanges, TaskSpec
 from store.models import Task
 from workflows.starter import start_task_workflow, state_from_row
@@ -61,21 +63,24 @@ class TemporalGateway:
 
     def __init__(
         self, client: Client, task_queue: str, *, lead_seconds: float = 0.0,
-        max_lead_seconds: float = 60.0,
+        max_lead_seconds: float = 60.0, dispatch_rate: float = 0.0,
     ) -> None:
         self.client = client
         self.task_queue = task_queue
         self.lead_seconds = lead_seconds
         self.max_lead_seconds = max_lead_seconds
+        self.herd = HerdGauge(lead_seconds, max_lead_seconds, dispatch_rate)
 
     async def start_task(
         self, *, task_id: str, tenant_id: str, spec: TaskSpec, created_at: datetime
     ) -> bool:
         """Start the task's workflow (id derived from the task id); False if it exists."""
+        # A task joining many due at the same instant is dispatched further ahead.
+        lead = self.herd.lead_for(first_fire(spec, created_at), created_at)
         async with _temporal_errors(task_id):
             return await start_task_workflow(
                 self.client, task_queue=self.task_queue, task_id=task_id, tenant_id=tenant_id,
-                spec=spec, created_at=created_at, lead_seconds=self.lead_seconds,
+                spec=spec, created_at=created_at, lead_seconds=lead,
                 max_lead_seconds=self.max_lead_seconds,
             )
 

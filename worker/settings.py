@@ -62,6 +62,11 @@ class Settings(BaseSettings):
         "worker (0 turns it off); grows with the backlog the task sees, up to the maximum",
     )
     dispatch_max_lead_seconds: float = 60.0
+    dispatch_rate_per_second: float = Field(
+        default=100.0, ge=0,
+        description="runs the deployment dispatches per second: a task created into a herd of "
+        "N due within 2 s of each other gets N / rate seconds more lead (0: no herd lead)",
+    )
     otlp_endpoint: str | None = Field(
         default=None, description="OTLP/HTTP traces endpoint; unset: no tracing"
     )
