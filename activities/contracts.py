@@ -114,6 +114,9 @@ class SeriesInput(BaseModel):
     maximum_interval_seconds: float = 60.0
     max_consecutive_failures: int | None = None
     consecutive_failures: int = 0
+    previous_execution_id: str | None = Field(
+        default=None, description="the fire before the first, run by the series before this one"
+    )
 
 
 class SeriesOutcome(BaseModel):

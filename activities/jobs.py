@@ -31,11 +31,11 @@ from activities.contracts import (
 )
 from activities.egress import EgressRefused
 from activities.handlers import Handler, HandlerContext, call_handler
-from activities.series import SeriesRunner
+from activities.series import RunRegistry, SeriesRunner
 from scheduling.spec import HandlerJob, HttpJob, WorkflowJob, redact_url
 from store.batch import BatchWriter
 from store.records import ExecutionRecord
-from store.tasks import write_run, write_started
+from store.tasks import get_execution, write_run, write_started
 
 log = structlog.get_logger("task_scheduler.jobs")
 
@@ -72,6 +72,7 @@ class JobActivities:
         self._client = client
         self._default_task_queue = default_task_queue
         self._max_response_bytes = max_response_bytes
+        self._runs = RunRegistry(self._status_of if engine is not None else None)
 
     @activity.defn(name=RUN_JOB)
     async def run_job(self, job_input: JobInput) -> JobResult:
@@ -123,7 +124,19 @@ class JobActivities:
                 job_input, number, bound.bind(execution_id=job_input.execution_id, attempt=number)
             )
 
-        return await SeriesRunner(series, attempt=attempt, write=self._write_outcome).run()
+        return await SeriesRunner(
+            series, attempt=attempt, write=self._write_outcome, runs=self._runs
+        ).run()
+
+    async def _status_of(self, execution_id: str) -> str | None:
+        """An execution's recorded status (None: no row, or the database is unavailable)."""
+        assert self._engine is not None
+        engine = self._engine
+        try:
+            row = await asyncio.to_thread(get_execution, engine, execution_id)
+        except Exception:  # unknown: the run is not held back for it
+            return None
+        return row.status if row is not None else None
 
     async def _write_outcome(self, record: ExecutionRecord) -> None:
         """A series fire's final row; retried until the database takes it."""

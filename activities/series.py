@@ -13,6 +13,7 @@ the workflow.
 from __future__ import annotations
 
 import asyncio
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -33,9 +34,40 @@ from store.records import ExecutionRecord
 
 AttemptFn = Callable[[JobInput, int], Awaitable[JobResult]]
 WriteFn = Callable[[ExecutionRecord], Awaitable[None]]
+RunningFn = Callable[[str], Awaitable[bool]]
 # Heartbeats carry the fires that ended, so a retried series does not run them again; every
 # 2 s also lets a cancel, pause or update reach the series in time to withdraw its next fire.
 HEARTBEAT_EVERY = 2.0
+OUTCOME_ERROR_CHARS = 300
+
+
+class RunRegistry:
+    """Which runs are going on: this process knows its own; for others it asks the database.
+
+    A series' first fire must know whether the series before it (maybe on another worker) is
+    still running its last fire."""
+
+    KEEP = 50_000
+
+    def __init__(self, lookup: Callable[[str], Awaitable[str | None]] | None = None) -> None:
+        self._lookup = lookup
+        self._known: OrderedDict[str, bool] = OrderedDict()
+
+    def started(self, execution_id: str) -> None:
+        self._known[execution_id] = True
+        self._known.move_to_end(execution_id)
+        while len(self._known) > self.KEEP:
+            self._known.popitem(last=False)
+
+    def ended(self, execution_id: str) -> None:
+        if execution_id in self._known:
+            self._known[execution_id] = False
+
+    async def is_running(self, execution_id: str) -> bool:
+        known = self._known.get(execution_id)
+        if known is not None or self._lookup is None:
+            return bool(known)
+        return await self._lookup(execution_id) == "RUNNING"
 
 
 def sort_overdue(
@@ -65,10 +97,14 @@ def sort_overdue(
 class SeriesRunner:
     """Runs one series: waits for each instant, applies the policies, records every fire."""
 
-    def __init__(self, series: SeriesInput, *, attempt: AttemptFn, write: WriteFn) -> None:
+    def __init__(
+        self, series: SeriesInput, *, attempt: AttemptFn, write: WriteFn, runs: RunRegistry
+    ) -> None:
         self._series = series
         self._attempt = attempt
         self._write = write
+        self._runs = runs
+        self._previous = series.previous_execution_id
         self._done: dict[str, SeriesOutcome] = {}
         self._running = 0
         self._consecutive = series.consecutive_failures
@@ -99,7 +135,7 @@ class SeriesRunner:
                     if self._tripped:
                         break
                     started.add(fire.execution_id)
-                    if self._running and series.overlap != "allow":
+                    if series.overlap != "allow" and await self._busy():
                         await self._skip(fire, "overlap")
                         continue
                     job = asyncio.create_task(self._run_fire(fire))
@@ -135,9 +171,20 @@ class SeriesRunner:
             tripped=self._tripped,
         )
 
+    async def _busy(self) -> bool:
+        """A run is still going: one of this series, or the last of the series before."""
+        if self._running:
+            return True
+        if self._previous is not None:
+            if await self._runs.is_running(self._previous):
+                return True
+            self._previous = None
+        return False
+
     async def _heartbeat(self) -> None:
         while True:
-            activity.heartbeat({"done": [o.model_dump(mode="json") for o in self._done.values()]})
+            done = [o.model_dump(mode="json", exclude_none=True) for o in self._done.values()]
+            activity.heartbeat({"done": done})
             await asyncio.sleep(HEARTBEAT_EVERY)
 
     async def _skip(self, fire: SeriesFire, reason: str) -> None:
@@ -156,14 +203,18 @@ class SeriesRunner:
 
     async def _run_fire(self, fire: SeriesFire) -> None:
         self._running += 1
+        self._runs.started(fire.execution_id)
         try:
             record = await self._execute(fire)
         finally:
             self._running -= 1
+            self._runs.ended(fire.execution_id)
         await self._write(record)
         self._done[fire.execution_id] = SeriesOutcome(
             execution_id=record.id, scheduled_at=record.scheduled_at, status=record.status,
-            error=record.error, attempts=record.attempts, started_at=record.started_at,
+            # The row has the whole message; the outcome (and the heartbeat) a short one.
+            error=record.error[:OUTCOME_ERROR_CHARS] if record.error else None,
+            attempts=record.attempts, started_at=record.started_at,
             finished_at=record.finished_at, lateness_ms=record.lateness_ms, drifted=record.drifted,
         )
         limit = self._series.max_consecutive_failures
@@ -203,6 +254,9 @@ class SeriesRunner:
             except ApplicationError as exc:
                 retryable, details = not exc.non_retryable, _details(exc)
                 record.error = str(exc.message)[:2000]
+            except Exception as exc:  # anything unforeseen fails the attempt, never the series
+                retryable, details = True, None
+                record.error = f"{type(exc).__name__}: {exc}"[:2000]
             else:
                 record.status, record.error = "COMPLETED", None
                 record.started_at = record.started_at or result.started_at

@@ -84,6 +84,8 @@ NOTIFY_RETRY = RetryPolicy(maximum_attempts=5, maximum_interval=timedelta(second
 SERIES_SPAN = timedelta(seconds=20)
 SERIES_MAX_FIRES = 100
 SERIES_PATCH = "run-series"
+# The running series and the next one, dispatched a lead before its first fire.
+MAX_SERIES_IN_FLIGHT = 2
 SERIES_HEARTBEAT_TIMEOUT = timedelta(seconds=10)
 # A series resumes on another worker when its worker dies; it is never given up.
 SERIES_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=10))
@@ -177,8 +179,10 @@ class TaskWorkflow:
         if due is not None:
             instant = due + self._offset(due)
             # Wake a lead early to dispatch the run ahead of its instant, unless a run is in
-            # flight: then wake at the instant, where the overlap policy decides.
-            wake_at = instant if self._in_flight else instant - self._lead()
+            # flight: then wake at the instant, where the overlap policy decides. The next
+            # series goes out beside the one running.
+            ahead = not self._in_flight or self._may_dispatch_beside()
+            wake_at = instant - self._lead() if ahead else instant
             timeout = max(wake_at - now, timedelta(milliseconds=1))
             summary = (
                 f"sleep until {instant.astimezone(state.spec.zone()).isoformat()} "
@@ -211,12 +215,18 @@ class TaskWorkflow:
         due = state.next_fire_at
         lead = self._lead()
         if (due is None or not lead or state.paused or state.cancel_requested or state.queue
-                or self._in_flight):
+                or (self._in_flight and not self._may_dispatch_beside())):
             return
         instant = due + self._offset(due)
         # A timer may fire a few milliseconds before the wake it was set for: a second of
         # slack keeps that from costing a second, tiny timer.
         if instant - workflow.now() > lead + DISPATCH_SLACK:
+            return
+        if self._series:
+            # Beside a series in flight: the next one (even of one fire) follows it.
+            fires = self._series_fires(due, lead)
+            if fires:
+                self._start_series(fires)
             return
         if self._series_eligible():
             fires = self._series_fires(due, lead)
@@ -291,6 +301,16 @@ class TaskWorkflow:
     def _only_series(self) -> bool:
         return bool(self._series) and len(self._series) == self._in_flight
 
+    def _may_dispatch_beside(self) -> bool:
+        """The next series may go out while the one in flight runs: its fires then start on
+        time after the last of the running one, with no workflow round trip between them."""
+        return (
+            self._only_series()
+            and len(self._series) < MAX_SERIES_IN_FLIGHT
+            and self._series_eligible()
+            and not self._history_long()
+        )
+
     def _schedule_exhausted(self) -> bool:
         state = self._state
         return (
@@ -360,8 +380,9 @@ class TaskWorkflow:
             state.status = TaskStatus.PENDING
 
     def _should_continue_as_new(self) -> bool:
-        if self._in_flight:
-            return False
+        return not self._in_flight and self._history_long()
+
+    def _history_long(self) -> bool:
         info = workflow.info()
         return (
             info.is_continue_as_new_suggested()
@@ -572,16 +593,26 @@ class TaskWorkflow:
             next_fire(state.spec, anchor=state.anchor, after=fires[-1][0])
         )
         series_id = execution_id(state.task_id, fires[0][0]).replace(":", ":series-", 1)
+        # The fire before this series' first, when a series in flight runs it: a run of it
+        # still going at this series' first instant is an overlap.
+        previous = max((f for run in self._series.values() for f in run), default=None)
         self._series[series_id] = fires
         self._instants[series_id] = min(instant for _, instant in fires)
         self._in_flight += 1
-        run = asyncio.create_task(self._series_once(series_id, fires))
+        run = asyncio.create_task(
+            self._series_once(
+                series_id, fires,
+                execution_id(state.task_id, previous[0]) if previous is not None else None,
+            )
+        )
         self._runs.add(run)
         run.add_done_callback(self._runs.discard)
 
-    async def _series_once(self, series_id: str, fires: list[tuple[datetime, datetime]]) -> None:
+    async def _series_once(
+        self, series_id: str, fires: list[tuple[datetime, datetime]], previous: str | None
+    ) -> None:
         try:
-            result, reason = await self._run_series(series_id, fires)
+            result, reason = await self._run_series(series_id, fires, previous)
             self._finish_series(result, reason)
         finally:
             self._in_flight -= 1
@@ -590,7 +621,7 @@ class TaskWorkflow:
             self._wake = True
 
     async def _run_series(
-        self, series_id: str, fires: list[tuple[datetime, datetime]]
+        self, series_id: str, fires: list[tuple[datetime, datetime]], previous: str | None
     ) -> tuple[SeriesResult, str | None]:
         state = self._state
         spec = state.spec
@@ -626,6 +657,7 @@ class TaskWorkflow:
                 maximum_interval_seconds=retry.maximum_interval_seconds,
                 max_consecutive_failures=spec.max_consecutive_failures,
                 consecutive_failures=state.consecutive_failures,
+                previous_execution_id=previous,
             ),
             task_queue=jobs_queue(workflow.info().task_queue),
             result_type=SeriesResult,

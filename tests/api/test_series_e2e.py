@@ -170,3 +170,39 @@ async def test_consecutive_failures_stop_the_series_and_pause_the_task(
     assert len(failed) == 3 and body["failure_count"] == 3
     assert all(r.dead_letter == "open" and r.attempts == 1 for r in failed)
     assert len([r for r in target.received if r.path == "/status/500"]) == 3
+
+
+async def test_the_next_series_goes_out_beside_the_running_one_and_respects_its_last_run(
+    stack: Stack,
+) -> None:
+    """35 fires: more than one series. The next is dispatched while the first still runs, and
+    a slow run at the boundary still makes the following fire skip (never two at once)."""
+    start = _whole_second(2)
+    async with stack.client() as api:
+        created = await api.post("/task/create", json={
+            "task_name": "long-series", "schedule_type": "interval", "interval_seconds": 1,
+            "start_date": iso(start), "end_date": iso(start + timedelta(seconds=34)),
+            "job_details": {"type": "handler", "name": "sleep", "args": {"seconds": 3.5}},
+        })
+        task_id = created.json()["task_id"]
+        done = await wait_for_status(api, task_id, {"COMPLETED", "FAILED"}, timeout=90)
+    rows = await _rows(stack, task_id)
+    assert [r.scheduled_at.replace(tzinfo=UTC) for r in rows] == [
+        start + timedelta(seconds=n) for n in range(35)
+    ]
+    ran = [r for r in rows if r.status == "COMPLETED"]
+    assert {r.status for r in rows} == {"COMPLETED", "SKIPPED"}
+    assert {r.reason for r in rows if r.status == "SKIPPED"} == {"overlap"}
+    for before, after in zip(ran, ran[1:], strict=False):
+        assert before.finished_at is not None and after.started_at is not None
+        assert after.started_at >= before.finished_at - timedelta(milliseconds=5), (before.id, after.id)
+    assert done["success_count"] == len(ran) and done["run_count"] == 35
+    history = await stack.env.client.get_workflow_handle(f"task-{task_id}").fetch_history()
+    scheduled, completed = [], []
+    for event in history.events:
+        if event.HasField("activity_task_scheduled_event_attributes"):
+            scheduled.append(event.event_id)
+        if event.HasField("activity_task_completed_event_attributes"):
+            completed.append(event.event_id)
+    assert len(scheduled) >= 2
+    assert scheduled[1] < completed[0]  # the second series went out before the first ended
