@@ -73,6 +73,7 @@ class JobActivities:
         self._default_task_queue = default_task_queue
         self._max_response_bytes = max_response_bytes
         self._runs = RunRegistry(self._status_of if engine is not None else None)
+        self._recordings: set[asyncio.Task[None]] = set()
 
     @activity.defn(name=RUN_JOB)
     async def run_job(self, job_input: JobInput) -> JobResult:
@@ -169,7 +170,11 @@ class JobActivities:
         else:
             meter.create_counter("scheduler_job_retries", "job attempts after the first").add(1, labels)
         bound.info("job.start", job_type=job_input.job.type, lateness_ms=round(lateness.total_seconds() * 1000, 1))
+        # The RUNNING row is written beside the job and not awaited: the job ends when it ends,
+        # not when its start is committed (a final outcome is never overwritten by it).
         recording = asyncio.create_task(self._record_start(job_input, started, attempt, bound))
+        self._recordings.add(recording)
+        recording.add_done_callback(self._recordings.discard)
         outcome = "failed"
         try:
             job = job_input.job
@@ -191,7 +196,6 @@ class JobActivities:
             meter.create_histogram_timedelta(
                 "scheduler_job_duration", "duration of one job attempt", "duration"
             ).record(datetime.now(UTC) - started, {**labels, "outcome": outcome})
-            await recording
         bound.info("job.completed")
         return result.model_copy(update={"started_at": started})
 
