@@ -31,6 +31,12 @@ class Settings(BaseSettings):
     log_format: Literal["console", "json"] | None = None
     log_level: str = "INFO"
 
+    worker_role: Literal["all", "workflows", "jobs"] = Field(
+        default="all",
+        description="what this worker process runs: `workflows` (task workflows, bookkeeping, "
+        "reconciler, backlog metrics), `jobs` (the job runs of the <task queue>-jobs queue) or "
+        "`all` of it in one process",
+    )
     worker_metrics_host: str = "127.0.0.1"
     worker_metrics_port: int | None = Field(
         default=None, description="serve the worker's Prometheus metrics on this port"
