@@ -29,11 +29,11 @@ from workflows.attributes import DEFINITIONS
 BIN = Path(sys.executable).parent
 HOST = "127.0.0.1"
 
-# Worker processes of each topology: (role in the stack, `task-scheduler` arguments).
+# Worker processes of each topology: (role in the stack, command).
 TOPOLOGIES: dict[str, list[tuple[str, list[str]]]] = {
-    "single": [("worker", ["worker", "--role", "all"])],
-    "split": [("worker", ["worker", "--role", "workflows"]),
-              ("worker-jobs", ["worker", "--role", "jobs"])],
+    "single": [("worker", [str(BIN / "task-scheduler"), "worker", "--role", "all"])],
+    "split": [("worker", [str(BIN / "task-scheduler"), "worker", "--role", "workflows"]),
+              ("worker-jobs", [str(BIN / "task-scheduler"), "worker", "--role", "jobs"])],
 }
 DEFAULT_TOPOLOGY: str = os.environ.get("BENCH_WORKER_TOPOLOGY", "split")
 WORKER_TOPOLOGY: ContextVar[str] = ContextVar("worker_topology", default=DEFAULT_TOPOLOGY)
@@ -209,8 +209,8 @@ class SchedulerStack(Stack):
             "SCHEDULER_RATE_LIMIT_READS": "1000000/second",
             "SCHEDULER_QUOTA_MAX_ACTIVE_TASKS": "10000000",
         }
-        for role, arguments in TOPOLOGIES[self.topology]:
-            self.spawn(role, [str(BIN / "task-scheduler"), *arguments], env)
+        for role, command in TOPOLOGIES[self.topology]:
+            self.spawn(role, command, env)
         api = self.spawn("api", [str(BIN / "task-scheduler"), "api"], env)
         wait_for_port(self.api_port, 60, api)
         self.wait_healthy(60)

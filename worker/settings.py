@@ -41,6 +41,16 @@ class Settings(BaseSettings):
     worker_metrics_port: int | None = Field(
         default=None, description="serve the worker's Prometheus metrics on this port"
     )
+    dev_jobs_worker: bool = Field(
+        default=True,
+        description="`task-scheduler dev` runs the job runs in a worker process of their own "
+        "(false: one worker process for everything)",
+    )
+    dev_jobs_metrics_port: int | None = Field(
+        default=None,
+        description="`task-scheduler dev`: the jobs worker's metrics port (default: the worker "
+        "metrics port + 1)",
+    )
     worker_max_concurrent_activities: int = 5000
     worker_max_concurrent_workflow_tasks: int = 200
     http_max_response_bytes: int = 1024
