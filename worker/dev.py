@@ -1,9 +1,9 @@
 """The embedded stack for one machine: Temporal dev server (SQLite file), the workers, the API.
 
 Every part runs as a child process; SIGINT or SIGTERM stops them all, newest first. The job
-runs get a worker process of their own (`--role jobs`), so that a run waiting for its instant
-wakes on time however busy the workflow worker is; SCHEDULER_DEV_JOBS_WORKER=false runs one
-worker process for everything.
+runs get a worker process of their own (`--role jobs`): a run waiting for its instant then does
+not share an event loop and the interpreter lock with the workflow activations, and starts
+late less often (docs/capacity.md). SCHEDULER_DEV_JOBS_WORKER=false runs one worker process.
 """
 
 from __future__ import annotations
