@@ -1,6 +1,11 @@
 """The processes a benchmark runs: a fresh Temporal dev server per system, and either the
-scheduler's worker and API or the bare baseline worker. Everything binds 127.0.0.1 and is
-stopped by its PID."""
+scheduler's workers and API or the bare baseline worker. Everything binds 127.0.0.1 and is
+stopped by its PID.
+
+The scheduler's workers run in one of the topologies below (`BENCH_WORKER_TOPOLOGY`, or
+`WORKER_TOPOLOGY.set(...)` around a workload): `split`, the workflows and the job runs in
+separate processes as `task-scheduler dev` and the production manifests run them, or `single`,
+both in one `task-scheduler worker --role all` process."""
 
 from __future__ import annotations
 
@@ -12,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,6 +28,15 @@ from workflows.attributes import DEFINITIONS
 
 BIN = Path(sys.executable).parent
 HOST = "127.0.0.1"
+
+# Worker processes of each topology: (role in the stack, command).
+TOPOLOGIES: dict[str, list[tuple[str, list[str]]]] = {
+    "single": [("worker", [str(BIN / "task-scheduler"), "worker", "--role", "all"])],
+    "split": [("worker", [str(BIN / "task-scheduler"), "worker", "--role", "workflows"]),
+              ("worker-jobs", [str(BIN / "task-scheduler"), "worker", "--role", "jobs"])],
+}
+DEFAULT_TOPOLOGY: str = os.environ.get("BENCH_WORKER_TOPOLOGY", "split")
+WORKER_TOPOLOGY: ContextVar[str] = ContextVar("worker_topology", default=DEFAULT_TOPOLOGY)
 
 
 def free_port() -> int:
@@ -119,8 +134,9 @@ class Stack:
         wait_for_port(self.port, 60, server)
 
     def rss(self, role: str) -> int:
-        """Resident memory of one role's process."""
-        return rss_bytes(self.processes[role])
+        """Resident memory of one role's processes (`worker` counts `worker-jobs` too)."""
+        return sum(rss_bytes(p) for name, p in self.processes.items()
+                   if name == role or name.startswith(f"{role}-"))
 
     def check_alive(self) -> list[str]:
         """Roles whose process has exited."""
@@ -143,11 +159,13 @@ class Stack:
 
 @dataclass
 class SchedulerStack(Stack):
-    """The scheduler as in production: dev server, `task-scheduler worker`, `task-scheduler api`."""
+    """The scheduler as in production: dev server, `task-scheduler worker` (one process per role
+    of the topology), `task-scheduler api`."""
 
     api_port: int = 0
     api_key: str = ""
     task_queue: str = "task-scheduler-bench"
+    topology: str = field(default_factory=WORKER_TOPOLOGY.get)
 
     @property
     def database_url(self) -> str:
@@ -191,7 +209,8 @@ class SchedulerStack(Stack):
             "SCHEDULER_RATE_LIMIT_READS": "1000000/second",
             "SCHEDULER_QUOTA_MAX_ACTIVE_TASKS": "10000000",
         }
-        self.spawn("worker", [str(BIN / "task-scheduler"), "worker"], env)
+        for role, command in TOPOLOGIES[self.topology]:
+            self.spawn(role, command, env)
         api = self.spawn("api", [str(BIN / "task-scheduler"), "api"], env)
         wait_for_port(self.api_port, 60, api)
         self.wait_healthy(60)

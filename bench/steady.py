@@ -3,7 +3,8 @@ every second; lateness and an exactly-once count of every run.
 
 All tasks are created before the first instant (so creation does not disturb the firing).
 Temporal Schedules are not run here: they have whole-second resolution and the spread is
-finer (the herd compares them).
+finer (the herd compares them). `--steady-topologies single,split,single,split` runs the scheduler
+once per listed worker topology, alternating, to compare them within one session.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ import time
 from typing import Any
 
 from bench.firing import Fired, Plan, fire_apscheduler, fire_bare, fire_scheduler
-from bench.measure import Report, Target, fmt, summary, table, targets_table
+from bench.measure import Report, Target, fmt, percentile, summary, table, targets_table
+from bench.stack import TOPOLOGIES, WORKER_TOPOLOGY
 
 RATE_GUESS = {"scheduler": 40.0, "bare": 100.0, "apscheduler": math.inf}
 TARGET_P99_S = 0.010
@@ -27,6 +29,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--interval-tasks", type=int, default=100, help="interval tasks (every 1 s)")
     parser.add_argument("--interval-seconds", type=int, default=60, help="how many 1 s fires each")
     parser.add_argument("--steady-margin", type=float, default=15.0)
+    parser.add_argument(
+        "--steady-topologies", default=None,
+        help="run the scheduler once per listed worker topology, in order, each on a fresh "
+             f"stack (comma separated, of {', '.join(TOPOLOGIES)}; e.g. single,split,single,split); "
+             "default: the stack's default topology once")
+    parser.add_argument("--steady-baselines", default="bare,apscheduler",
+                        help="baselines to run after the scheduler (comma separated; empty: none)")
 
 
 def steady_plan(system: str, args: argparse.Namespace) -> Plan:
@@ -43,19 +52,38 @@ def steady_plan(system: str, args: argparse.Namespace) -> Plan:
     )
 
 
+def scheduler_runs(args: argparse.Namespace) -> list[tuple[str, str]]:
+    """(label, topology) of each scheduler run: `scheduler` alone, or one label per listed run."""
+    if not args.steady_topologies:
+        return [("scheduler", WORKER_TOPOLOGY.get())]
+    chosen = [t.strip() for t in args.steady_topologies.split(",") if t.strip()]
+    unknown = set(chosen) - set(TOPOLOGIES)
+    if unknown:
+        raise SystemExit(f"unknown topologies: {sorted(unknown)}; known: {sorted(TOPOLOGIES)}")
+    return [(f"scheduler {topology} #{i}", topology) for i, topology in enumerate(chosen, 1)]
+
+
 async def run(args: argparse.Namespace) -> Report:
-    """Run the plan on the scheduler, bare Temporal and APScheduler."""
+    """Run the plan on the scheduler (per topology), then on the chosen baselines."""
     fired: dict[str, Fired] = {}
-    for system, fire in (("scheduler", None), ("bare", fire_bare), ("apscheduler", fire_apscheduler)):
+    for label, topology in scheduler_runs(args):
+        print(f"steady: {label} ({topology}) ...", flush=True)
+        token = WORKER_TOPOLOGY.set(topology)
+        try:
+            fired[label] = await fire_scheduler(
+                lambda: steady_plan("scheduler", args), history_sample=args.history_sample
+            )
+        finally:
+            WORKER_TOPOLOGY.reset(token)
+    baselines = {"bare": fire_bare, "apscheduler": fire_apscheduler}
+    for system in (b.strip() for b in args.steady_baselines.split(",") if b.strip()):
         print(f"steady: {system} ...", flush=True)
 
         def plan(system: str = system) -> Plan:
             return steady_plan(system, args)
 
-        if fire is None:
-            fired[system] = await fire_scheduler(plan, history_sample=args.history_sample)
-        else:
-            fired[system] = await fire(plan)
+        fired[system] = await baselines[system](plan)
+    schedulers = [name for name in fired if name.startswith("scheduler")]
     rows = []
     data: dict[str, Any] = {}
     samples: dict[str, list[float]] = {}
@@ -64,49 +92,61 @@ async def run(args: argparse.Namespace) -> Report:
         entry: dict[str, Any] = {"exactly_once": counts, "notes": result.notes,
                                  "statuses": dict(result.statuses), "slack_seconds": result.slack_seconds}
         for kind in ("once", "interval"):
+            if kind == "interval" and not args.interval_tasks:
+                continue
             lateness = result.lateness(kind)
             s = summary(lateness)
-            label = "scheduler (executions table)" if system == "scheduler" else system
+            label = f"{system} (executions table)" if system in schedulers else system
+            s["p90"] = percentile(lateness, 90)
+            s["over_target"] = sum(late > TARGET_P99_S for late in lateness)
             rows.append([label, kind, str(len(lateness)), fmt(s["p50"] * 1000, " ms"),
-                         fmt(s["p99"] * 1000, " ms"), fmt(s["max"] * 1000, " ms")])
+                         fmt(s["p90"] * 1000, " ms"), fmt(s["p99"] * 1000, " ms"),
+                         fmt(s["max"] * 1000, " ms"), str(s["over_target"]), ""])
             entry[f"{kind}_lateness_s"] = s
             samples[f"{system} {kind}"] = lateness
-        rows[-2].append(f"{counts['present']}/{counts['expected']} run, skipped {counts['skipped']}, "
+        rows[-1][-1] = (f"{counts['present']}/{counts['expected']} run, skipped {counts['skipped']}, "
                         f"lost {counts['lost']}, dup {counts['duplicates']}, unexpected {counts['unexpected']}")
-        rows[-1].append("")
-        entry["cross_check"] = {k: v for k, v in result.cross_check.items() if k != "job_start_lateness"}
+        if system in schedulers:
+            entry["cross_check"] = {k: v for k, v in result.cross_check.items() if k != "job_start_lateness"}
+            history = result.cross_check.get("job_start_lateness", [])
+            if history:
+                s = summary(history)
+                rows.append([f"{system} (job start, history)", "both", str(len(history)),
+                             fmt(s["p50"] * 1000, " ms"), fmt(percentile(history, 90) * 1000, " ms"),
+                             fmt(s["p99"] * 1000, " ms"), fmt(s["max"] * 1000, " ms"),
+                             str(sum(late > TARGET_P99_S for late in history)), ""])
+                samples[f"{system} job start"] = history
+                entry["job_start_history_s"] = s
         data[system] = entry
-    history = fired["scheduler"].cross_check.get("job_start_lateness", [])
-    if history:
-        s = summary(history)
-        rows.append(["scheduler (job start, history)", "both", str(len(history)), fmt(s["p50"] * 1000, " ms"),
-                     fmt(s["p99"] * 1000, " ms"), fmt(s["max"] * 1000, " ms"), ""])
-        samples["scheduler job start"] = history
-        data["scheduler"]["job_start_history_s"] = s
-    sched = data["scheduler"]
-    targets = [
-        Target("steady one-time p99 (table) ≤ 10 ms", sched["once_lateness_s"]["p99"], TARGET_P99_S, " s"),
-        Target("steady interval p99 (table) ≤ 10 ms", sched["interval_lateness_s"]["p99"], TARGET_P99_S, " s"),
-        Target("no run lost or duplicated (lost + dup)", float(
-            sched["exactly_once"]["lost"] + sched["exactly_once"]["duplicates"]), 0.0),
-        Target("every due run executed (none skipped)", float(sched["exactly_once"]["skipped"]), 0.0),
-    ]
-    if history:
-        targets.insert(2, Target("steady p99 (job start, history) ≤ 10 ms",
-                                 sched["job_start_history_s"]["p99"], TARGET_P99_S, " s"))
-    for t, base in zip(targets[:2], ("once", "interval"), strict=True):
-        bare = data["bare"][f"{base}_lateness_s"]["p99"]
-        t.ratio, t.basis = (t.measured / bare if bare else math.nan), "bare"
+    targets = []
+    for name in schedulers:
+        sched = data[name]
+        for kind, what in (("once", "one-time"), ("interval", "interval")):
+            if f"{kind}_lateness_s" not in sched:
+                continue
+            target = Target(f"{name}: steady {what} p99 (table) ≤ 10 ms",
+                            sched[f"{kind}_lateness_s"]["p99"], TARGET_P99_S, " s")
+            if "bare" in data:
+                bare = data["bare"][f"{kind}_lateness_s"]["p99"]
+                target.ratio, target.basis = (target.measured / bare if bare else math.nan), "bare"
+            targets.append(target)
+        targets += [
+            Target(f"{name}: no run lost or duplicated (lost + dup)", float(
+                sched["exactly_once"]["lost"] + sched["exactly_once"]["duplicates"]), 0.0),
+            Target(f"{name}: every due run executed (none skipped)",
+                   float(sched["exactly_once"]["skipped"]), 0.0),
+        ]
     lines = [
         (f"## Steady: {args.steady_tasks} one-time tasks over {args.steady_seconds:g} s, then "
          f"{args.interval_tasks} interval tasks every 1 s for {args.interval_seconds} s"),
-        table(["system", "kind", "runs", "p50", "p99", "max", "exactly once"], rows),
+        table(["system", "kind", "runs", "p50", "p90", "p99", "max", "> 10 ms", "exactly once"], rows),
         "",
         targets_table(targets),
     ]
     for system, entry in data.items():
         for note in entry["notes"][:5]:
             lines.append(f"- note {system}: {note}")
+    data["topologies"] = dict(scheduler_runs(args))
     data["targets"] = [vars(t) | {"passed": t.passed} for t in targets]
     return Report("steady", "\n".join(lines), data, samples)
 

@@ -1,8 +1,8 @@
 """Assembles the Temporal workers: the one place that wires activities to their dependencies.
 
-A deployment's worker process runs two Temporal workers: one on the task queue for the task
-workflows and their bookkeeping, one on ``<task queue>-jobs`` for job runs, with many slots,
-since a run dispatched ahead of its instant waits in its slot."""
+There are two Temporal workers: one on the task queue for the task workflows and their
+bookkeeping, one on ``<task queue>-jobs`` for job runs, with many slots, since a run dispatched
+ahead of its instant waits in its slot. A worker process runs one of them or both (its role)."""
 
 from __future__ import annotations
 
@@ -77,23 +77,24 @@ def build_activities(
     )
 
 
-def build_workers(
+# Heartbeats reach the server at least every second, so a cancel reaches a job fast.
+_HEARTBEATS: dict[str, Any] = {
+    "max_heartbeat_throttle_interval": timedelta(seconds=1),
+    "default_heartbeat_throttle_interval": timedelta(seconds=1),
+}
+
+
+def build_workflow_worker(
     client: Client,
     *,
     task_queue: str,
     activities: ActivitySet,
     executor: ThreadPoolExecutor,
-    max_concurrent_activities: int = 2000,
     max_concurrent_workflow_tasks: int = 200,
     max_cached_workflows: int = 10_000,
-) -> list[Worker]:
-    """The workflow worker and the jobs worker; sync bookkeeping runs on ``executor``."""
-    common: dict[str, Any] = {
-        # Heartbeats reach the server at least every second, so a cancel reaches a job fast.
-        "max_heartbeat_throttle_interval": timedelta(seconds=1),
-        "default_heartbeat_throttle_interval": timedelta(seconds=1),
-    }
-    main = Worker(
+) -> Worker:
+    """The worker of the task queue: task workflows, with sync bookkeeping on ``executor``."""
+    return Worker(
         client,
         task_queue=task_queue,
         workflows=list(WORKFLOWS),
@@ -104,13 +105,46 @@ def build_workers(
         max_concurrent_local_activities=2000,
         max_concurrent_workflow_tasks=max_concurrent_workflow_tasks,
         max_cached_workflows=max_cached_workflows,
-        **common,
+        **_HEARTBEATS,
     )
-    jobs = Worker(
+
+
+def build_jobs_worker(
+    client: Client,
+    *,
+    task_queue: str,
+    activities: ActivitySet,
+    max_concurrent_activities: int = 2000,
+) -> Worker:
+    """The worker of ``<task queue>-jobs``: job runs, each waiting in its slot for its instant."""
+    return Worker(
         client,
         task_queue=jobs_queue(task_queue),
         activities=activities.jobs,
         max_concurrent_activities=max_concurrent_activities,
-        **common,
+        **_HEARTBEATS,
     )
-    return [main, jobs]
+
+
+def build_workers(
+    client: Client,
+    *,
+    task_queue: str,
+    activities: ActivitySet,
+    executor: ThreadPoolExecutor,
+    max_concurrent_activities: int = 2000,
+    max_concurrent_workflow_tasks: int = 200,
+    max_cached_workflows: int = 10_000,
+) -> list[Worker]:
+    """The workflow worker and the jobs worker, for one process that runs both."""
+    return [
+        build_workflow_worker(
+            client, task_queue=task_queue, activities=activities, executor=executor,
+            max_concurrent_workflow_tasks=max_concurrent_workflow_tasks,
+            max_cached_workflows=max_cached_workflows,
+        ),
+        build_jobs_worker(
+            client, task_queue=task_queue, activities=activities,
+            max_concurrent_activities=max_concurrent_activities,
+        ),
+    ]

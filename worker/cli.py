@@ -25,10 +25,15 @@ def _api(settings: Settings) -> int:
     return 0
 
 
-def _worker(settings: Settings) -> int:
+def _worker(settings: Settings, args: argparse.Namespace) -> int:
     from worker.run import run_worker
 
-    asyncio.run(run_worker(settings))
+    overrides: dict[str, object] = {}
+    if args.role is not None:
+        overrides["worker_role"] = args.role
+    if args.metrics_port is not None:
+        overrides["worker_metrics_port"] = args.metrics_port or None
+    asyncio.run(run_worker(settings.model_copy(update=overrides)))
     return 0
 
 
@@ -110,7 +115,18 @@ def parser() -> argparse.ArgumentParser:
     commands = root.add_subparsers(dest="command", required=True)
     commands.add_parser("dev", help="run the embedded stack (dev server, worker, API)")
     commands.add_parser("api", help="run the REST API")
-    commands.add_parser("worker", help="run a Temporal worker")
+    worker = commands.add_parser("worker", help="run a Temporal worker")
+    worker.add_argument(
+        "--role", choices=("all", "workflows", "jobs"),
+        help="workflows: task workflows, bookkeeping, reconciler; jobs: the job runs "
+             "(<task queue>-jobs); all: both in one process (default: SCHEDULER_WORKER_ROLE, "
+             "else all)",
+    )
+    worker.add_argument(
+        "--metrics-port", type=int,
+        help="serve Prometheus metrics on this port, 0 for none (default: "
+             "SCHEDULER_WORKER_METRICS_PORT); each process on a host needs its own",
+    )
     commands.add_parser("migrate", help="bring the database schema up to date")
     keys = commands.add_parser("keys", help="manage API keys").add_subparsers(
         dest="keys_command", required=True
@@ -150,7 +166,9 @@ def main(argv: list[str] | None = None) -> int:
         return _keys(settings, args)
     if args.command == "quotas":
         return _quotas(settings, args)
-    return {"api": _api, "worker": _worker, "migrate": _migrate}[args.command](settings)
+    if args.command == "worker":
+        return _worker(settings, args)
+    return {"api": _api, "migrate": _migrate}[args.command](settings)
 
 
 if __name__ == "__main__":

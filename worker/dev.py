@@ -1,6 +1,9 @@
-"""The embedded stack for one machine: Temporal dev server (SQLite file), one worker, the API.
+"""The embedded stack for one machine: Temporal dev server (SQLite file), the workers, the API.
 
-Every part runs as a child process; SIGINT or SIGTERM stops them all, newest first.
+Every part runs as a child process; SIGINT or SIGTERM stops them all, newest first. The job
+runs get a worker process of their own (`--role jobs`): a run waiting for its instant then does
+not share an event loop and the interpreter lock with the workflow activations, and starts
+late less often (docs/capacity.md). SCHEDULER_DEV_JOBS_WORKER=false runs one worker process.
 """
 
 from __future__ import annotations
@@ -89,6 +92,15 @@ def wait_for_port(address: str, timeout: float, process: subprocess.Popen[bytes]
     raise SystemExit(f"nothing listens on {address} after {timeout:.0f}s")
 
 
+def worker_roles(settings: Settings) -> list[tuple[str, str, int]]:
+    """(name, role, metrics port) of each worker process: two processes need two ports."""
+    port = settings.worker_metrics_port or 9464
+    if not settings.dev_jobs_worker:
+        return [("worker", "all", port)]
+    return [("worker", "workflows", port),
+            ("jobs worker", "jobs", settings.dev_jobs_metrics_port or port + 1)]
+
+
 def run_dev(settings: Settings) -> int:
     """Start the whole stack in the foreground; returns the exit code."""
     settings.data_dir.mkdir(parents=True, exist_ok=True)
@@ -99,9 +111,9 @@ def run_dev(settings: Settings) -> int:
     engine.dispose()
 
     env = {**os.environ, "SCHEDULER_DATA_DIR": str(settings.data_dir.resolve()),
-           "SCHEDULER_DATABASE_URL": settings.resolved_database_url, "SCHEDULER_AUTO_MIGRATE": "false",
-           "SCHEDULER_WORKER_METRICS_PORT": str(settings.worker_metrics_port or 9464)}
+           "SCHEDULER_DATABASE_URL": settings.resolved_database_url, "SCHEDULER_AUTO_MIGRATE": "false"}
     cli = [sys.executable, "-m", "worker.cli"]
+    workers = worker_roles(settings)
     children: list[tuple[str, subprocess.Popen[bytes]]] = []
     stopping = False
 
@@ -123,14 +135,18 @@ def run_dev(settings: Settings) -> int:
         server = spawn(dev_server_command(settings))
         children.append(("temporal", server))
         wait_for_port(settings.temporal_address, 60, server)
-        children.append(("worker", spawn([*cli, "worker"])))
+        for name, role, port in workers:
+            children.append(
+                (name, spawn([*cli, "worker", "--role", role, "--metrics-port", str(port)]))
+            )
         children.append(("api", spawn([*cli, "api"])))
         wait_for_port(f"{settings.api_host}:{settings.api_port}", 60, children[-1][1])
         print(
             "\ntask-scheduler is running:\n"
             f"  API          http://{settings.api_host}:{settings.api_port}  (docs: /docs)\n"
             f"  Temporal UI  http://127.0.0.1:{settings.temporal_ui_port}\n"
-            f"  worker       metrics on http://127.0.0.1:{env['SCHEDULER_WORKER_METRICS_PORT']}/metrics\n"
+            + "".join(f"  {name:<12} metrics on http://127.0.0.1:{port}/metrics\n"
+                      for name, _, port in workers) +
             f"  Temporal     {settings.temporal_address}  (namespace {settings.temporal_namespace})\n"
             f"  database     {settings.resolved_database_url}\n"
             f"  dev API key  {key}\n"

@@ -1,8 +1,9 @@
-"""Runs the Temporal worker process until SIGINT/SIGTERM."""
+"""Runs a Temporal worker process (workflows, jobs, or both: its role) until SIGINT/SIGTERM."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
@@ -13,7 +14,7 @@ from temporalio.runtime import Runtime
 
 from activities.egress import EgressPolicy, guarded_client
 from store.engine import make_engine, migrate
-from worker.build import build_activities, build_workers, connect
+from worker.build import build_activities, build_jobs_worker, build_workflow_worker, connect
 from worker.reconcile import Reconciler
 from worker.settings import Settings
 from worker.telemetry import make_runtime, watch_backlog
@@ -44,13 +45,18 @@ async def connect_with_retry(
 
 
 async def run_worker(settings: Settings) -> None:
-    """Poll the task queue until a stop signal arrives, then finish in-flight work."""
+    """Poll the task queues of this process's role until a stop signal arrives, then finish
+    in-flight work."""
+    role = settings.worker_role
+    runs_workflows, runs_jobs = role in ("all", "workflows"), role in ("all", "jobs")
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     engine = make_engine(settings.resolved_database_url)
-    if settings.auto_migrate:
+    # A jobs-only process writes into tables the workflows side (or `migrate`) creates: two
+    # processes migrating one database at once could both try to create them.
+    if settings.auto_migrate and runs_workflows:
         migrate(engine)
     bind = (
         f"{settings.worker_metrics_host}:{settings.worker_metrics_port}"
@@ -70,33 +76,42 @@ async def run_worker(settings: Settings) -> None:
             task_queue=settings.task_queue,
             max_response_bytes=settings.http_max_response_bytes,
         )
-        main, jobs = build_workers(
-            client,
-            task_queue=settings.task_queue,
-            activities=activities,
-            executor=executor,
-            max_concurrent_activities=settings.worker_max_concurrent_activities,
-            max_concurrent_workflow_tasks=settings.worker_max_concurrent_workflow_tasks,
-        )
-        reconciler = Reconciler(
-            engine, client, settings.task_queue,
-            grace=timedelta(seconds=settings.reconcile_grace_seconds),
-            window=timedelta(hours=settings.reconcile_window_hours),
-            lead_seconds=settings.dispatch_lead_seconds,
-        )
-        log.info("worker.started", task_queue=settings.task_queue, address=settings.temporal_address)
-        async with main, jobs:
-            background = [asyncio.create_task(
-                reconciler.run_forever(timedelta(seconds=settings.reconcile_interval_seconds), stop)
-            )]
+        workers = []
+        if runs_workflows:
+            workers.append(build_workflow_worker(
+                client, task_queue=settings.task_queue, activities=activities, executor=executor,
+                max_concurrent_workflow_tasks=settings.worker_max_concurrent_workflow_tasks,
+            ))
+        if runs_jobs:
+            workers.append(build_jobs_worker(
+                client, task_queue=settings.task_queue, activities=activities,
+                max_concurrent_activities=settings.worker_max_concurrent_activities,
+            ))
+        log.info("worker.started", role=role, task_queue=settings.task_queue,
+                 address=settings.temporal_address)
+        async with contextlib.AsyncExitStack() as running:
+            for worker in workers:
+                await running.enter_async_context(worker)
+            background = []
+            if runs_workflows:
+                reconciler = Reconciler(
+                    engine, client, settings.task_queue,
+                    grace=timedelta(seconds=settings.reconcile_grace_seconds),
+                    window=timedelta(hours=settings.reconcile_window_hours),
+                    lead_seconds=settings.dispatch_lead_seconds,
+                )
+                background.append(asyncio.create_task(reconciler.run_forever(
+                    timedelta(seconds=settings.reconcile_interval_seconds), stop
+                )))
+                if runtime is not None:
+                    background.append(asyncio.create_task(
+                        watch_backlog(client, runtime, settings.task_queue, stop)
+                    ))
             if runtime is not None:
-                background.append(asyncio.create_task(
-                    watch_backlog(client, runtime, settings.task_queue, stop)
-                ))
                 log.info("worker.metrics", address=f"http://{bind}/metrics")
             await stop.wait()
-            log.info("worker.stopping")
+            log.info("worker.stopping", role=role)
             await asyncio.gather(*background)
     executor.shutdown(wait=True)
     engine.dispose()
-    log.info("worker.stopped")
+    log.info("worker.stopped", role=role)

@@ -31,9 +31,25 @@ class Settings(BaseSettings):
     log_format: Literal["console", "json"] | None = None
     log_level: str = "INFO"
 
+    worker_role: Literal["all", "workflows", "jobs"] = Field(
+        default="all",
+        description="what this worker process runs: `workflows` (task workflows, bookkeeping, "
+        "reconciler, backlog metrics), `jobs` (the job runs of the <task queue>-jobs queue) or "
+        "`all` of it in one process",
+    )
     worker_metrics_host: str = "127.0.0.1"
     worker_metrics_port: int | None = Field(
         default=None, description="serve the worker's Prometheus metrics on this port"
+    )
+    dev_jobs_worker: bool = Field(
+        default=True,
+        description="`task-scheduler dev` runs the job runs in a worker process of their own "
+        "(false: one worker process for everything)",
+    )
+    dev_jobs_metrics_port: int | None = Field(
+        default=None,
+        description="`task-scheduler dev`: the jobs worker's metrics port (default: the worker "
+        "metrics port + 1)",
     )
     worker_max_concurrent_activities: int = 5000
     worker_max_concurrent_workflow_tasks: int = 200

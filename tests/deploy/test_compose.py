@@ -43,10 +43,10 @@ DOTENV = {"POSTGRES_PASSWORD": "pg-secret-for-test", "SCHEDULER_DB_PASSWORD": "a
 
 EXPECTED_SERVICES = {
     "postgresql", "temporal-schema", "temporal", "temporal-setup", "temporal-ui",
-    "migrate", "api", "worker",
+    "migrate", "api", "worker", "jobs-worker",
 }
-OUR_SERVICES = {"migrate", "api", "worker"}
-APP_SERVICES = {"api", "worker"}
+OUR_SERVICES = {"migrate", "api", "worker", "jobs-worker"}
+APP_SERVICES = {"api", "worker", "jobs-worker"}
 
 # ${VAR}, ${VAR:-default}, ${VAR-default}, ${VAR:?error}, ${VAR?error}, ${VAR:+alt}, $VAR, $$
 _VARIABLE = re.compile(
@@ -220,13 +220,27 @@ def test_api_healthcheck_probes_readiness(services: dict[str, dict[str, Any]]) -
     assert "http://127.0.0.1:8000/readyz" in probe
 
 
-def test_worker_runs_two_replicas_without_fixed_names_or_host_ports(
-    services: dict[str, dict[str, Any]],
+@pytest.mark.parametrize("service", ["worker", "jobs-worker"])
+def test_workers_run_two_replicas_without_fixed_names_or_host_ports(
+    services: dict[str, dict[str, Any]], service: str,
 ) -> None:
-    worker = services["worker"]
+    worker = services[service]
     assert worker["deploy"]["replicas"] == 2
     assert "container_name" not in worker and "ports" not in worker
     assert "replicas" not in services["api"].get("deploy", {})
+
+
+def test_the_workflows_and_the_job_runs_have_worker_services_of_their_own(
+    services: dict[str, dict[str, Any]], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    roles = {}
+    for name in ("worker", "jobs-worker"):
+        env = {k: str(v) for k, v in services[name]["environment"].items()}
+        roles[name] = settings_from(env, monkeypatch).worker_role
+        # each container serves its metrics where its healthcheck looks
+        port = env["SCHEDULER_WORKER_METRICS_PORT"]
+        assert f"127.0.0.1:{port}/metrics" in " ".join(services[name]["healthcheck"]["test"])
+    assert roles == {"worker": "workflows", "jobs-worker": "jobs"}
 
 
 def test_images_are_pinned(services: dict[str, dict[str, Any]]) -> None:
@@ -321,6 +335,7 @@ def test_our_services_run_our_image_as_non_root_on_a_read_only_root(
         assert spec["read_only"] is True and "no-new-privileges:true" in spec["security_opt"]
     assert services["api"]["command"] == ["api"]
     assert services["worker"]["command"] == ["worker"]
+    assert services["jobs-worker"]["command"] == ["worker"]
     assert services["migrate"]["command"] == ["migrate"]
     assert services["api"]["environment"]["SCHEDULER_API_HOST"] == "0.0.0.0"
 

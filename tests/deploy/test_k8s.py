@@ -1,5 +1,5 @@
 """deploy/k8s: the manifests parse, are valid Kubernetes objects, and are wired together:
-the KEDA ScaledObject scales the worker Deployment on the task queue the workers poll."""
+a KEDA ScaledObject scales each worker Deployment on the task queue its workers poll."""
 
 from __future__ import annotations
 
@@ -90,8 +90,9 @@ def test_every_manifest_parses_with_the_expected_kinds(
 ) -> None:
     kinds = sorted(doc["kind"] for docs in files.values() for doc in docs)
     assert kinds == sorted([
-        "ConfigMap", "Deployment", "Deployment", "Job", "Job", "Kustomization",
-        "PodDisruptionBudget", "PodDisruptionBudget", "ScaledObject", "Secret", "Service",
+        "ConfigMap", "Deployment", "Deployment", "Deployment", "Job", "Job", "Kustomization",
+        "PodDisruptionBudget", "PodDisruptionBudget", "PodDisruptionBudget",
+        "ScaledObject", "ScaledObject", "Secret", "Service",
     ])
     for docs in files.values():
         for doc in docs:
@@ -116,40 +117,60 @@ def test_builtin_kinds_are_valid_kubernetes_objects(files: dict[str, list[dict[s
             for version in ("1.30.0", kv.latest_version()):
                 kv.validate(doc, version, strict=True)
             checked += 1
-    assert checked == 9
+    assert checked == 11
 
 
-def test_scaled_object_scales_the_worker_on_the_queue_the_workers_poll(
-    objects: dict[tuple[str, str], dict[str, Any]], example_secret: dict[str, str],
-) -> None:
-    scaled = next(obj for (kind, _), obj in objects.items() if kind == "ScaledObject")
+def scaled_deployment(
+    objects: dict[tuple[str, str], dict[str, Any]], name: str,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A ScaledObject and the Deployment it scales."""
+    scaled = objects[("ScaledObject", name)]
     assert scaled["apiVersion"] == "keda.sh/v1alpha1"
     target = scaled["spec"]["scaleTargetRef"]
-    worker = objects[(target.get("kind", "Deployment"), target["name"])]
-    assert worker["spec"]["template"]["spec"]["containers"][0]["args"] == ["worker"]
+    return scaled, objects[(target.get("kind", "Deployment"), target["name"])]
 
-    trigger, jobs_trigger = scaled["spec"]["triggers"]
+
+@pytest.mark.parametrize(("name", "role", "queue_suffix", "queue_types"), [
+    ("task-scheduler-worker", "workflows", "", {"workflow", "activity"}),
+    # job runs have their own queue, <task queue>-jobs, and workers of their own
+    ("task-scheduler-jobs-worker", "jobs", "-jobs", {"activity"}),
+])
+def test_each_scaled_object_scales_its_workers_on_the_queue_they_poll(
+    objects: dict[tuple[str, str], dict[str, Any]], example_secret: dict[str, str],
+    monkeypatch: pytest.MonkeyPatch, name: str, role: str, queue_suffix: str,
+    queue_types: set[str],
+) -> None:
+    scaled, worker = scaled_deployment(objects, name)
+    assert pod_spec(worker)["containers"][0]["args"] == ["worker"]
+    env = container_env(worker, objects, example_secret)
+    assert settings_from(env, monkeypatch).worker_role == role
+
+    (trigger,) = scaled["spec"]["triggers"]
     meta = trigger["metadata"]
     assert trigger["type"] == "temporal"
     assert set(meta) <= KEDA_TEMPORAL_KEYS, set(meta) - KEDA_TEMPORAL_KEYS
     assert all(isinstance(v, str) for v in meta.values()), "KEDA trigger metadata is string-only"
-
-    env = container_env(worker, objects, example_secret)
-    assert meta["taskQueue"] == env["SCHEDULER_TASK_QUEUE"]
+    assert meta["taskQueue"] == env["SCHEDULER_TASK_QUEUE"] + queue_suffix
     assert meta["namespace"] == env["SCHEDULER_TEMPORAL_NAMESPACE"]
     endpoint = env[meta["endpointFromEnv"]] if "endpointFromEnv" in meta else meta["endpoint"]
     assert endpoint == env["SCHEDULER_TEMPORAL_ADDRESS"]
-    assert set(meta["queueTypes"].split(",")) == {"workflow", "activity"}
+    assert set(meta["queueTypes"].split(",")) == queue_types
     assert int(meta["targetQueueSize"]) > 0
-    # job runs have their own queue, <task queue>-jobs: its backlog scales workers too
-    jobs = jobs_trigger["metadata"]
-    assert jobs_trigger["type"] == "temporal" and set(jobs) <= KEDA_TEMPORAL_KEYS
-    assert jobs["taskQueue"] == f"{env['SCHEDULER_TASK_QUEUE']}-jobs"
-    assert jobs["queueTypes"] == "activity" and jobs["endpointFromEnv"] == meta["endpointFromEnv"]
 
-    # timers fire on workers that are already polling: never scale to zero
+    # timers fire and runs are dispatched to workers already polling: never scale to zero
     assert 2 <= scaled["spec"]["minReplicaCount"] < scaled["spec"]["maxReplicaCount"]
     assert "replicas" not in worker["spec"], "the ScaledObject owns the worker replica count"
+
+
+def test_the_two_worker_deployments_select_only_their_own_pods(
+    objects: dict[tuple[str, str], dict[str, Any]],
+) -> None:
+    workflows = objects[("Deployment", "task-scheduler-worker")]
+    jobs = objects[("Deployment", "task-scheduler-jobs-worker")]
+    for one, other in ((workflows, jobs), (jobs, workflows)):
+        selector = one["spec"]["selector"]["matchLabels"]
+        assert selector.items() <= one["spec"]["template"]["metadata"]["labels"].items()
+        assert not selector.items() <= other["spec"]["template"]["metadata"]["labels"].items()
 
 
 def test_api_deployment_probes_and_service(objects: dict[tuple[str, str], dict[str, Any]]) -> None:
@@ -187,6 +208,7 @@ def test_pod_disruption_budgets_select_real_pods(
 
 @pytest.mark.parametrize("workload", [
     ("Deployment", "task-scheduler-api"), ("Deployment", "task-scheduler-worker"),
+    ("Deployment", "task-scheduler-jobs-worker"),
     ("Job", "task-scheduler-migrate"), ("Job", "task-scheduler-temporal-setup"),
 ])
 def test_pods_run_non_root_with_pinned_images(
@@ -208,7 +230,7 @@ def test_pods_run_non_root_with_pinned_images(
 
 @pytest.mark.parametrize("workload", [
     ("Deployment", "task-scheduler-api"), ("Deployment", "task-scheduler-worker"),
-    ("Job", "task-scheduler-migrate"),
+    ("Deployment", "task-scheduler-jobs-worker"), ("Job", "task-scheduler-migrate"),
 ])
 def test_app_pods_get_settings_the_app_reads(
     objects: dict[tuple[str, str], dict[str, Any]], example_secret: dict[str, str],

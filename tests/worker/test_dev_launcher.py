@@ -12,6 +12,7 @@ import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -28,7 +29,7 @@ class DevStack:
     def __init__(self, data_dir: Path) -> None:
         self.data_dir = data_dir
         self.api_port, self.temporal_port, self.ui_port = _free_port(), _free_port(), _free_port()
-        self.metrics_port = _free_port()
+        self.metrics_port, self.jobs_metrics_port = _free_port(), _free_port()
         self.process: subprocess.Popen[str] | None = None
         self.log = data_dir / "dev.log"
 
@@ -40,6 +41,7 @@ class DevStack:
             "SCHEDULER_TEMPORAL_ADDRESS": f"127.0.0.1:{self.temporal_port}",
             "SCHEDULER_TEMPORAL_UI_PORT": str(self.ui_port),
             "SCHEDULER_WORKER_METRICS_PORT": str(self.metrics_port),
+            "SCHEDULER_DEV_JOBS_METRICS_PORT": str(self.jobs_metrics_port),
         }
         env.pop("SCHEDULER_DEV_API_KEY", None)
         env.pop("SCHEDULER_DATABASE_URL", None)
@@ -80,7 +82,8 @@ def dev_stack(tmp_path: Path) -> Iterator[DevStack]:
 
 
 def _no_child_left(stack: DevStack) -> None:
-    ports = (stack.api_port, stack.temporal_port, stack.ui_port)
+    ports = (stack.api_port, stack.temporal_port, stack.ui_port, stack.metrics_port,
+             stack.jobs_metrics_port)
     for port in ports:
         with socket.socket() as sock:
             assert sock.connect_ex(("127.0.0.1", port)) != 0, f"port {port} still answers"
@@ -91,8 +94,10 @@ def test_dev_stack_survives_a_restart(dev_stack: DevStack) -> None:
     output = dev_stack.log.read_text()
     key = (dev_stack.data_dir / "dev_api_key").read_text().strip()
     assert key in output and f"127.0.0.1:{dev_stack.api_port}" in output
-    worker_metrics = httpx.get(f"http://127.0.0.1:{dev_stack.metrics_port}/metrics", timeout=10).text
-    assert "temporal_" in worker_metrics  # the SDK's own worker metrics are served
+    for port in (dev_stack.metrics_port, dev_stack.jobs_metrics_port):  # two worker processes
+        assert f"metrics on http://127.0.0.1:{port}/metrics" in output
+        worker_metrics = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
+        assert "temporal_" in worker_metrics  # the SDK's own worker metrics are served
     with dev_stack.api() as api:
         assert api.get("/checkHealth").status_code == 200
         run_at = datetime.now(UTC) + timedelta(seconds=25)
@@ -117,13 +122,17 @@ def test_dev_stack_survives_a_restart(dev_stack: DevStack) -> None:
             time.sleep(0.5)
         runs = api.get(f"/tasks/{task_id}/executions").json()["items"]
         assert [r["status"] for r in runs] == ["COMPLETED"]
-    families = {f.name: f for f in text_string_to_metric_families(
-        httpx.get(f"http://127.0.0.1:{dev_stack.metrics_port}/metrics", timeout=10).text)}
-    lateness = {s.name: s.value for s in families["scheduler_fire_lateness"].samples}
+
+    def metrics(port: int) -> dict[str, Any]:
+        return {f.name: f for f in text_string_to_metric_families(
+            httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text)}
+
+    jobs = metrics(dev_stack.jobs_metrics_port)  # the run ran in the jobs worker process
+    lateness = {s.name: s.value for s in jobs["scheduler_fire_lateness"].samples}
     assert lateness["scheduler_fire_lateness_count"] >= 1
-    durations = families["scheduler_job_duration"].samples
+    durations = jobs["scheduler_job_duration"].samples
     assert any(s.labels.get("outcome") == "completed" for s in durations)
-    backlog = families["scheduler_task_queue_backlog"].samples
+    backlog = metrics(dev_stack.metrics_port)["scheduler_task_queue_backlog"].samples
     assert {s.labels["type"] for s in backlog} == {"workflow", "activity"}
     assert dev_stack.stop(signal.SIGTERM) == 0
     _no_child_left(dev_stack)
