@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import functools
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
@@ -19,20 +20,23 @@ RUN_OUTCOMES = ("COMPLETED", "FAILED", "CANCELLED")  # how a run that ran can en
 
 
 def _insert(engine: Engine, table: Any) -> Any:
-    dialect = postgresql if engine.dialect.name == "postgresql" else sqlite
-    return dialect.insert(table)
+    return _dialect_insert(engine.dialect.name, table)
+
+
+def _dialect_insert(dialect: str, table: Any) -> Any:
+    return (postgresql if dialect == "postgresql" else sqlite).insert(table)
 
 
 def save_snapshot(engine: Engine, snapshot: TaskSnapshot) -> None:
     """Insert or update a task row; an older state_version never overwrites a newer one."""
     with engine.begin() as connection:
-        connection.execute(_snapshot_upsert(engine, snapshot))
+        connection.execute(*_snapshot_upsert(engine, snapshot))
 
 
 def save_execution(engine: Engine, record: ExecutionRecord, *, reopen: bool = False) -> None:
     """Insert or update an execution row by its id; retries of the same run record it once."""
     with engine.begin() as connection:
-        connection.execute(_execution_upsert(engine, record, reopen=reopen))
+        connection.execute(*_execution_upsert(engine, record, reopen=reopen))
 
 
 def save_run(engine: Engine, record: ExecutionRecord, snapshot: TaskSnapshot | None) -> None:
@@ -45,9 +49,9 @@ def write_run(engine: Engine, record: ExecutionRecord, snapshot: TaskSnapshot | 
     """The writes of a finished run, for a batch."""
 
     def write(connection: Connection) -> None:
-        connection.execute(_execution_upsert(engine, record))
+        connection.execute(*_execution_upsert(engine, record))
         if snapshot is not None:
-            connection.execute(_snapshot_upsert(engine, snapshot))
+            connection.execute(*_snapshot_upsert(engine, snapshot))
 
     return write
 
@@ -56,7 +60,7 @@ def write_snapshot(engine: Engine, snapshot: TaskSnapshot) -> Callable[[Connecti
     """A task row write, for a batch."""
 
     def write(connection: Connection) -> None:
-        connection.execute(_snapshot_upsert(engine, snapshot))
+        connection.execute(*_snapshot_upsert(engine, snapshot))
 
     return write
 
@@ -71,7 +75,7 @@ def write_started(engine: Engine, record: ExecutionRecord) -> Callable[[Connecti
     """The writes of a run that has started, for a batch."""
 
     def write(connection: Connection) -> None:
-        connection.execute(_execution_upsert(engine, record, reopen=record.trigger == "replay"))
+        connection.execute(*_execution_upsert(engine, record, reopen=record.trigger == "replay"))
         connection.execute(
             update(Task)
             .where(col(Task.id) == record.task_id, col(Task.status) == "PENDING")
@@ -81,24 +85,38 @@ def write_started(engine: Engine, record: ExecutionRecord) -> Callable[[Connecti
     return write
 
 
-def _snapshot_upsert(engine: Engine, snapshot: TaskSnapshot) -> Any:
+Upsert = tuple[Any, dict[str, Any]]
+
+
+def _snapshot_upsert(engine: Engine, snapshot: TaskSnapshot) -> Upsert:
     values = snapshot.model_dump()
     values["id"] = values.pop("task_id")
-    stmt = _insert(engine, TASK_TABLE).values(**values)
+    return _snapshot_statement(engine.dialect.name, tuple(values)), values
+
+
+def _execution_upsert(engine: Engine, record: ExecutionRecord, *, reopen: bool = False) -> Upsert:
+    values = record.model_dump()
+    # Only fields that are known overwrite: a late RUNNING write keeps the final outcome, and a
+    # final write keeps the start time the job recorded.
+    known = tuple(k for k, v in values.items() if k not in ("id", "created_at") and v is not None)
+    return _execution_statement(engine.dialect.name, tuple(values), known, reopen), values
+
+
+# The statements are built once per shape and executed with each write's parameters: building
+# an upsert (its ``excluded`` alias above all) costs more than running it.
+@functools.cache
+def _snapshot_statement(dialect: str, columns: tuple[str, ...]) -> Any:
+    stmt = _dialect_insert(dialect, TASK_TABLE)
     newer = stmt.excluded.state_version >= TASK_TABLE.c.state_version
-    changed = {k: stmt.excluded[k] for k in values if k not in ("id", "tenant_id", "created_at")}
+    changed = {k: stmt.excluded[k] for k in columns if k not in ("id", "tenant_id", "created_at")}
     return stmt.on_conflict_do_update(index_elements=["id"], set_=changed, where=newer)
 
 
-def _execution_upsert(engine: Engine, record: ExecutionRecord, *, reopen: bool = False) -> Any:
-    values = record.model_dump()
+@functools.cache
+def _execution_statement(dialect: str, columns: tuple[str, ...], known: tuple[str, ...], reopen: bool) -> Any:
     table = EXECUTION_TABLE
-    stmt = _insert(engine, table).values(**values)
-    # Only fields that are known overwrite: a late RUNNING write keeps the final outcome, and a
-    # final write keeps the start time the job recorded.
-    changed = {
-        k: stmt.excluded[k] for k, v in values.items() if k not in ("id", "created_at") and v is not None
-    }
+    stmt = _dialect_insert(dialect, table)
+    changed = {k: stmt.excluded[k] for k in known}
     if reopen:
         # A replayed dead letter runs again under its own id: the row is reopened.
         return stmt.on_conflict_do_update(index_elements=["id"], set_=changed)
