@@ -14,7 +14,7 @@ from activities.egress import EgressPolicy
 from activities.handlers import load_handlers
 from api.errors import install_error_handlers
 from api.guards import BodyGuard
-from api.metrics import ApiMetrics
+from api.metrics import ApiMetrics, MetricsMiddleware
 from api.ratelimit import TenantRateLimiter
 from api.routes import dead_letters, health, tasks, ui
 from api.service import TaskService
@@ -75,6 +75,7 @@ def create_app(
         try:
             yield
         finally:
+            await app.state.service.aclose()
             if own_engine:
                 db.dispose()
 
@@ -91,7 +92,7 @@ def create_app(
         FastAPIInstrumentor.instrument_app(app, excluded_urls="metrics,livez,readyz")
     metrics = ApiMetrics()
     app.state.metrics = metrics
-    app.middleware("http")(metrics.middleware)
+    app.add_middleware(MetricsMiddleware, metrics=metrics)
     app.add_middleware(BodyGuard, max_bytes=settings.max_request_bytes)
     install_error_handlers(app)
     app.include_router(tasks.router)

@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 import anyio
 import structlog
 from anyio import to_thread
+from anyio.lowlevel import RunVar
 from pydantic import ValidationError
 from sqlalchemy import Engine
 from sqlalchemy.exc import OperationalError, SQLAlchemyError
@@ -41,6 +42,7 @@ from api.temporal import TemporalGateway
 from scheduling.fire import first_fire
 from scheduling.spacing import shortest_gap
 from scheduling.spec import HandlerJob, HttpJob, ScheduleType, TaskChanges, TaskSpec, check_timing
+from store.batch import BatchWriter
 from store.idempotency import claim_key, complete_key
 from store.models import Task, TaskExecution
 from store.quotas import Quota, quota_and_active
@@ -51,8 +53,8 @@ from store.tasks import (
     list_dead_letters,
     list_executions,
     list_tasks,
-    save_snapshot,
     set_dead_letter,
+    write_snapshot,
 )
 from workflows.state import TaskState, TaskStatus
 
@@ -69,10 +71,22 @@ class Principal:
     is_admin: bool = False
 
 
+# Store calls run on threads, at most this many at once: the database pool holds as many
+# connections, so no call waits for (or opens and closes) a connection beyond it, and a burst of
+# requests queues here instead of crowding the GIL with threads.
+DB_THREADS = 10
+_db_threads: RunVar[anyio.CapacityLimiter] = RunVar("db_threads")
+
+
 async def in_thread(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     """Run a blocking store call off the event loop; database outages become 503."""
     try:
-        return await to_thread.run_sync(lambda: fn(*args, **kwargs))
+        limiter = _db_threads.get()
+    except LookupError:
+        limiter = anyio.CapacityLimiter(DB_THREADS)
+        _db_threads.set(limiter)
+    try:
+        return await to_thread.run_sync(lambda: fn(*args, **kwargs), limiter=limiter)
     except OperationalError as exc:
         raise ServiceUnavailable("the database is unavailable") from exc
 
@@ -95,6 +109,12 @@ class TaskService:
         self.handlers = frozenset(handlers)
         self.egress = egress or EgressPolicy()
         self.quota_defaults = quota_defaults or Quota()
+        # No linger: rows that arrive while a commit runs go together into the next one.
+        self.writer = BatchWriter(engine, linger=0)
+
+    async def aclose(self) -> None:
+        """Stop the row writer (at shutdown, after the last request)."""
+        await self.writer.aclose()
 
     # ------------------------------------------------------------- create and read
     async def create(
@@ -143,8 +163,9 @@ class TaskService:
             state_version=0,
         )
         try:
-            # Version 0: anything the workflow has written already wins.
-            await to_thread.run_sync(lambda: save_snapshot(self.engine, snapshot))
+            # Version 0: anything the workflow has written already wins. Concurrent creates
+            # share a commit (and a thread hop); each still answers only once its row is stored.
+            await self.writer.submit(write_snapshot(self.engine, snapshot))
             if idempotency_key is not None:
                 await to_thread.run_sync(
                     lambda: complete_key(self.engine, who.tenant_id, idempotency_key)
