@@ -53,6 +53,7 @@ from store.tasks import (
     list_dead_letters,
     list_executions,
     list_tasks,
+    read_task,
     set_dead_letter,
     write_snapshot,
 )
@@ -196,7 +197,7 @@ class TaskService:
 
     async def _existing(self, who: Principal, task_id: str, spec: TaskSpec, now: datetime) -> TaskOut:
         for _ in range(40):
-            row = await in_thread(get_task, self.engine, task_id, who.tenant_id)
+            row = await in_thread(read_task, self.engine, task_id, who.tenant_id)
             if row is not None:
                 return TaskOut.from_row(row)
             await anyio.sleep(0.05)
@@ -247,7 +248,11 @@ class TaskService:
 
     async def get(self, who: Principal, task_id: str) -> TaskOut:
         """A task of the caller's tenant (404 for anyone else's)."""
-        return TaskOut.from_row(await self._row(who, task_id))
+        tenant = None if who.is_admin else who.tenant_id
+        row = await in_thread(read_task, self.engine, task_id, tenant)
+        if row is None:
+            raise TaskNotFound(f"no task {task_id}")
+        return TaskOut.from_row(row)
 
     async def list(
         self, who: Principal, *, limit: int, cursor: str | None, status: str | None,

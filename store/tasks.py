@@ -6,9 +6,10 @@ import base64
 import functools
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar, cast
 
-from sqlalchemy import Connection, Engine, and_, or_, update
+from sqlalchemy import Connection, Engine, Integer, Select, and_, bindparam, or_, tuple_, update
+from sqlalchemy import select as core_select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 from sqlmodel import col, select
@@ -164,6 +165,60 @@ def decode_cursor(cursor: str) -> tuple[datetime, str]:
     return moment, row_id
 
 
+class TaskView(Protocol):
+    """A task row as read for showing it (a database row, not a tracked ORM object)."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def tenant_id(self) -> str: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def schedule_type(self) -> str: ...
+    @property
+    def spec(self) -> dict[str, Any]: ...
+    @property
+    def status(self) -> str: ...
+    @property
+    def status_reason(self) -> str | None: ...
+    @property
+    def next_run_at(self) -> datetime | None: ...
+    @property
+    def last_run_at(self) -> datetime | None: ...
+    @property
+    def last_run_status(self) -> str | None: ...
+    @property
+    def last_execution_id(self) -> str | None: ...
+    @property
+    def run_count(self) -> int: ...
+    @property
+    def success_count(self) -> int: ...
+    @property
+    def failure_count(self) -> int: ...
+    @property
+    def skipped_count(self) -> int: ...
+    @property
+    def consecutive_failures(self) -> int: ...
+    @property
+    def created_at(self) -> datetime: ...
+    @property
+    def updated_at(self) -> datetime: ...
+
+
+# Reads that every GET makes are built once (see _task_page): plain rows, no ORM objects.
+_TASK_BY_ID = core_select(TASK_TABLE).where(TASK_TABLE.c.id == bindparam("task_id"))
+
+
+def read_task(engine: Engine, task_id: str, tenant_id: str | None) -> TaskView | None:
+    """A task to show, by id; ``tenant_id`` None means any tenant (admin)."""
+    with engine.connect() as connection:
+        row = connection.execute(_TASK_BY_ID, {"task_id": task_id}).first()
+    if row is None or (tenant_id is not None and row.tenant_id != tenant_id):
+        return None
+    return cast(TaskView, row)
+
+
 def list_tasks(
     engine: Engine,
     *,
@@ -172,18 +227,44 @@ def list_tasks(
     cursor: str | None = None,
     status: str | None = None,
     name: str | None = None,
-) -> tuple[Sequence[Task], str | None]:
+) -> tuple[Sequence[TaskView], str | None]:
     """Tasks newest first, and the cursor of the next page (None at the end)."""
-    query = select(Task)
-    if tenant_id is not None:
-        query = query.where(col(Task.tenant_id) == tenant_id)
-    if status is not None:
-        query = query.where(col(Task.status) == status)
-    if name is not None:
-        query = query.where(col(Task.name) == name)
-    query = _newest_first(query, col(Task.created_at), col(Task.id), cursor, limit)
-    rows = _fetch(engine, query)
+    params: dict[str, Any] = {"tenant_id": tenant_id, "status": status, "name": name,
+                              "limit": limit + 1}
+    if cursor is not None:
+        params["after"], params["after_id"] = decode_cursor(cursor)
+    query = _task_page(tenant_id is not None, status is not None, name is not None, cursor is not None)
+    with engine.connect() as connection:
+        rows = cast(list[TaskView], connection.execute(query, params).all())
     return rows[:limit], _next_cursor(rows, limit, lambda r: (r.created_at, r.id))
+
+
+@functools.cache
+def _task_page(by_tenant: bool, by_status: bool, by_name: bool, after: bool) -> Select[Any]:
+    table = TASK_TABLE
+    query = core_select(table)
+    if by_tenant:
+        query = query.where(table.c.tenant_id == bindparam("tenant_id"))
+    if by_status:
+        query = query.where(table.c.status == bindparam("status"))
+    if by_name:
+        query = query.where(table.c.name == bindparam("name"))
+    if after:
+        cursor = tuple_(
+            bindparam("after", type_=table.c.created_at.type), bindparam("after_id", type_=table.c.id.type)
+        )
+        query = query.where(_after(table.c.created_at, table.c.id, cursor))
+    return query.order_by(table.c.created_at.desc(), table.c.id.desc()).limit(
+        bindparam("limit", type_=Integer())
+    )
+
+
+def _after(moment: Any, row_id: Any, after: Any) -> Any:
+    # One row-value comparison, not "moment < after OR (moment = after AND id < after_id)":
+    # the database reads it as a range on the (..., created_at, id) index and seeks to the
+    # cursor, so a page deep in the list costs as little as the first. ``after`` is a plain
+    # tuple of values (they take the columns' types) or a tuple_ of typed bind parameters.
+    return tuple_(moment, row_id) < after
 
 
 def list_executions(
@@ -205,7 +286,7 @@ def _newest_first(query: Any, moment: Any, row_id: Any, cursor: str | None, limi
     """Order newest first and start after the cursor's row; one row more than a page."""
     if cursor is not None:
         after, after_id = decode_cursor(cursor)
-        query = query.where(or_(moment < after, and_(moment == after, row_id < after_id)))
+        query = query.where(_after(moment, row_id, (after, after_id)))
     return query.order_by(moment.desc(), row_id.desc()).limit(limit + 1)
 
 
