@@ -72,6 +72,14 @@ class Principal:
     is_admin: bool = False
 
 
+@dataclass(frozen=True)
+class TenantUsage:
+    """A tenant's quota and how many of its tasks are active, as read for one create."""
+
+    quota: Quota
+    active: int
+
+
 # Store calls run on threads, at most this many at once: the database pool holds as many
 # connections, so no call waits for (or opens and closes) a connection beyond it, and a burst of
 # requests queues here instead of crowding the GIL with threads.
@@ -126,11 +134,13 @@ class TaskService:
         recurring_only: bool = False,
         body_size: int = 0,
         idempotency_key: str | None = None,
+        usage: TenantUsage | None = None,
     ) -> tuple[TaskOut, bool]:
         """Validate, start the workflow, then write the row; 201 means the task will run.
 
-        Returns the task and whether this call created it (False: an earlier request with
-        the same Idempotency-Key and body did)."""
+        ``usage`` is the tenant's quota and active count when the caller read them already
+        (with the key); otherwise they are read here. Returns the task and whether this call
+        created it (False: an earlier request with the same Idempotency-Key and body did)."""
         now = datetime.now(UTC)
         if recurring_only and spec.schedule_type is ScheduleType.ONCE:
             raise InvalidTask(
@@ -139,7 +149,12 @@ class TaskService:
                 field="schedule_type",
             )
         await self._check(spec, now)
-        await self._check_quota(who, spec, now, body_size=body_size)
+        if usage is None:
+            quota, active = await in_thread(
+                quota_and_active, self.engine, who.tenant_id, self.quota_defaults
+            )
+            usage = TenantUsage(quota, active)
+        self._check_quota(usage, spec, now, body_size=body_size)
         task_id = uuid.uuid4().hex
         if idempotency_key is not None:
             task_id = await self._claim_idempotency_key(who, idempotency_key, spec, recurring_only)
@@ -209,10 +224,9 @@ class TaskService:
             created_at=now, updated_at=now,
         ))
 
-    async def _check_quota(self, who: Principal, spec: TaskSpec, now: datetime, *, body_size: int) -> None:
-        quota, active = await in_thread(
-            quota_and_active, self.engine, who.tenant_id, self.quota_defaults
-        )
+    @staticmethod
+    def _check_quota(usage: TenantUsage, spec: TaskSpec, now: datetime, *, body_size: int) -> None:
+        quota, active = usage.quota, usage.active
         if body_size > quota.max_body_bytes:
             raise PayloadTooLarge(
                 f"the body has {body_size} bytes; this tenant's limit is max_body_bytes={quota.max_body_bytes}"
@@ -403,19 +417,7 @@ class TaskService:
 
 
 def _out_of_snapshot(snapshot: TaskSnapshot) -> TaskOut:
-    return TaskOut.from_row(
-        Task(
-            id=snapshot.task_id,
-            tenant_id=snapshot.tenant_id,
-            name=snapshot.name,
-            schedule_type=snapshot.schedule_type,
-            spec=snapshot.spec,
-            status=snapshot.status,
-            next_run_at=snapshot.next_run_at,
-            created_at=snapshot.created_at,
-            updated_at=snapshot.updated_at,
-        )
-    )
+    return TaskOut.from_row(snapshot)
 
 
 def _first_error(exc: ValidationError) -> str:

@@ -8,7 +8,7 @@ import uuid
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from sqlalchemy import Engine, Table, bindparam
+from sqlalchemy import Connection, Engine, Table, bindparam
 from sqlalchemy.orm import Session
 from sqlmodel import col, select
 
@@ -65,7 +65,12 @@ def ensure_key(engine: Engine, tenant_id: str, key: str, *, admin: bool) -> None
 def find_active_key(engine: Engine, key: str) -> ActiveKey | None:
     """The unrevoked key matching a presented key (read afresh: a revocation counts at once)."""
     with engine.connect() as connection:
-        row = connection.execute(_ACTIVE_KEY, {"key_hash": hash_key(key)}).first()
+        return active_key(connection, key)
+
+
+def active_key(connection: Connection, key: str) -> ActiveKey | None:
+    """``find_active_key`` on a connection the caller holds."""
+    row = connection.execute(_ACTIVE_KEY, {"key_hash": hash_key(key)}).first()
     return None if row is None else ActiveKey(row.id, row.tenant_id, bool(row.is_admin))
 
 

@@ -8,6 +8,7 @@ from typing import Any
 from sqlalchemy import Connection, Engine, Table, bindparam, func, select
 from sqlalchemy.orm import Session
 
+from store.keys import ActiveKey, active_key
 from store.models import TASK_TABLE, TenantQuota, utcnow
 
 ACTIVE_STATUSES = ("PENDING", "RUNNING", "PAUSED")
@@ -69,6 +70,16 @@ def count_active_tasks(engine: Engine, tenant_id: str) -> int:
 
 def _active(connection: Connection, tenant_id: str) -> int:
     return int(connection.execute(_ACTIVE, {"tenant_id": tenant_id}).scalar() or 0)
+
+
+def key_with_usage(engine: Engine, key: str, defaults: Quota) -> tuple[ActiveKey, Quota, int] | None:
+    """The unrevoked key matching a presented key, with its tenant's quota and active task
+    count, on one connection (a create needs all three); None for an unknown or revoked key."""
+    with engine.connect() as connection:
+        found = active_key(connection, key)
+        if found is None:
+            return None
+        return found, _quota(connection, found.tenant_id, defaults), _active(connection, found.tenant_id)
 
 
 def quota_and_active(engine: Engine, tenant_id: str, defaults: Quota) -> tuple[Quota, int]:
