@@ -1,4 +1,5 @@
-"""task indexes for every listing filter, each ending in the page order (created_at, id)
+"""task listing indexes ending in the page order (created_at, id): by tenant and name, and
+across tenants (admin listing)
 
 Revision ID: 0005
 Revises: 0004
@@ -14,10 +15,7 @@ depends_on = None
 
 def upgrade() -> None:
     with op.batch_alter_table('task', schema=None) as batch_op:
-        batch_op.drop_index('ix_task_tenant_status')
         batch_op.drop_index('ix_task_name')
-        batch_op.create_index('ix_task_tenant_status_created', ['tenant_id', 'status', 'created_at', 'id'],
-                              unique=False)
         batch_op.create_index('ix_task_tenant_name_created', ['tenant_id', 'name', 'created_at', 'id'],
                               unique=False)
         batch_op.create_index('ix_task_created', ['created_at', 'id'], unique=False)
@@ -27,6 +25,4 @@ def downgrade() -> None:
     with op.batch_alter_table('task', schema=None) as batch_op:
         batch_op.drop_index('ix_task_created')
         batch_op.drop_index('ix_task_tenant_name_created')
-        batch_op.drop_index('ix_task_tenant_status_created')
         batch_op.create_index('ix_task_name', ['name'], unique=False)
-        batch_op.create_index('ix_task_tenant_status', ['tenant_id', 'status'], unique=False)
