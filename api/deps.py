@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Annotated
 
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from api.errors import Unauthorized
-from api.service import Principal, TaskService, in_thread
+from api.service import Principal, TaskService, TenantUsage, in_thread
 from store.keys import find_active_key
+from store.quotas import key_with_usage
 
 bearer = HTTPBearer(auto_error=False, description="API key of a tenant: `Authorization: Bearer <key>`")
 
@@ -23,20 +25,49 @@ def get_service(request: Request) -> TaskService:
 ServiceDep = Annotated[TaskService, Depends(get_service)]
 
 
-async def get_principal(
-    request: Request,
-    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
-) -> Principal:
-    """The tenant of the presented API key; 401 when missing, unknown or revoked."""
+CredentialsDep = Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]
+
+
+def _presented_key(credentials: HTTPAuthorizationCredentials | None) -> str:
     if credentials is None or credentials.scheme.lower() != "bearer" or not credentials.credentials:
         raise Unauthorized(
             "send an API key as `Authorization: Bearer <key>`", headers={"WWW-Authenticate": "Bearer"}
         )
-    service = get_service(request)
-    row = await in_thread(find_active_key, service.engine, credentials.credentials)
+    return credentials.credentials
+
+
+def _unknown_key() -> Unauthorized:
+    return Unauthorized("the API key is unknown or revoked", headers={"WWW-Authenticate": "Bearer"})
+
+
+async def get_principal(request: Request, credentials: CredentialsDep) -> Principal:
+    """The tenant of the presented API key; 401 when missing, unknown or revoked."""
+    key = _presented_key(credentials)
+    row = await in_thread(find_active_key, get_service(request).engine, key)
     if row is None:
-        raise Unauthorized("the API key is unknown or revoked", headers={"WWW-Authenticate": "Bearer"})
+        raise _unknown_key()
     return Principal(tenant_id=row.tenant_id, is_admin=row.is_admin)
 
 
+@dataclass(frozen=True)
+class Creator:
+    """The caller of a create, with its tenant's quota and active task count."""
+
+    who: Principal
+    usage: TenantUsage
+
+
+async def get_creator(request: Request, credentials: CredentialsDep) -> Creator:
+    """``get_principal`` for the create endpoints: the key, the quota and the active count
+    are read in one trip to the database (the key afresh, as for every request)."""
+    key = _presented_key(credentials)
+    service = get_service(request)
+    found = await in_thread(key_with_usage, service.engine, key, service.quota_defaults)
+    if found is None:
+        raise _unknown_key()
+    row, quota, active = found
+    return Creator(Principal(tenant_id=row.tenant_id, is_admin=row.is_admin), TenantUsage(quota, active))
+
+
 TenantDep = Annotated[Principal, Depends(get_principal)]
+CreatorAuthDep = Annotated[Creator, Depends(get_creator)]

@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from sqlalchemy import Engine, func
 from sqlalchemy.orm import Session
 from sqlmodel import col, select
-from starlette.requests import Request
-from starlette.responses import Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from store.models import Task, TaskExecution
 
@@ -58,18 +56,36 @@ class ApiMetrics:
         for (status, reason), count in totals.items():
             self.executions.labels(status=status, reason=reason).set(count)
 
-    async def middleware(
-        self, request: Request, call_next: Callable[[Request], Awaitable[Response]]
-    ) -> Response:
-        """Time every request and count it by its route template (not its raw path)."""
+
+class MetricsMiddleware:
+    """Times every request and counts it by its route template (not its raw path).
+
+    A plain ASGI middleware: it only looks at the response's start message, so the body
+    streams through untouched and no task is spawned per request."""
+
+    def __init__(self, app: ASGIApp, *, metrics: ApiMetrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
         started = time.perf_counter()
         status = 500
+
+        async def send_status(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
         try:
-            response = await call_next(request)
-            status = response.status_code
-            return response
+            await self.app(scope, receive, send_status)
         finally:
-            route = request.scope.get("route")
-            template = getattr(route, "path", "unmatched")
-            self.requests.labels(template, request.method, str(status)).inc()
-            self.latency.labels(template, request.method).observe(time.perf_counter() - started)
+            # The router puts the matched route into the scope it shares with us.
+            template = getattr(scope.get("route"), "path", "unmatched")
+            self.metrics.requests.labels(template, scope["method"], str(status)).inc()
+            self.metrics.latency.labels(template, scope["method"]).observe(
+                time.perf_counter() - started
+            )

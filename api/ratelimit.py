@@ -16,7 +16,7 @@ from typing import Annotated
 from fastapi import Depends, Request
 from limits import RateLimitItem, parse, storage, strategies
 
-from api.deps import TenantDep
+from api.deps import Creator, CreatorAuthDep, TenantDep
 from api.errors import RateLimited
 from api.service import Principal
 
@@ -51,5 +51,12 @@ def _limit(kind: str):  # type: ignore[no-untyped-def]
     return check
 
 
+def _limit_creator(request: Request, creator: CreatorAuthDep) -> Creator:
+    limiter: TenantRateLimiter = request.app.state.rate_limiter
+    limiter.hit(creator.who, "write")
+    return creator
+
+
 WriterDep = Annotated[Principal, Depends(_limit("write"))]
 ReaderDep = Annotated[Principal, Depends(_limit("read"))]
+CreatorDep = Annotated[Creator, Depends(_limit_creator)]  # a write, with the tenant's usage

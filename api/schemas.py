@@ -9,7 +9,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from scheduling.jitter import jitter_offset
 from scheduling.spec import TaskChanges, TaskSpec
-from store.models import Task, TaskExecution
+from store.models import TaskExecution
+from store.tasks import TaskView
 from workflows.state import TaskState
 
 CREATE_EXAMPLES: dict[str, Any] = {
@@ -130,7 +131,7 @@ class TaskOut(BaseModel):
     updated_at: datetime | None = None
 
     @classmethod
-    def from_row(cls, row: Task) -> TaskOut:
+    def from_row(cls, row: TaskView) -> TaskOut:
         spec = dict(row.spec)
         job = spec.pop("job_details", {})
         spec.pop("task_name", None)

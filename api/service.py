@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 import anyio
 import structlog
 from anyio import to_thread
+from anyio.lowlevel import RunVar
 from pydantic import ValidationError
 from sqlalchemy import Engine
 from sqlalchemy.exc import OperationalError, SQLAlchemyError
@@ -41,6 +42,7 @@ from api.temporal import TemporalGateway
 from scheduling.fire import first_fire
 from scheduling.spacing import shortest_gap
 from scheduling.spec import HandlerJob, HttpJob, ScheduleType, TaskChanges, TaskSpec, check_timing
+from store.batch import BatchWriter
 from store.idempotency import claim_key, complete_key
 from store.models import Task, TaskExecution
 from store.quotas import Quota, quota_and_active
@@ -51,8 +53,9 @@ from store.tasks import (
     list_dead_letters,
     list_executions,
     list_tasks,
-    save_snapshot,
+    read_task,
     set_dead_letter,
+    write_snapshot,
 )
 from workflows.state import TaskState, TaskStatus
 
@@ -69,10 +72,30 @@ class Principal:
     is_admin: bool = False
 
 
+@dataclass(frozen=True)
+class TenantUsage:
+    """A tenant's quota and how many of its tasks are active, as read for one create."""
+
+    quota: Quota
+    active: int
+
+
+# Store calls run on threads, at most this many at once: the database pool holds as many
+# connections, so no call waits for (or opens and closes) a connection beyond it, and a burst of
+# requests queues here instead of crowding the GIL with threads.
+DB_THREADS = 10
+_db_threads: RunVar[anyio.CapacityLimiter] = RunVar("db_threads")
+
+
 async def in_thread(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     """Run a blocking store call off the event loop; database outages become 503."""
     try:
-        return await to_thread.run_sync(lambda: fn(*args, **kwargs))
+        limiter = _db_threads.get()
+    except LookupError:
+        limiter = anyio.CapacityLimiter(DB_THREADS)
+        _db_threads.set(limiter)
+    try:
+        return await to_thread.run_sync(lambda: fn(*args, **kwargs), limiter=limiter)
     except OperationalError as exc:
         raise ServiceUnavailable("the database is unavailable") from exc
 
@@ -95,6 +118,12 @@ class TaskService:
         self.handlers = frozenset(handlers)
         self.egress = egress or EgressPolicy()
         self.quota_defaults = quota_defaults or Quota()
+        # No linger: rows that arrive while a commit runs go together into the next one.
+        self.writer = BatchWriter(engine, linger=0)
+
+    async def aclose(self) -> None:
+        """Stop the row writer (at shutdown, after the last request)."""
+        await self.writer.aclose()
 
     # ------------------------------------------------------------- create and read
     async def create(
@@ -105,11 +134,13 @@ class TaskService:
         recurring_only: bool = False,
         body_size: int = 0,
         idempotency_key: str | None = None,
+        usage: TenantUsage | None = None,
     ) -> tuple[TaskOut, bool]:
         """Validate, start the workflow, then write the row; 201 means the task will run.
 
-        Returns the task and whether this call created it (False: an earlier request with
-        the same Idempotency-Key and body did)."""
+        ``usage`` is the tenant's quota and active count when the caller read them already
+        (with the key); otherwise they are read here. Returns the task and whether this call
+        created it (False: an earlier request with the same Idempotency-Key and body did)."""
         now = datetime.now(UTC)
         if recurring_only and spec.schedule_type is ScheduleType.ONCE:
             raise InvalidTask(
@@ -118,7 +149,12 @@ class TaskService:
                 field="schedule_type",
             )
         await self._check(spec, now)
-        await self._check_quota(who, spec, now, body_size=body_size)
+        if usage is None:
+            quota, active = await in_thread(
+                quota_and_active, self.engine, who.tenant_id, self.quota_defaults
+            )
+            usage = TenantUsage(quota, active)
+        self._check_quota(usage, spec, now, body_size=body_size)
         task_id = uuid.uuid4().hex
         if idempotency_key is not None:
             task_id = await self._claim_idempotency_key(who, idempotency_key, spec, recurring_only)
@@ -143,8 +179,9 @@ class TaskService:
             state_version=0,
         )
         try:
-            # Version 0: anything the workflow has written already wins.
-            await to_thread.run_sync(lambda: save_snapshot(self.engine, snapshot))
+            # Version 0: anything the workflow has written already wins. Concurrent creates
+            # share a commit (and a thread hop); each still answers only once its row is stored.
+            await self.writer.submit(write_snapshot(self.engine, snapshot))
             if idempotency_key is not None:
                 await to_thread.run_sync(
                     lambda: complete_key(self.engine, who.tenant_id, idempotency_key)
@@ -175,7 +212,7 @@ class TaskService:
 
     async def _existing(self, who: Principal, task_id: str, spec: TaskSpec, now: datetime) -> TaskOut:
         for _ in range(40):
-            row = await in_thread(get_task, self.engine, task_id, who.tenant_id)
+            row = await in_thread(read_task, self.engine, task_id, who.tenant_id)
             if row is not None:
                 return TaskOut.from_row(row)
             await anyio.sleep(0.05)
@@ -187,10 +224,9 @@ class TaskService:
             created_at=now, updated_at=now,
         ))
 
-    async def _check_quota(self, who: Principal, spec: TaskSpec, now: datetime, *, body_size: int) -> None:
-        quota, active = await in_thread(
-            quota_and_active, self.engine, who.tenant_id, self.quota_defaults
-        )
+    @staticmethod
+    def _check_quota(usage: TenantUsage, spec: TaskSpec, now: datetime, *, body_size: int) -> None:
+        quota, active = usage.quota, usage.active
         if body_size > quota.max_body_bytes:
             raise PayloadTooLarge(
                 f"the body has {body_size} bytes; this tenant's limit is max_body_bytes={quota.max_body_bytes}"
@@ -226,7 +262,11 @@ class TaskService:
 
     async def get(self, who: Principal, task_id: str) -> TaskOut:
         """A task of the caller's tenant (404 for anyone else's)."""
-        return TaskOut.from_row(await self._row(who, task_id))
+        tenant = None if who.is_admin else who.tenant_id
+        row = await in_thread(read_task, self.engine, task_id, tenant)
+        if row is None:
+            raise TaskNotFound(f"no task {task_id}")
+        return TaskOut.from_row(row)
 
     async def list(
         self, who: Principal, *, limit: int, cursor: str | None, status: str | None,
@@ -377,19 +417,7 @@ class TaskService:
 
 
 def _out_of_snapshot(snapshot: TaskSnapshot) -> TaskOut:
-    return TaskOut.from_row(
-        Task(
-            id=snapshot.task_id,
-            tenant_id=snapshot.tenant_id,
-            name=snapshot.name,
-            schedule_type=snapshot.schedule_type,
-            spec=snapshot.spec,
-            status=snapshot.status,
-            next_run_at=snapshot.next_run_at,
-            created_at=snapshot.created_at,
-            updated_at=snapshot.updated_at,
-        )
-    )
+    return TaskOut.from_row(snapshot)
 
 
 def _first_error(exc: ValidationError) -> str:

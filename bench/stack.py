@@ -164,6 +164,7 @@ class SchedulerStack(Stack):
 
     api_port: int = 0
     api_key: str = ""
+    api_workers: int = 1
     task_queue: str = "task-scheduler-bench"
     topology: str = field(default_factory=WORKER_TOPOLOGY.get)
 
@@ -199,6 +200,7 @@ class SchedulerStack(Stack):
             "SCHEDULER_DATA_DIR": str(self.directory),
             "SCHEDULER_API_HOST": HOST,
             "SCHEDULER_API_PORT": str(self.api_port),
+            "SCHEDULER_API_WORKERS": str(self.api_workers),
             "SCHEDULER_TASK_QUEUE": self.task_queue,
             "SCHEDULER_ENV": "test",
             "SCHEDULER_LOG_LEVEL": "WARNING",

@@ -9,6 +9,7 @@ writes are retried one by one, so one bad write fails alone.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -41,6 +42,14 @@ class BatchWriter:
         pending = _Pending(write, asyncio.get_running_loop().create_future())
         await self._queue.put(pending)
         await pending.done
+
+    async def aclose(self) -> None:
+        """Stop the drain task (writes already submitted have been answered)."""
+        task, self._task = self._task, None
+        if task is not None and not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
 
     async def _drain(self, queue: asyncio.Queue[_Pending]) -> None:
         while True:

@@ -15,9 +15,13 @@ MIGRATIONS = Path(__file__).parent / "migrations"
 def make_engine(url: str, *, pool_size: int = 10) -> Engine:
     """An engine for the URL; a SQLite file gets WAL and a busy timeout, since API and worker share it."""
     if url.startswith("sqlite"):
+        pool: dict[str, int] = {}
         if url.startswith("sqlite:///") and ":memory:" not in url:
             Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
-        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
+            # A file keeps its connections like a server would: a connection opened and closed
+            # per burst costs its pragmas each time.
+            pool = {"pool_size": pool_size, "max_overflow": pool_size}
+        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30}, **pool)
         event.listen(engine, "connect", _sqlite_pragmas)
         return engine
     if url.startswith("postgresql://"):

@@ -6,14 +6,29 @@ import hashlib
 import secrets
 import uuid
 from collections.abc import Sequence
+from typing import NamedTuple
 
-from sqlalchemy import Engine
+from sqlalchemy import Connection, Engine, Table, bindparam
 from sqlalchemy.orm import Session
 from sqlmodel import col, select
 
 from store.models import ApiKey, utcnow
 
 KEY_PREFIX = "tsk_"
+KEY_TABLE: Table = ApiKey.__table__  # type: ignore[attr-defined]
+# Built once: the lookup runs on every request, and building a statement costs more than
+# running it.
+_ACTIVE_KEY = select(KEY_TABLE.c.id, KEY_TABLE.c.tenant_id, KEY_TABLE.c.is_admin).where(
+    KEY_TABLE.c.key_hash == bindparam("key_hash"), KEY_TABLE.c.revoked_at.is_(None)
+)
+
+
+class ActiveKey(NamedTuple):
+    """Whose an unrevoked key is."""
+
+    id: str
+    tenant_id: str
+    is_admin: bool
 
 
 def hash_key(key: str) -> str:
@@ -47,15 +62,16 @@ def ensure_key(engine: Engine, tenant_id: str, key: str, *, admin: bool) -> None
     create_key(engine, tenant_id, admin=admin, key=key)
 
 
-def find_active_key(engine: Engine, key: str) -> ApiKey | None:
-    """The unrevoked key row matching a presented key."""
-    with Session(engine) as session:
-        row = session.scalar(
-            select(ApiKey).where(ApiKey.key_hash == hash_key(key), col(ApiKey.revoked_at).is_(None))
-        )
-        if row is not None:
-            session.expunge(row)
-        return row
+def find_active_key(engine: Engine, key: str) -> ActiveKey | None:
+    """The unrevoked key matching a presented key (read afresh: a revocation counts at once)."""
+    with engine.connect() as connection:
+        return active_key(connection, key)
+
+
+def active_key(connection: Connection, key: str) -> ActiveKey | None:
+    """``find_active_key`` on a connection the caller holds."""
+    row = connection.execute(_ACTIVE_KEY, {"key_hash": hash_key(key)}).first()
+    return None if row is None else ActiveKey(row.id, row.tenant_id, bool(row.is_admin))
 
 
 def list_keys(engine: Engine, tenant_id: str | None = None) -> Sequence[ApiKey]:

@@ -42,14 +42,20 @@ class Task(SQLModel, table=True):
     """One scheduled task; its workflow is ``task-<id>``."""
 
     __tablename__ = "task"
+    # Listing pages are read in (created_at, id) order: the indexes that end in it make a page,
+    # and a cursor into the list, a range read whatever the number of tasks. The status index
+    # stays narrow: it serves the active-task count of every create, and its entries change
+    # with every run (a page filtered by status reads the tenant's index and skips the others).
     __table_args__ = (
         Index("ix_task_tenant_created", "tenant_id", "created_at", "id"),
+        Index("ix_task_tenant_name_created", "tenant_id", "name", "created_at", "id"),
+        Index("ix_task_created", "created_at", "id"),
         Index("ix_task_tenant_status", "tenant_id", "status"),
     )
 
     id: str = Field(primary_key=True, max_length=64)
     tenant_id: str = Field(max_length=128)
-    name: str = Field(max_length=200, index=True)
+    name: str = Field(max_length=200)
     schedule_type: str = Field(max_length=16)
     spec: dict[str, Any] = Field(sa_column=Column(JSON, nullable=False))
     status: str = Field(max_length=16)

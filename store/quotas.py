@@ -3,14 +3,25 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Any
 
-from sqlalchemy import Engine, func
+from sqlalchemy import Connection, Engine, Table, bindparam, func, select
 from sqlalchemy.orm import Session
-from sqlmodel import col, select
 
-from store.models import Task, TenantQuota, utcnow
+from store.keys import ActiveKey, active_key
+from store.models import TASK_TABLE, TenantQuota, utcnow
 
 ACTIVE_STATUSES = ("PENDING", "RUNNING", "PAUSED")
+LIMITS = ("max_active_tasks", "min_interval_seconds", "allow_seconds_cron", "max_body_bytes",
+          "max_header_bytes")
+QUOTA_TABLE: Table = TenantQuota.__table__  # type: ignore[attr-defined]
+# Built once: every create reads both.
+_OVERRIDES = select(*(QUOTA_TABLE.c[name] for name in LIMITS)).where(
+    QUOTA_TABLE.c.tenant_id == bindparam("tenant_id")
+)
+_ACTIVE = select(func.count()).select_from(TASK_TABLE).where(
+    TASK_TABLE.c.tenant_id == bindparam("tenant_id"), TASK_TABLE.c.status.in_(ACTIVE_STATUSES)
+)
 
 
 @dataclass(frozen=True)
@@ -26,15 +37,16 @@ class Quota:
 
 def quota_for(engine: Engine, tenant_id: str, defaults: Quota) -> Quota:
     """The tenant's quota: its stored overrides on top of the defaults."""
-    with Session(engine) as session:
-        row = session.get(TenantQuota, tenant_id)
+    with engine.connect() as connection:
+        return _quota(connection, tenant_id, defaults)
+
+
+def _quota(connection: Connection, tenant_id: str, defaults: Quota) -> Quota:
+    row = connection.execute(_OVERRIDES, {"tenant_id": tenant_id}).first()
     if row is None:
         return defaults
-    overrides = {
-        name: getattr(row, name)
-        for name in ("max_active_tasks", "min_interval_seconds", "allow_seconds_cron",
-                     "max_body_bytes", "max_header_bytes")
-        if getattr(row, name) is not None
+    overrides: dict[str, Any] = {
+        name: value for name, value in row._mapping.items() if value is not None
     }
     return replace(defaults, **overrides)
 
@@ -52,14 +64,25 @@ def set_quota(engine: Engine, tenant_id: str, **limits: object) -> None:
 
 def count_active_tasks(engine: Engine, tenant_id: str) -> int:
     """Tasks of the tenant that are not finished."""
-    with Session(engine) as session:
-        return int(session.scalar(
-            select(func.count()).select_from(Task).where(
-                col(Task.tenant_id) == tenant_id, col(Task.status).in_(ACTIVE_STATUSES)
-            )
-        ) or 0)
+    with engine.connect() as connection:
+        return _active(connection, tenant_id)
+
+
+def _active(connection: Connection, tenant_id: str) -> int:
+    return int(connection.execute(_ACTIVE, {"tenant_id": tenant_id}).scalar() or 0)
+
+
+def key_with_usage(engine: Engine, key: str, defaults: Quota) -> tuple[ActiveKey, Quota, int] | None:
+    """The unrevoked key matching a presented key, with its tenant's quota and active task
+    count, on one connection (a create needs all three); None for an unknown or revoked key."""
+    with engine.connect() as connection:
+        found = active_key(connection, key)
+        if found is None:
+            return None
+        return found, _quota(connection, found.tenant_id, defaults), _active(connection, found.tenant_id)
 
 
 def quota_and_active(engine: Engine, tenant_id: str, defaults: Quota) -> tuple[Quota, int]:
     """The tenant's quota and its active task count, in one round trip to a thread."""
-    return quota_for(engine, tenant_id, defaults), count_active_tasks(engine, tenant_id)
+    with engine.connect() as connection:
+        return _quota(connection, tenant_id, defaults), _active(connection, tenant_id)

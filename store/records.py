@@ -31,6 +31,11 @@ class TaskSnapshot(BaseModel):
     created_at: datetime
     updated_at: datetime
 
+    @property
+    def id(self) -> str:
+        """The task id under the name of the row's column (so it reads like a row)."""
+        return self.task_id
+
 
 class ExecutionRecord(BaseModel):
     """One execution row as it stands; a final status is never overwritten by RUNNING."""

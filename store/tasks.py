@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import base64
+import functools
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar, cast
 
-from sqlalchemy import Connection, Engine, and_, or_, update
+from sqlalchemy import Connection, Engine, Integer, Select, and_, bindparam, or_, tuple_, update
+from sqlalchemy import select as core_select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 from sqlmodel import col, select
@@ -19,20 +21,23 @@ RUN_OUTCOMES = ("COMPLETED", "FAILED", "CANCELLED")  # how a run that ran can en
 
 
 def _insert(engine: Engine, table: Any) -> Any:
-    dialect = postgresql if engine.dialect.name == "postgresql" else sqlite
-    return dialect.insert(table)
+    return _dialect_insert(engine.dialect.name, table)
+
+
+def _dialect_insert(dialect: str, table: Any) -> Any:
+    return (postgresql if dialect == "postgresql" else sqlite).insert(table)
 
 
 def save_snapshot(engine: Engine, snapshot: TaskSnapshot) -> None:
     """Insert or update a task row; an older state_version never overwrites a newer one."""
     with engine.begin() as connection:
-        connection.execute(_snapshot_upsert(engine, snapshot))
+        connection.execute(*_snapshot_upsert(engine, snapshot))
 
 
 def save_execution(engine: Engine, record: ExecutionRecord, *, reopen: bool = False) -> None:
     """Insert or update an execution row by its id; retries of the same run record it once."""
     with engine.begin() as connection:
-        connection.execute(_execution_upsert(engine, record, reopen=reopen))
+        connection.execute(*_execution_upsert(engine, record, reopen=reopen))
 
 
 def save_run(engine: Engine, record: ExecutionRecord, snapshot: TaskSnapshot | None) -> None:
@@ -45,9 +50,9 @@ def write_run(engine: Engine, record: ExecutionRecord, snapshot: TaskSnapshot | 
     """The writes of a finished run, for a batch."""
 
     def write(connection: Connection) -> None:
-        connection.execute(_execution_upsert(engine, record))
+        connection.execute(*_execution_upsert(engine, record))
         if snapshot is not None:
-            connection.execute(_snapshot_upsert(engine, snapshot))
+            connection.execute(*_snapshot_upsert(engine, snapshot))
 
     return write
 
@@ -56,7 +61,7 @@ def write_snapshot(engine: Engine, snapshot: TaskSnapshot) -> Callable[[Connecti
     """A task row write, for a batch."""
 
     def write(connection: Connection) -> None:
-        connection.execute(_snapshot_upsert(engine, snapshot))
+        connection.execute(*_snapshot_upsert(engine, snapshot))
 
     return write
 
@@ -71,7 +76,7 @@ def write_started(engine: Engine, record: ExecutionRecord) -> Callable[[Connecti
     """The writes of a run that has started, for a batch."""
 
     def write(connection: Connection) -> None:
-        connection.execute(_execution_upsert(engine, record, reopen=record.trigger == "replay"))
+        connection.execute(*_execution_upsert(engine, record, reopen=record.trigger == "replay"))
         connection.execute(
             update(Task)
             .where(col(Task.id) == record.task_id, col(Task.status) == "PENDING")
@@ -81,24 +86,38 @@ def write_started(engine: Engine, record: ExecutionRecord) -> Callable[[Connecti
     return write
 
 
-def _snapshot_upsert(engine: Engine, snapshot: TaskSnapshot) -> Any:
+Upsert = tuple[Any, dict[str, Any]]
+
+
+def _snapshot_upsert(engine: Engine, snapshot: TaskSnapshot) -> Upsert:
     values = snapshot.model_dump()
     values["id"] = values.pop("task_id")
-    stmt = _insert(engine, TASK_TABLE).values(**values)
+    return _snapshot_statement(engine.dialect.name, tuple(values)), values
+
+
+def _execution_upsert(engine: Engine, record: ExecutionRecord, *, reopen: bool = False) -> Upsert:
+    values = record.model_dump()
+    # Only fields that are known overwrite: a late RUNNING write keeps the final outcome, and a
+    # final write keeps the start time the job recorded.
+    known = tuple(k for k, v in values.items() if k not in ("id", "created_at") and v is not None)
+    return _execution_statement(engine.dialect.name, tuple(values), known, reopen), values
+
+
+# The statements are built once per shape and executed with each write's parameters: building
+# an upsert (its ``excluded`` alias above all) costs more than running it.
+@functools.cache
+def _snapshot_statement(dialect: str, columns: tuple[str, ...]) -> Any:
+    stmt = _dialect_insert(dialect, TASK_TABLE)
     newer = stmt.excluded.state_version >= TASK_TABLE.c.state_version
-    changed = {k: stmt.excluded[k] for k in values if k not in ("id", "tenant_id", "created_at")}
+    changed = {k: stmt.excluded[k] for k in columns if k not in ("id", "tenant_id", "created_at")}
     return stmt.on_conflict_do_update(index_elements=["id"], set_=changed, where=newer)
 
 
-def _execution_upsert(engine: Engine, record: ExecutionRecord, *, reopen: bool = False) -> Any:
-    values = record.model_dump()
+@functools.cache
+def _execution_statement(dialect: str, columns: tuple[str, ...], known: tuple[str, ...], reopen: bool) -> Any:
     table = EXECUTION_TABLE
-    stmt = _insert(engine, table).values(**values)
-    # Only fields that are known overwrite: a late RUNNING write keeps the final outcome, and a
-    # final write keeps the start time the job recorded.
-    changed = {
-        k: stmt.excluded[k] for k, v in values.items() if k not in ("id", "created_at") and v is not None
-    }
+    stmt = _dialect_insert(dialect, table)
+    changed = {k: stmt.excluded[k] for k in known}
     if reopen:
         # A replayed dead letter runs again under its own id: the row is reopened.
         return stmt.on_conflict_do_update(index_elements=["id"], set_=changed)
@@ -146,6 +165,60 @@ def decode_cursor(cursor: str) -> tuple[datetime, str]:
     return moment, row_id
 
 
+class TaskView(Protocol):
+    """A task row as read for showing it (a database row, not a tracked ORM object)."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def tenant_id(self) -> str: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def schedule_type(self) -> str: ...
+    @property
+    def spec(self) -> dict[str, Any]: ...
+    @property
+    def status(self) -> str: ...
+    @property
+    def status_reason(self) -> str | None: ...
+    @property
+    def next_run_at(self) -> datetime | None: ...
+    @property
+    def last_run_at(self) -> datetime | None: ...
+    @property
+    def last_run_status(self) -> str | None: ...
+    @property
+    def last_execution_id(self) -> str | None: ...
+    @property
+    def run_count(self) -> int: ...
+    @property
+    def success_count(self) -> int: ...
+    @property
+    def failure_count(self) -> int: ...
+    @property
+    def skipped_count(self) -> int: ...
+    @property
+    def consecutive_failures(self) -> int: ...
+    @property
+    def created_at(self) -> datetime: ...
+    @property
+    def updated_at(self) -> datetime: ...
+
+
+# Reads that every GET makes are built once (see _task_page): plain rows, no ORM objects.
+_TASK_BY_ID = core_select(TASK_TABLE).where(TASK_TABLE.c.id == bindparam("task_id"))
+
+
+def read_task(engine: Engine, task_id: str, tenant_id: str | None) -> TaskView | None:
+    """A task to show, by id; ``tenant_id`` None means any tenant (admin)."""
+    with engine.connect() as connection:
+        row = connection.execute(_TASK_BY_ID, {"task_id": task_id}).first()
+    if row is None or (tenant_id is not None and row.tenant_id != tenant_id):
+        return None
+    return cast(TaskView, row)
+
+
 def list_tasks(
     engine: Engine,
     *,
@@ -154,18 +227,44 @@ def list_tasks(
     cursor: str | None = None,
     status: str | None = None,
     name: str | None = None,
-) -> tuple[Sequence[Task], str | None]:
+) -> tuple[Sequence[TaskView], str | None]:
     """Tasks newest first, and the cursor of the next page (None at the end)."""
-    query = select(Task)
-    if tenant_id is not None:
-        query = query.where(col(Task.tenant_id) == tenant_id)
-    if status is not None:
-        query = query.where(col(Task.status) == status)
-    if name is not None:
-        query = query.where(col(Task.name) == name)
-    query = _newest_first(query, col(Task.created_at), col(Task.id), cursor, limit)
-    rows = _fetch(engine, query)
+    params: dict[str, Any] = {"tenant_id": tenant_id, "status": status, "name": name,
+                              "limit": limit + 1}
+    if cursor is not None:
+        params["after"], params["after_id"] = decode_cursor(cursor)
+    query = _task_page(tenant_id is not None, status is not None, name is not None, cursor is not None)
+    with engine.connect() as connection:
+        rows = cast(list[TaskView], connection.execute(query, params).all())
     return rows[:limit], _next_cursor(rows, limit, lambda r: (r.created_at, r.id))
+
+
+@functools.cache
+def _task_page(by_tenant: bool, by_status: bool, by_name: bool, after: bool) -> Select[Any]:
+    table = TASK_TABLE
+    query = core_select(table)
+    if by_tenant:
+        query = query.where(table.c.tenant_id == bindparam("tenant_id"))
+    if by_status:
+        query = query.where(table.c.status == bindparam("status"))
+    if by_name:
+        query = query.where(table.c.name == bindparam("name"))
+    if after:
+        cursor = tuple_(
+            bindparam("after", type_=table.c.created_at.type), bindparam("after_id", type_=table.c.id.type)
+        )
+        query = query.where(_after(table.c.created_at, table.c.id, cursor))
+    return query.order_by(table.c.created_at.desc(), table.c.id.desc()).limit(
+        bindparam("limit", type_=Integer())
+    )
+
+
+def _after(moment: Any, row_id: Any, after: Any) -> Any:
+    # One row-value comparison, not "moment < after OR (moment = after AND id < after_id)":
+    # the database reads it as a range on the (..., created_at, id) index and seeks to the
+    # cursor, so a page deep in the list costs as little as the first. ``after`` is a plain
+    # tuple of values (they take the columns' types) or a tuple_ of typed bind parameters.
+    return tuple_(moment, row_id) < after
 
 
 def list_executions(
@@ -187,7 +286,7 @@ def _newest_first(query: Any, moment: Any, row_id: Any, cursor: str | None, limi
     """Order newest first and start after the cursor's row; one row more than a page."""
     if cursor is not None:
         after, after_id = decode_cursor(cursor)
-        query = query.where(or_(moment < after, and_(moment == after, row_id < after_id)))
+        query = query.where(_after(moment, row_id, (after, after_id)))
     return query.order_by(moment.desc(), row_id.desc()).limit(limit + 1)
 
 

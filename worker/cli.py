@@ -5,24 +5,48 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from worker import ops
 from worker.logging import configure_logging
 from worker.settings import Settings
 
+if TYPE_CHECKING:
+    from fastapi import FastAPI
 
-def _api(settings: Settings) -> int:
+
+def _api(settings: Settings, args: argparse.Namespace) -> int:
     import uvicorn
 
+    workers = args.workers or settings.api_workers
+    host, port, level = settings.api_host, settings.api_port, settings.log_level.lower()
+    if workers == 1:
+        from api.app import create_app
+
+        uvicorn.run(create_app(settings), host=host, port=port, log_level=level, access_log=False)
+        return 0
+    if settings.auto_migrate:
+        # Once, here: the API processes would otherwise race each other to the schema.
+        from store.engine import make_engine, migrate
+
+        migrate(make_engine(settings.resolved_database_url))
+        os.environ["SCHEDULER_AUTO_MIGRATE"] = "false"
+    # The processes share the port; each builds its app from the same environment.
+    uvicorn.run("worker.cli:api_app", factory=True, workers=workers, host=host, port=port,
+                log_level=level, access_log=False)
+    return 0
+
+
+def api_app() -> FastAPI:
+    """The API of one of several API processes (``task-scheduler api --workers N``)."""
     from api.app import create_app
 
-    uvicorn.run(
-        create_app(settings), host=settings.api_host, port=settings.api_port,
-        log_level=settings.log_level.lower(), access_log=False,
-    )
-    return 0
+    settings = Settings()
+    configure_logging(settings.resolved_log_format, settings.log_level)
+    return create_app(settings)
 
 
 def _worker(settings: Settings, args: argparse.Namespace) -> int:
@@ -114,7 +138,11 @@ def parser() -> argparse.ArgumentParser:
     root = argparse.ArgumentParser(prog="task-scheduler", description=__doc__)
     commands = root.add_subparsers(dest="command", required=True)
     commands.add_parser("dev", help="run the embedded stack (dev server, worker, API)")
-    commands.add_parser("api", help="run the REST API")
+    api = commands.add_parser("api", help="run the REST API")
+    api.add_argument(
+        "--workers", type=int, choices=range(1, 65), metavar="N",
+        help="API processes sharing the port (default: SCHEDULER_API_WORKERS, 1)",
+    )
     worker = commands.add_parser("worker", help="run a Temporal worker")
     worker.add_argument(
         "--role", choices=("all", "workflows", "jobs"),
@@ -168,7 +196,9 @@ def main(argv: list[str] | None = None) -> int:
         return _quotas(settings, args)
     if args.command == "worker":
         return _worker(settings, args)
-    return {"api": _api, "migrate": _migrate}[args.command](settings)
+    if args.command == "api":
+        return _api(settings, args)
+    return _migrate(settings)
 
 
 if __name__ == "__main__":

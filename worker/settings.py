@@ -25,6 +25,11 @@ class Settings(BaseSettings):
 
     api_host: str = "127.0.0.1"
     api_port: int = 8000
+    api_workers: int = Field(
+        default=1, ge=1, le=64,
+        description="API processes sharing the port; the in-memory rate limit then counts per "
+        "process (use a redis:// rate limit storage to share it)",
+    )
     dev_api_key: SecretStr | None = None
     auto_migrate: bool = True
 

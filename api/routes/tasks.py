@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Body, Header, Path, Query, Request, Response, status
 
 from api.deps import ServiceDep
-from api.ratelimit import ReaderDep, WriterDep
+from api.ratelimit import CreatorDep, ReaderDep, WriterDep
 from api.schemas import (
     CREATE_EXAMPLES,
     ExecutionPage,
@@ -59,12 +59,12 @@ CREATE_RESPONSES = {
 
 
 async def _create(
-    request: Request, response: Response, body: TaskCreate, who: WriterDep, service: ServiceDep,
+    request: Request, response: Response, body: TaskCreate, caller: CreatorDep, service: ServiceDep,
     key: str | None, recurring_only: bool,
 ) -> TaskOut:
     task, created = await service.create(
-        who, body, recurring_only=recurring_only, body_size=len(await request.body()),
-        idempotency_key=key,
+        caller.who, body, recurring_only=recurring_only, body_size=len(await request.body()),
+        idempotency_key=key, usage=caller.usage,
     )
     if not created:
         response.status_code = status.HTTP_200_OK
@@ -73,20 +73,20 @@ async def _create(
 
 @router.post("/task/create", status_code=status.HTTP_201_CREATED, responses=CREATE_RESPONSES)
 async def create_task(
-    request: Request, response: Response, body: CreateBody, who: WriterDep, service: ServiceDep,
+    request: Request, response: Response, body: CreateBody, caller: CreatorDep, service: ServiceDep,
     idempotency_key: IdempotencyHeader = None,
 ) -> TaskOut:
     """Create a one-time, cron or interval task."""
-    return await _create(request, response, body, who, service, idempotency_key, False)
+    return await _create(request, response, body, caller, service, idempotency_key, False)
 
 
 @router.post("/task/recurring", status_code=status.HTTP_201_CREATED, responses=CREATE_RESPONSES)
 async def create_recurring_task(
-    request: Request, response: Response, body: CreateBody, who: WriterDep, service: ServiceDep,
+    request: Request, response: Response, body: CreateBody, caller: CreatorDep, service: ServiceDep,
     idempotency_key: IdempotencyHeader = None,
 ) -> TaskOut:
     """Create a recurring (cron or interval) task."""
-    return await _create(request, response, body, who, service, idempotency_key, True)
+    return await _create(request, response, body, caller, service, idempotency_key, True)
 
 
 @router.patch("/task/cancel", status_code=status.HTTP_202_ACCEPTED, responses=ERRORS)

@@ -31,6 +31,17 @@ async def test_revoked_key_is_refused_at_once(stack: Stack) -> None:
         assert (await api.get("/tasks")).status_code == 401
 
 
+async def test_revoked_key_cannot_create_on_the_next_request(stack: Stack) -> None:
+    row, key = create_key(stack.engine, "t10")
+    async with httpx.AsyncClient(base_url=stack.base_url, headers={"Authorization": f"Bearer {key}"}) as api:
+        assert (await api.post("/task/create", json=BODY)).status_code == 201
+        assert revoke_key(stack.engine, row.id)
+        refused = await api.post("/task/recurring", json=BODY)
+        assert refused.status_code == 401, refused.text
+        assert refused.headers["content-type"].startswith("application/problem+json")
+        assert (await api.get("/tasks")).status_code == 401
+
+
 async def test_other_tenants_task_is_404_everywhere(stack: Stack) -> None:
     async with stack.client("t1") as owner, stack.client("t2") as other, stack.client("admin") as admin:
         task = (await owner.post("/task/create", json=BODY)).json()

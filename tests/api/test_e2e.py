@@ -206,6 +206,10 @@ async def test_health_and_metrics(stack: Stack) -> None:
         assert metrics.status_code == 200
         families = {f.name: f for f in text_string_to_metric_families(metrics.text)}
         assert "scheduler_http_requests" in families
+        counted = {(s.labels["route"], s.labels["method"], s.labels["status"])
+                   for s in families["scheduler_http_requests"].samples if s.name.endswith("_total")}
+        assert ("/task/create", "POST", "201") in counted  # by route template, not raw path
+        assert ("/tasks/{task_id}", "GET", "200") in counted
         assert "scheduler_tasks" in families
         executions = {(s.labels["status"], s.labels["reason"]) for s in families["scheduler_executions"].samples}
         assert ("COMPLETED", "") in executions

@@ -9,7 +9,14 @@ from sqlalchemy import Engine
 
 from store.keys import create_key, find_active_key, list_keys, revoke_key
 from store.records import ExecutionRecord, TaskSnapshot
-from store.tasks import get_task, list_executions, list_tasks, save_execution, save_snapshot
+from store.tasks import (
+    get_task,
+    list_executions,
+    list_tasks,
+    read_task,
+    save_execution,
+    save_snapshot,
+)
 
 T0 = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
 
@@ -67,6 +74,40 @@ def test_task_pages_newest_first_with_filters(any_engine: Engine) -> None:
     assert "other" in {r.id for r in everyone}
     with pytest.raises(ValueError):
         list_tasks(any_engine, tenant_id="t1", limit=3, cursor="not-a-cursor")
+
+
+def _all_pages(engine: Engine, limit: int, **filters: str | None) -> list[str]:
+    seen, cursor = [], None
+    while True:
+        page, cursor = list_tasks(engine, limit=limit, cursor=cursor, **filters)  # type: ignore[arg-type]
+        seen += [r.id for r in page]
+        if cursor is None:
+            return seen
+
+
+def test_pages_split_rows_created_at_the_same_instant(any_engine: Engine) -> None:
+    # Rows of one instant are ordered by id; a page boundary inside them loses and repeats none.
+    for n in range(9):
+        save_snapshot(any_engine, snapshot(f"s{n}", version=1, created=T0 + timedelta(minutes=n // 4),
+                                           status="PAUSED" if n % 2 else "PENDING"))
+    save_snapshot(any_engine, snapshot("other", version=1, tenant="t2", created=T0))
+    newest_first = ["s8", "s7", "s6", "s5", "s4", "s3", "s2", "s1", "s0"]
+    for limit in (1, 2, 3, 4, 100):
+        assert _all_pages(any_engine, limit, tenant_id="t1") == newest_first
+        assert _all_pages(any_engine, limit, tenant_id="t1", status="PAUSED") == ["s7", "s5", "s3", "s1"]
+        assert _all_pages(any_engine, limit, tenant_id="t1", name="n") == newest_first
+        assert _all_pages(any_engine, limit, tenant_id=None) == ["s8", "s7", "s6", "s5", "s4", "s3", "s2",
+                                                                   "s1", "s0", "other"]
+
+
+def test_read_task_is_the_tenants_own(any_engine: Engine) -> None:
+    save_snapshot(any_engine, snapshot("r", version=1, status="PAUSED"))
+    row = read_task(any_engine, "r", "t1")
+    assert row is not None and row.status == "PAUSED" and row.spec == {"cron": "0 10 * * *"}
+    assert row.created_at == T0 and row.created_at.tzinfo is not None
+    assert read_task(any_engine, "r", "t2") is None
+    assert read_task(any_engine, "r", None) is not None
+    assert read_task(any_engine, "missing", None) is None
 
 
 def test_keys_hashed_and_revocable(any_engine: Engine) -> None:
