@@ -1,7 +1,7 @@
 """Workload 1, herd: N one-time tasks all due at one instant T (= end of creation + margin).
 
 `python -m bench.herd --herd 1000,10000` prints p50/p99/max lateness and the drain rate for
-the scheduler and the baselines, then the issue's targets with their ratios.
+the scheduler and the baselines, then the targets with their ratios.
 """
 
 from __future__ import annotations
@@ -101,7 +101,7 @@ async def run(args: argparse.Namespace) -> Report:
 
 
 def herd_targets(size: int, p99: dict[str, float]) -> list[Target]:
-    """Issue 7: herd of 1,000 p99 ≤ 0.1 × bare and ≤ 0.02 × schedules; 10,000 ≤ 0.25 × bare."""
+    """Targets: herd of 1,000 p99 ≤ 0.1 × bare and ≤ 0.02 × schedules; 10,000 ≤ 0.25 × bare."""
     found = []
     measures = [("table", p99["scheduler"])]
     if "scheduler-history" in p99:

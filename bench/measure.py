@@ -55,7 +55,7 @@ def table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
 
 @dataclass
 class Target:
-    """One target of issue 7: measured value, its bound, and PASS/FAIL."""
+    """One performance target: measured value, its bound, and PASS/FAIL."""
 
     name: str
     measured: float

@@ -1,4 +1,4 @@
-"""Soak (issue 6, not in CI): many recurring tasks for a long time, a fault injected every
+"""Soak (not in CI): many recurring tasks for a long time, a fault injected every
 minute, then the invariants of the fault tests over every run.
 
     .venv/bin/python -m bench.soak                                   # 1,000 tasks / 10 s / 30 min

@@ -2,7 +2,7 @@
 started again at random (seeded) moments while tasks are created and runs fire. The
 invariants hold for every task and every acknowledged create.
 
-The run lasts FAULTS_CHAOS_SECONDS (90 s by default, to fit CI; the issue's 5 minutes is
+The run lasts FAULTS_CHAOS_SECONDS (90 s by default, to fit CI; a 5-minute run is
 FAULTS_CHAOS_SECONDS=300). FAULTS_SEED replays a failing schedule of kills and creates."""
 
 from __future__ import annotations
