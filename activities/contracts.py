@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -60,6 +61,16 @@ class JobFailureDetails(BaseModel):
     started_at: datetime | None = None
     http_status: int | None = None
     response_snippet: str | None = None
+
+    @classmethod
+    def of(cls, details: Sequence[Any]) -> JobFailureDetails | None:
+        """The details a failed attempt carried, if it carried them."""
+        if not details:
+            return None
+        try:
+            return cls.model_validate(details[0])
+        except ValueError:
+            return None
 
 
 class RunRecord(BaseModel):

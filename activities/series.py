@@ -252,7 +252,7 @@ class SeriesRunner:
                     f"the run took longer than run_timeout_seconds={series.run_timeout_seconds:g}"
                 )
             except ApplicationError as exc:
-                retryable, details = not exc.non_retryable, _details(exc)
+                retryable, details = not exc.non_retryable, JobFailureDetails.of(exc.details)
                 record.error = str(exc.message)[:2000]
             except Exception as exc:  # anything unforeseen fails the attempt, never the series
                 retryable, details = True, None
@@ -295,15 +295,6 @@ async def _sleep_until(instant: datetime) -> None:
 def _backoff(series: SeriesInput, attempt: int) -> float:
     delay = series.initial_interval_seconds * series.backoff_coefficient ** (attempt - 1)
     return float(min(delay, series.maximum_interval_seconds))
-
-
-def _details(exc: ApplicationError) -> JobFailureDetails | None:
-    if exc.details and isinstance(exc.details[0], dict):
-        try:
-            return JobFailureDetails.model_validate(exc.details[0])
-        except ValueError:
-            return None
-    return None
 
 
 def _resumed(details: Any) -> dict[str, SeriesOutcome]:

@@ -688,13 +688,9 @@ class TaskWorkflow:
         """Count the series' runs (their rows are written) and take back its unrun fires."""
         state = self._state
         spec = state.spec
-        meter = workflow.metric_meter()
         for outcome in result.outcomes:
             if outcome.status == ExecutionStatus.SKIPPED:
-                state.skipped_count += 1
-                meter.create_counter(
-                    "scheduler_skipped_runs", "fires recorded as skipped, by reason"
-                ).add(1, {"reason": outcome.reason or "skipped"})
+                self._count_skip(outcome.reason or "skipped")
                 continue
             record = ExecutionRecord(
                 id=outcome.execution_id, task_id=state.task_id, tenant_id=state.tenant_id,
@@ -773,12 +769,15 @@ class TaskWorkflow:
             return None
         return candidate
 
-    async def _record_skip(self, scheduled_at: datetime, reason: str) -> None:
-        state = self._state
-        state.skipped_count += 1
+    def _count_skip(self, reason: str) -> None:
+        self._state.skipped_count += 1
         workflow.metric_meter().create_counter(
             "scheduler_skipped_runs", "fires recorded as skipped, by reason"
         ).add(1, {"reason": reason})
+
+    async def _record_skip(self, scheduled_at: datetime, reason: str) -> None:
+        state = self._state
+        self._count_skip(reason)
         now = workflow.now()
         await self._save_execution(
             ExecutionRecord(
@@ -1141,9 +1140,4 @@ def _failure_type(err: ActivityError) -> str | None:
 
 def _failure_details(err: ActivityError) -> JobFailureDetails | None:
     cause = err.cause
-    if isinstance(cause, ApplicationError) and cause.details:
-        try:
-            return JobFailureDetails.model_validate(cause.details[0])
-        except ValueError:
-            return None
-    return None
+    return JobFailureDetails.of(cause.details) if isinstance(cause, ApplicationError) else None
