@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -41,13 +41,13 @@ log = structlog.get_logger("task_scheduler.jobs")
 
 RETRYABLE_4XX = {408, 429}
 _tracer = trace.get_tracer("task_scheduler.jobs")
-# While a run waits for its instant it heartbeats every 2 s in the last 10 s: a cancel, pause
-# or update more than ~2 s before the instant withdraws it; one that arrives later meets a run
-# that starts on time. Further ahead every 10 s, so thousands of runs dispatched a minute
-# before a herd's instant do not flood the server with heartbeats.
-CLOSE_WAIT_SECONDS = 10.0
-CLOSE_HEARTBEAT_SECONDS = 2.0
-FAR_HEARTBEAT_SECONDS = 10.0
+# While a run waits for its instant it heartbeats about five times over the wait, at least
+# every 2 s apart: a cancel, pause or update arriving more than one beat before the instant
+# withdraws it (2 s with the usual 10 s lead); one that arrives later meets a run that starts
+# on time. A herd dispatched minutes ahead then costs the server a few heartbeats per run,
+# not one every 2 s each (and never fewer than the heartbeat timeout needs).
+HEARTBEATS_PER_WAIT = 5
+MIN_WAIT_HEARTBEAT_SECONDS = 2.0
 STARTED = "started"
 
 
@@ -99,9 +99,8 @@ class JobActivities:
             heartbeats = asyncio.create_task(
                 _heartbeat_forever(info.heartbeat_timeout, STARTED)
             )
-            return await asyncio.wait_for(
-                self._attempt(job_input, info.attempt, bound), job_input.run_timeout_seconds
-            )
+            async with asyncio.timeout(job_input.run_timeout_seconds):
+                return await self._attempt(job_input, info.attempt, bound)
         except TimeoutError as exc:
             raise ApplicationError(
                 f"the run took longer than run_timeout_seconds={job_input.run_timeout_seconds:g}",
@@ -160,9 +159,46 @@ class JobActivities:
         # clock as the scheduled time on a real server, and still right where the server's
         # time is skipped (tests) or the job waited here for its instant.
         started = max(datetime.now(UTC), activity.info().started_time.astimezone(UTC))
+        labels = {"job_type": job_input.job.type, "trigger": job_input.trigger}
+        # Nothing but the start time comes before the job: its log line, lateness metric and
+        # RUNNING row follow from the event loop, so runs due at one instant are not each held
+        # up by the bookkeeping of the runs before them. Announced at the latest before the
+        # outcome is logged, so the log still reads start, then outcome.
+        announce = _Once(lambda: self._announce(job_input, started, attempt, labels, bound))
+        asyncio.get_running_loop().call_soon(announce)
+        try:
+            result = await self._run(job_input, attempt)
+        except asyncio.CancelledError:
+            announce()
+            _record_duration(started, labels, "cancelled")
+            bound.info("job.cancelled")
+            raise
+        except Exception as exc:
+            _record_duration(started, labels, "failed")
+            await announce.settle()
+            if isinstance(exc, ApplicationError):
+                bound.warning("job.failed", error=str(exc), retryable=not exc.non_retryable)
+                raise _with_start(exc, started) from exc.__cause__
+            raise
+        _record_duration(started, labels, "completed")
+        await announce.settle()
+        bound.info("job.completed")
+        return result.model_copy(update={"started_at": started})
+
+    async def _run(self, job_input: JobInput, attempt: int) -> JobResult:
+        job = job_input.job
+        if isinstance(job, HttpJob):
+            return await self._run_http(job, job_input, attempt)
+        if isinstance(job, HandlerJob):
+            return await self._run_handler(job, job_input, attempt)
+        return await self._run_workflow(job, job_input, attempt)
+
+    def _announce(
+        self, job_input: JobInput, started: datetime, attempt: int, labels: dict[str, str], bound: Any
+    ) -> None:
+        """The start of an attempt: its metric and log line, and its RUNNING row on the way."""
         lateness = started - job_input.scheduled_at
         meter = activity.metric_meter()
-        labels = {"job_type": job_input.job.type, "trigger": job_input.trigger}
         if attempt == 1:
             meter.create_histogram_timedelta(
                 "scheduler_fire_lateness", "actual start of a run minus its scheduled time", "duration"
@@ -175,29 +211,6 @@ class JobActivities:
         recording = asyncio.create_task(self._record_start(job_input, started, attempt, bound))
         self._recordings.add(recording)
         recording.add_done_callback(self._recordings.discard)
-        outcome = "failed"
-        try:
-            job = job_input.job
-            if isinstance(job, HttpJob):
-                result = await self._run_http(job, job_input, attempt)
-            elif isinstance(job, HandlerJob):
-                result = await self._run_handler(job, job_input, attempt)
-            else:
-                result = await self._run_workflow(job, job_input, attempt)
-            outcome = "completed"
-        except asyncio.CancelledError:
-            outcome = "cancelled"
-            bound.info("job.cancelled")
-            raise
-        except ApplicationError as exc:
-            bound.warning("job.failed", error=str(exc), retryable=not exc.non_retryable)
-            raise _with_start(exc, started) from exc.__cause__
-        finally:
-            meter.create_histogram_timedelta(
-                "scheduler_job_duration", "duration of one job attempt", "duration"
-            ).record(datetime.now(UTC) - started, {**labels, "outcome": outcome})
-        bound.info("job.completed")
-        return result.model_copy(update={"started_at": started})
 
     async def _record_start(self, job_input: JobInput, started: datetime, attempt: int, bound: Any) -> None:
         """Write the RUNNING row with the real start time, beside the job (never delaying it)."""
@@ -371,16 +384,14 @@ def _with_start(exc: ApplicationError, started: datetime) -> ApplicationError:
 
 
 async def _heartbeat_while_waiting(not_before: datetime | None, timeout: timedelta | None) -> None:
-    """Heartbeat while waiting for the instant: often near it, seldom far from it."""
-    ceiling = timeout.total_seconds() / 3 if timeout else FAR_HEARTBEAT_SECONDS
+    """Heartbeat while waiting for the instant, a few times over the whole wait."""
+    remaining = (not_before - datetime.now(UTC)).total_seconds() if not_before else 0.0
+    # Two thirds of the timeout apart at most: a slow server still sees the run alive.
+    ceiling = 2 * timeout.total_seconds() / 3 if timeout else 10.0
+    every = max(0.5, min(ceiling, max(MIN_WAIT_HEARTBEAT_SECONDS, remaining / HEARTBEATS_PER_WAIT)))
     while True:
         activity.heartbeat()
-        remaining = (not_before - datetime.now(UTC)).total_seconds() if not_before else 0.0
-        every = CLOSE_HEARTBEAT_SECONDS
-        if remaining > CLOSE_WAIT_SECONDS:
-            # Far from it, but always one heartbeat as the close wait begins.
-            every = min(FAR_HEARTBEAT_SECONDS, remaining - CLOSE_WAIT_SECONDS)
-        await asyncio.sleep(max(0.5, min(every, ceiling)))
+        await asyncio.sleep(every)
 
 
 async def _heartbeat_forever(timeout: timedelta | None, *details: Any) -> None:
@@ -389,6 +400,31 @@ async def _heartbeat_forever(timeout: timedelta | None, *details: Any) -> None:
     while True:
         activity.heartbeat(*details)
         await asyncio.sleep(every)
+
+
+class _Once:
+    """Calls a function at most once, whoever asks first: the event loop or the caller."""
+
+    def __init__(self, fn: Callable[[], None]) -> None:
+        self._fn: Callable[[], None] | None = fn
+
+    def __call__(self) -> None:
+        fn, self._fn = self._fn, None
+        if fn is not None:
+            fn()
+
+    async def settle(self) -> None:
+        """Call it, after letting the event loop do so first: a job that ended at once then
+        does its bookkeeping behind the runs that were due with it, not before they start."""
+        if self._fn is not None:
+            await asyncio.sleep(0)
+        self()
+
+
+def _record_duration(started: datetime, labels: dict[str, str], outcome: str) -> None:
+    activity.metric_meter().create_histogram_timedelta(
+        "scheduler_job_duration", "duration of one job attempt", "duration"
+    ).record(datetime.now(UTC) - started, {**labels, "outcome": outcome})
 
 
 def _refuse_if_missed(job_input: JobInput, info: activity.Info) -> None:

@@ -130,7 +130,9 @@ class SeriesRunner:
             try:
                 for fire, reason in skipped:
                     await self._skip(fire, reason)
-                for fire in pending:
+                # Built before the first instant: when a fire is due it only has to start.
+                prepared = [(fire, self._job_input(fire), self._record(fire)) for fire in pending]
+                for fire, job_input, record in prepared:
                     await _sleep_until(fire.not_before)
                     if self._tripped:
                         break
@@ -138,7 +140,7 @@ class SeriesRunner:
                     if series.overlap != "allow" and await self._busy():
                         await self._skip(fire, "overlap")
                         continue
-                    job = asyncio.create_task(self._run_fire(fire))
+                    job = asyncio.create_task(self._run_fire(job_input, record))
                     jobs.add(job)
                     job.add_done_callback(jobs.discard)
             except asyncio.CancelledError:
@@ -201,16 +203,34 @@ class SeriesRunner:
             reason=reason, finished_at=now,
         )
 
-    async def _run_fire(self, fire: SeriesFire) -> None:
+    def _job_input(self, fire: SeriesFire) -> JobInput:
+        series = self._series
+        return JobInput(
+            execution_id=fire.execution_id, task_id=series.task_id, tenant_id=series.tenant_id,
+            scheduled_at=fire.scheduled_at, job=series.job, not_before=fire.not_before,
+            trigger="catchup" if fire.execution_id in self._caught_up else "schedule",
+            drift_threshold_seconds=series.drift_threshold_seconds,
+            run_timeout_seconds=series.run_timeout_seconds,
+        )
+
+    def _record(self, fire: SeriesFire) -> ExecutionRecord:
+        series = self._series
+        return ExecutionRecord(
+            id=fire.execution_id, task_id=series.task_id, tenant_id=series.tenant_id,
+            scheduled_at=fire.scheduled_at, status="FAILED",
+            trigger="catchup" if fire.execution_id in self._caught_up else "schedule",
+        )
+
+    async def _run_fire(self, job_input: JobInput, record: ExecutionRecord) -> None:
         self._running += 1
-        self._runs.started(fire.execution_id)
+        self._runs.started(job_input.execution_id)
         try:
-            record = await self._execute(fire)
+            await self._execute(job_input, record)
         finally:
             self._running -= 1
-            self._runs.ended(fire.execution_id)
+            self._runs.ended(job_input.execution_id)
         await self._write(record)
-        self._done[fire.execution_id] = SeriesOutcome(
+        self._done[record.id] = SeriesOutcome(
             execution_id=record.id, scheduled_at=record.scheduled_at, status=record.status,
             # The row has the whole message; the outcome (and the heartbeat) a short one.
             error=record.error[:OUTCOME_ERROR_CHARS] if record.error else None,
@@ -224,28 +244,15 @@ class SeriesRunner:
         else:
             self._consecutive = 0
 
-    async def _execute(self, fire: SeriesFire) -> ExecutionRecord:
-        """Every attempt of one fire's run, under the task's retry policy."""
+    async def _execute(self, job_input: JobInput, record: ExecutionRecord) -> None:
+        """Every attempt of one fire's run, under the task's retry policy, into its record."""
         series = self._series
-        trigger = "catchup" if fire.execution_id in self._caught_up else "schedule"
-        job_input = JobInput(
-            execution_id=fire.execution_id, task_id=series.task_id, tenant_id=series.tenant_id,
-            scheduled_at=fire.scheduled_at, job=series.job, not_before=fire.not_before,
-            trigger=trigger,
-            drift_threshold_seconds=series.drift_threshold_seconds,
-            run_timeout_seconds=series.run_timeout_seconds,
-        )
-        record = ExecutionRecord(
-            id=fire.execution_id, task_id=series.task_id, tenant_id=series.tenant_id,
-            scheduled_at=fire.scheduled_at, trigger=trigger, status="FAILED",
-        )
         attempt = 1
         while True:
             record.attempts = attempt
             try:
-                result = await asyncio.wait_for(
-                    self._attempt(job_input, attempt), series.run_timeout_seconds
-                )
+                async with asyncio.timeout(series.run_timeout_seconds):
+                    result = await self._attempt(job_input, attempt)
             except TimeoutError:
                 retryable, details = True, None
                 record.error = (
@@ -276,7 +283,6 @@ class SeriesRunner:
             record.lateness_ms = max(0.0, lateness * 1000)
             threshold = series.drift_threshold_seconds
             record.drifted = threshold is not None and lateness > threshold
-        return record
 
 
 def _withdrawn() -> bool:

@@ -56,7 +56,11 @@ class Settings(BaseSettings):
         description="`task-scheduler dev`: the jobs worker's metrics port (default: the worker "
         "metrics port + 1)",
     )
-    worker_max_concurrent_activities: int = 5000
+    worker_max_concurrent_activities: int = Field(
+        default=20_000, ge=1,
+        description="activity slots per worker; a run dispatched ahead holds one while it waits "
+        "for its instant (a few KiB each), so a herd of N needs N",
+    )
     worker_max_concurrent_workflow_tasks: int = 200
     http_max_response_bytes: int = 1024
     egress_allow: str = Field(
@@ -82,9 +86,13 @@ class Settings(BaseSettings):
         description="dispatch each run this long ahead; the job waits for its instant on the "
         "worker (0 turns it off); grows with the backlog the task sees, up to the maximum",
     )
-    dispatch_max_lead_seconds: float = 60.0
+    dispatch_max_lead_seconds: float = Field(
+        default=600.0, ge=0,
+        description="the longest lead: a herd of N tasks due together is dispatched over up to "
+        "this long before its instant",
+    )
     dispatch_rate_per_second: float = Field(
-        default=100.0, ge=0,
+        default=25.0, ge=0,
         description="runs the deployment dispatches per second: a task created into a herd of "
         "N due within 2 s of each other gets N / rate seconds more lead (0: no herd lead)",
     )

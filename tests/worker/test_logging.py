@@ -33,6 +33,13 @@ async def test_state_changes_are_logged_as_json_without_secrets(
                 retry_policy={"max_attempts": 2, "initial_interval_seconds": 1},
             ))
             await handle.result()
+            # A handler that returns at once ends before the event loop gets back to the
+            # start's bookkeeping: the log must still read start, then outcome.
+            quick = await start_task(time_env, worker.task_queue, spec(
+                schedule_type="once", run_at=now + timedelta(minutes=2),
+                job_details={"type": "handler", "name": "noop"},
+            ))
+            await quick.result()
     finally:
         configure_logging("console", "INFO")
     lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("{")]
@@ -48,6 +55,12 @@ async def test_state_changes_are_logged_as_json_without_secrets(
         assert event["tenant"] == "t1" and event["workflow_id"] == handle.id
         assert "attempt" in event and "timestamp" in event and "level" in event
     assert {e["attempt"] for e in by_name["job.failed"]} == {1, 2}
+    for attempt in (1, 2):
+        order = [e["event"] for e in mine if e.get("attempt") == attempt and e["event"].startswith("job.")]
+        assert order == ["job.start", "job.failed"], order
+    quick_id = quick.id.removeprefix("task-")
+    quick_jobs = [e["event"] for e in events if e.get("task_id") == quick_id and e["event"].startswith("job.")]
+    assert quick_jobs == ["job.start", "job.completed"], quick_jobs
     assert [e["status"] for e in by_name["execution.state"]][-1] == "FAILED"
     assert {e["status"] for e in by_name["task.state"]} >= {"PENDING", "FAILED"}
     everything = "\n".join(lines)
