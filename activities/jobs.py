@@ -33,6 +33,7 @@ from activities.egress import EgressRefused
 from activities.handlers import Handler, HandlerContext, call_handler
 from activities.series import RunRegistry, SeriesRunner
 from scheduling.spec import HandlerJob, HttpJob, WorkflowJob, redact_url
+from scheduling.waiting import beat_every
 from store.batch import BatchWriter
 from store.records import ExecutionRecord
 from store.tasks import get_execution, write_run, write_started
@@ -41,13 +42,6 @@ log = structlog.get_logger("task_scheduler.jobs")
 
 RETRYABLE_4XX = {408, 429}
 _tracer = trace.get_tracer("task_scheduler.jobs")
-# While a run waits for its instant it heartbeats about five times over the wait, at least
-# every 2 s apart: a cancel, pause or update arriving more than one beat before the instant
-# withdraws it (2 s with the usual 10 s lead); one that arrives later meets a run that starts
-# on time. A herd dispatched minutes ahead then costs the server a few heartbeats per run,
-# not one every 2 s each (and never fewer than the heartbeat timeout needs).
-HEARTBEATS_PER_WAIT = 5
-MIN_WAIT_HEARTBEAT_SECONDS = 2.0
 STARTED = "started"
 
 
@@ -96,8 +90,9 @@ class JobActivities:
             _refuse_if_missed(job_input, info)
             heartbeats.cancel()
             # From here the job has started: a retry after a crash is a retry, not a late start.
+            # A job done within a second costs the server no heartbeat.
             heartbeats = asyncio.create_task(
-                _heartbeat_forever(info.heartbeat_timeout, STARTED)
+                _heartbeat_forever(info.heartbeat_timeout, STARTED, first_after=1.0)
             )
             async with asyncio.timeout(job_input.run_timeout_seconds):
                 return await self._attempt(job_input, info.attempt, bound)
@@ -384,19 +379,24 @@ def _with_start(exc: ApplicationError, started: datetime) -> ApplicationError:
 
 
 async def _heartbeat_while_waiting(not_before: datetime | None, timeout: timedelta | None) -> None:
-    """Heartbeat while waiting for the instant, a few times over the whole wait."""
+    """Heartbeat while waiting for the instant, a few times over the whole wait
+    (scheduling/waiting.py); one that arrives later meets a run that starts on time."""
     remaining = (not_before - datetime.now(UTC)).total_seconds() if not_before else 0.0
-    # Two thirds of the timeout apart at most: a slow server still sees the run alive.
-    ceiling = 2 * timeout.total_seconds() / 3 if timeout else 10.0
-    every = max(0.5, min(ceiling, max(MIN_WAIT_HEARTBEAT_SECONDS, remaining / HEARTBEATS_PER_WAIT)))
+    every = beat_every(remaining, timeout.total_seconds() if timeout else None)
     while True:
         activity.heartbeat()
         await asyncio.sleep(every)
 
 
-async def _heartbeat_forever(timeout: timedelta | None, *details: Any) -> None:
+async def _heartbeat_forever(
+    timeout: timedelta | None, *details: Any, first_after: float = 0.0
+) -> None:
     """Heartbeat often enough that the server sees us alive and can deliver a cancel."""
     every = max(0.5, min(5.0, (timeout.total_seconds() / 3) if timeout else 5.0))
+    # The wait's last beat was at most two thirds of the timeout ago: the first beat may come
+    # a little later only while that stays well inside the timeout.
+    if timeout is None or timeout.total_seconds() >= 6 * max(first_after, 0.5):
+        await asyncio.sleep(first_after)
     while True:
         activity.heartbeat(*details)
         await asyncio.sleep(every)

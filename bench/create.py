@@ -14,12 +14,13 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import aiohttp
+import psutil
 from temporalio.client import Client
 
 from bench.baseline import BareInput
 from bench.firing import CONCURRENCY, iso, once_spec
 from bench.measure import Report, Target, fmt, ratio, summary, table, targets_table
-from bench.stack import BareStack, SchedulerStack
+from bench.stack import BareStack, SchedulerStack, Stack
 
 DAY = 86400.0
 
@@ -35,9 +36,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 async def timed(calls: list[Callable[[], Awaitable[Any]]], concurrency: int,
-                keep: bool = False) -> dict[str, Any]:
+                keep: bool = False, stack: Stack | None = None) -> dict[str, Any]:
     """Run the calls `concurrency` at a time: rate, latency percentiles and errors (and with
-    `keep`, every latency, for pooling rounds)."""
+    `keep`, every latency, for pooling rounds; with `stack`, the CPU its processes and this
+    driver spent per call)."""
+    cpu_before = _cpu(stack)
     gate = asyncio.Semaphore(concurrency)
     latencies: list[float] = []
     errors: list[str] = []
@@ -54,9 +57,18 @@ async def timed(calls: list[Callable[[], Awaitable[Any]]], concurrency: int,
     began = time.perf_counter()
     await asyncio.gather(*(one(c) for c in calls))
     elapsed = time.perf_counter() - began
+    cpu_after = _cpu(stack)
     result = {"per_s": len(latencies) / elapsed, "seconds": elapsed, "latency_s": summary(latencies),
-              "errors": len(errors), "first_error": errors[0] if errors else None}
+              "errors": len(errors), "first_error": errors[0] if errors else None,
+              "cpu_s": {role: cpu_after[role] - cpu_before.get(role, 0.0) for role in cpu_after},
+              "calls": len(calls)}
     return result | ({"latencies": latencies} if keep else {})
+
+
+def _cpu(stack: Stack | None) -> dict[str, float]:
+    found = stack.cpu() if stack is not None else {}
+    own = psutil.Process().cpu_times()
+    return found | {"driver": own.user + own.system}
 
 
 def pooled(rounds: list[dict[str, Any]]) -> dict[str, Any]:
@@ -65,9 +77,12 @@ def pooled(rounds: list[dict[str, Any]]) -> dict[str, Any]:
     latencies = [x for r in rounds for x in r["latencies"]]
     seconds = sum(r["seconds"] for r in rounds)
     errors = [r["first_error"] for r in rounds if r["first_error"]]
+    calls = sum(r["calls"] for r in rounds)
+    cpu_ms = {role: 1000 * sum(r["cpu_s"].get(role, 0.0) for r in rounds) / calls
+              for role in rounds[0]["cpu_s"]}
     return {"per_s": len(latencies) / seconds, "seconds": seconds, "latency_s": summary(latencies),
             "errors": sum(r["errors"] for r in rounds), "first_error": errors[0] if errors else None,
-            "rounds_per_s": [r["per_s"] for r in rounds]}
+            "rounds_per_s": [r["per_s"] for r in rounds], "cpu_ms_per_task": cpu_ms}
 
 
 def api_session(stack: SchedulerStack, concurrency: int) -> aiohttp.ClientSession:
@@ -103,7 +118,7 @@ async def scheduler_creates(count: int, concurrency: int, api_workers: int = 1) 
                     "task_name": f"create-{i}", "job_details": {"type": "handler", "name": "noop"},
                     "schedule_type": "once", "run_at": run_at})
 
-            return await timed([call(i) for i in range(count)], concurrency, keep=True)
+            return await timed([call(i) for i in range(count)], concurrency, keep=True, stack=stack)
     finally:
         await asyncio.to_thread(stack.stop)
 
@@ -126,7 +141,7 @@ async def temporal_creates(kind: str, count: int, concurrency: int) -> dict[str,
                 action=ScheduleActionStartWorkflow("ScheduledWorkflow", id=f"sched-{i}",
                                                    task_queue=stack.task_queue),
                 spec=once_spec(due)))) for i in range(count)]
-        return await timed(calls, concurrency, keep=True)
+        return await timed(calls, concurrency, keep=True, stack=stack)
     finally:
         await asyncio.to_thread(stack.stop)
 
@@ -151,7 +166,7 @@ async def run(args: argparse.Namespace) -> Report:
               "schedules": "schedules create_schedule"}
     rows = [[labels[k], str(args.create * len(runs[k])), fmt(r["per_s"]),
              fmt(r["latency_s"]["p50"] * 1000, " ms"), fmt(r["latency_s"]["p99"] * 1000, " ms"),
-             str(r["errors"]), " / ".join(fmt(x) for x in r["rounds_per_s"])]
+             str(r["errors"]), " / ".join(fmt(x) for x in r["rounds_per_s"]), _cpu_cell(r)]
             for k, r in results.items()]
     sched, bare = results["scheduler"], results["bare"]
     targets = [
@@ -163,12 +178,21 @@ async def run(args: argparse.Namespace) -> Report:
     text = "\n".join([
         f"## Create: {args.create} tasks per round at {args.create_concurrency} concurrent clients, "
         f"{args.create_rounds} round(s)",
-        table(["system", "N", "tasks/s", "p50", "p99", "errors", "tasks/s per round"], rows),
+        table(["system", "N", "tasks/s", "p50", "p99", "errors", "tasks/s per round",
+               "CPU ms per task"], rows),
         "",
         targets_table(targets),
         *[f"- note {k}: first error {r['first_error']}" for k, r in results.items() if r["errors"]],
     ])
     return Report("create", text, {**results, "targets": [vars(t) | {"passed": t.passed} for t in targets]})
+
+
+def _cpu_cell(result: dict[str, Any]) -> str:
+    """CPU per task by process, in a fixed order: where the time of one create goes."""
+    cpu = result["cpu_ms_per_task"]
+    order = [r for r in ("temporal", "worker", "api", "driver") if r in cpu]
+    return " / ".join(f"{'server' if r == 'temporal' else r} {cpu[r]:.1f}" for r in order) + \
+        f" = {sum(cpu.values()):.1f}"
 
 
 if __name__ == "__main__":

@@ -81,6 +81,15 @@ def rss_bytes(process: subprocess.Popen[bytes]) -> int:
         return 0
 
 
+def cpu_seconds(process: subprocess.Popen[bytes]) -> float:
+    """CPU time (user + system) a process and its children have used so far."""
+    try:
+        root = psutil.Process(process.pid)
+        return sum(sum(p.cpu_times()[:2]) for p in [root, *root.children(recursive=True)])
+    except psutil.Error:
+        return 0.0
+
+
 def file_bytes(path: Path) -> int:
     """Size of a SQLite database with its -wal and -shm files."""
     return sum(p.stat().st_size for p in (path, Path(f"{path}-wal"), Path(f"{path}-shm")) if p.exists())
@@ -137,6 +146,14 @@ class Stack:
         """Resident memory of one role's processes (`worker` counts `worker-jobs` too)."""
         return sum(rss_bytes(p) for name, p in self.processes.items()
                    if name == role or name.startswith(f"{role}-"))
+
+    def cpu(self) -> dict[str, float]:
+        """CPU seconds used so far by each role (`worker` counts `worker-jobs` too)."""
+        found: dict[str, float] = {}
+        for name, process in self.processes.items():
+            role = name.split("-")[0]
+            found[role] = found.get(role, 0.0) + cpu_seconds(process)
+        return found
 
     def check_alive(self) -> list[str]:
         """Roles whose process has exited."""

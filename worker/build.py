@@ -17,7 +17,13 @@ from sqlalchemy import Engine
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.runtime import Runtime
-from temporalio.worker import Worker
+from temporalio.worker import (
+    PollerBehaviorSimpleMaximum,
+    UnsandboxedWorkflowRunner,
+    Worker,
+    WorkflowRunner,
+)
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from activities.bookkeeping import BookkeepingActivities
 from activities.contracts import jobs_queue
@@ -77,6 +83,9 @@ def build_activities(
     )
 
 
+# Activity polls the jobs worker keeps open at once.
+JOBS_POLLS = 20
+
 # Heartbeats reach the server at least every second, so a cancel reaches a job fast.
 _HEARTBEATS: dict[str, Any] = {
     "max_heartbeat_throttle_interval": timedelta(seconds=1),
@@ -92,8 +101,12 @@ def build_workflow_worker(
     executor: ThreadPoolExecutor,
     max_concurrent_workflow_tasks: int = 200,
     max_cached_workflows: int = 10_000,
+    sandboxed: bool = True,
 ) -> Worker:
     """The worker of the task queue: task workflows, with sync bookkeeping on ``executor``."""
+    # Without the sandbox a workflow run does not re-import its module: cheaper starts and a
+    # smaller cache, the determinism of the code resting on its replay tests instead.
+    runner: WorkflowRunner = SandboxedWorkflowRunner() if sandboxed else UnsandboxedWorkflowRunner()
     return Worker(
         client,
         task_queue=task_queue,
@@ -105,6 +118,7 @@ def build_workflow_worker(
         max_concurrent_local_activities=2000,
         max_concurrent_workflow_tasks=max_concurrent_workflow_tasks,
         max_cached_workflows=max_cached_workflows,
+        workflow_runner=runner,
         **_HEARTBEATS,
     )
 
@@ -122,6 +136,10 @@ def build_jobs_worker(
         task_queue=jobs_queue(task_queue),
         activities=activities.jobs,
         max_concurrent_activities=max_concurrent_activities,
+        # A herd dispatched ahead arrives as thousands of activity tasks within seconds: with
+        # the default five polls in flight, each waiting a server round trip, they queue up
+        # on the server instead of reaching their slots.
+        activity_task_poller_behavior=PollerBehaviorSimpleMaximum(JOBS_POLLS),
         **_HEARTBEATS,
     )
 
@@ -135,13 +153,14 @@ def build_workers(
     max_concurrent_activities: int = 2000,
     max_concurrent_workflow_tasks: int = 200,
     max_cached_workflows: int = 10_000,
+    sandboxed: bool = True,
 ) -> list[Worker]:
     """The workflow worker and the jobs worker, for one process that runs both."""
     return [
         build_workflow_worker(
             client, task_queue=task_queue, activities=activities, executor=executor,
             max_concurrent_workflow_tasks=max_concurrent_workflow_tasks,
-            max_cached_workflows=max_cached_workflows,
+            max_cached_workflows=max_cached_workflows, sandboxed=sandboxed,
         ),
         build_jobs_worker(
             client, task_queue=task_queue, activities=activities,

@@ -82,6 +82,7 @@ async def run_worker(settings: Settings) -> None:
             workers.append(build_workflow_worker(
                 client, task_queue=settings.task_queue, activities=activities, executor=executor,
                 max_concurrent_workflow_tasks=settings.worker_max_concurrent_workflow_tasks,
+                sandboxed=settings.worker_workflow_sandbox,
             ))
         if runs_jobs:
             workers.append(build_jobs_worker(

@@ -62,6 +62,11 @@ class Settings(BaseSettings):
         "for its instant (a few KiB each), so a herd of N needs N",
     )
     worker_max_concurrent_workflow_tasks: int = 200
+    worker_workflow_sandbox: bool = Field(
+        default=True,
+        description="run task workflows in the SDK's sandbox, which re-imports the workflow "
+        "module for every workflow run (false: cheaper starts and cache)",
+    )
     http_max_response_bytes: int = 1024
     egress_allow: str = Field(
         default="",
@@ -92,7 +97,7 @@ class Settings(BaseSettings):
         "this long before its instant",
     )
     dispatch_rate_per_second: float = Field(
-        default=25.0, ge=0,
+        default=10.0, ge=0,
         description="runs the deployment dispatches per second: a task created into a herd of "
         "N due within 2 s of each other gets N / rate seconds more lead (0: no herd lead)",
     )

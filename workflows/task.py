@@ -51,6 +51,7 @@ with workflow.unsafe.imports_passed_through():
         check_timing,
         redact_url,
     )
+    from scheduling.waiting import waiting_heartbeat_timeout
     from store.records import ExecutionRecord, TaskSnapshot
     from workflows import attributes
     from workflows.plan import MISSED_AFTER, Decision, plan_due_fires
@@ -449,7 +450,10 @@ class TaskWorkflow:
             # also covers the wait of a run dispatched ahead of its instant.
             start_to_close_timeout=timedelta(seconds=spec.run_timeout_seconds) + self._lead()
             + DISPATCH_SLACK + timedelta(seconds=10),
-            heartbeat_timeout=timedelta(seconds=spec.heartbeat_timeout_seconds),
+            heartbeat_timeout=timedelta(seconds=waiting_heartbeat_timeout(
+                spec.heartbeat_timeout_seconds,
+                (instant - workflow.now()).total_seconds() if instant is not None else 0.0,
+            )),
             retry_policy=RetryPolicy(
                 maximum_attempts=spec.retry_policy.max_attempts,
                 initial_interval=timedelta(seconds=spec.retry_policy.initial_interval_seconds),

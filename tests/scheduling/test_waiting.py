@@ -1,0 +1,34 @@
+"""How often a run dispatched ahead heartbeats while it waits, and its heartbeat timeout."""
+
+from __future__ import annotations
+
+from scheduling.waiting import beat_every, waiting_heartbeat_timeout
+
+
+def test_the_usual_lead_beats_every_two_seconds() -> None:
+    assert beat_every(10.0, 30.0) == 2.0
+    assert beat_every(3.0, 30.0) == 2.0  # never more often than every 2 s
+
+
+def test_a_long_wait_beats_about_five_times_within_its_timeout() -> None:
+    wait = 200.0
+    timeout = waiting_heartbeat_timeout(30.0, wait)
+    assert timeout == 100.0
+    every = beat_every(wait, timeout)
+    assert every == 40.0 and wait / every == 5
+    # With the task's own 30 s timeout it would have to beat every 20 s: ten times.
+    assert beat_every(wait, 30.0) == 20.0
+
+
+def test_the_timeout_is_never_shorter_than_the_tasks_own() -> None:
+    assert waiting_heartbeat_timeout(30.0, 10.0) == 30.0
+    assert waiting_heartbeat_timeout(30.0, 0.0) == 30.0
+    assert waiting_heartbeat_timeout(30.0, -5.0) == 30.0
+    assert waiting_heartbeat_timeout(300.0, 200.0) == 300.0
+
+
+def test_a_beat_always_comes_well_inside_the_timeout() -> None:
+    for timeout in (1.0, 2.0, 5.0, 30.0, 300.0):
+        for remaining in (0.0, 1.0, 10.0, 100.0, 1000.0):
+            assert 0.5 <= beat_every(remaining, timeout) <= max(0.5, 2 * timeout / 3)
+    assert beat_every(100.0, None) == 10.0
