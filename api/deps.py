@@ -62,7 +62,9 @@ async def get_creator(request: Request, credentials: CredentialsDep) -> Creator:
     are read in one trip to the database (the key afresh, as for every request)."""
     key = _presented_key(credentials)
     service = get_service(request)
-    found = await in_thread(key_with_usage, service.engine, key, service.quota_defaults)
+    found = await in_thread(
+        key_with_usage, service.engine, key, service.quota_defaults, service.active_counts
+    )
     if found is None:
         raise _unknown_key()
     row, quota, active = found

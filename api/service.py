@@ -45,7 +45,7 @@ from scheduling.spec import HandlerJob, HttpJob, ScheduleType, TaskChanges, Task
 from store.batch import BatchWriter
 from store.idempotency import claim_key, complete_key
 from store.models import Task, TaskExecution
-from store.quotas import Quota, quota_and_active
+from store.quotas import ActiveCounts, Quota, quota_and_active
 from store.records import TaskSnapshot
 from store.tasks import (
     get_execution,
@@ -118,6 +118,7 @@ class TaskService:
         self.handlers = frozenset(handlers)
         self.egress = egress or EgressPolicy()
         self.quota_defaults = quota_defaults or Quota()
+        self.active_counts = ActiveCounts()
         # No linger: rows that arrive while a commit runs go together into the next one.
         self.writer = BatchWriter(engine, linger=0)
 
@@ -151,7 +152,8 @@ class TaskService:
         await self._check(spec, now)
         if usage is None:
             quota, active = await in_thread(
-                quota_and_active, self.engine, who.tenant_id, self.quota_defaults
+                quota_and_active, self.engine, who.tenant_id, self.quota_defaults,
+                self.active_counts,
             )
             usage = TenantUsage(quota, active)
         self._check_quota(usage, spec, now, body_size=body_size)
@@ -166,6 +168,7 @@ class TaskService:
         if not started:
             # Same key, same body: the task exists already (or is being created right now).
             return await self._existing(who, task_id, spec, now), False
+        self.active_counts.created(who.tenant_id)
         snapshot = TaskSnapshot(
             task_id=task_id,
             tenant_id=who.tenant_id,
@@ -315,6 +318,7 @@ class TaskService:
                 field="task_name",
             )
         self._refuse_final(row)
+        self.active_counts.forget(who.tenant_id)
         return self._out(await self.temporal.cancel(task_id, reason))
 
     async def pause(self, who: Principal, task_id: str, reason: str | None) -> TaskOut:

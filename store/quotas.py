@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -72,17 +73,66 @@ def _active(connection: Connection, tenant_id: str) -> int:
     return int(connection.execute(_ACTIVE, {"tenant_id": tenant_id}).scalar() or 0)
 
 
-def key_with_usage(engine: Engine, key: str, defaults: Quota) -> tuple[ActiveKey, Quota, int] | None:
+class ActiveCounts:
+    """Active task counts per tenant, remembered for a second by one API process.
+
+    Counting reads every active task of the tenant in the index (4 ms at 100,000), on every
+    create. A remembered count, plus the creates this process made since, stands in for it
+    while it is well below the tenant's limit; near the limit (and for a refusal) the count is
+    always read afresh, so a quota never refuses on a stale count."""
+
+    def __init__(self, ttl_seconds: float = 1.0, headroom: float = 0.9) -> None:
+        self._ttl = ttl_seconds
+        self._headroom = headroom
+        self._counts: dict[str, tuple[float, int]] = {}
+
+    def usable(self, tenant_id: str, quota: Quota) -> int | None:
+        """The remembered count, if it is fresh and far enough from the limit to trust."""
+        entry = self._counts.get(tenant_id)
+        if entry is None or time.monotonic() - entry[0] >= self._ttl:
+            return None
+        return entry[1] if entry[1] + 1 <= quota.max_active_tasks * self._headroom else None
+
+    def remember(self, tenant_id: str, count: int) -> None:
+        self._counts[tenant_id] = (time.monotonic(), count)
+
+    def created(self, tenant_id: str) -> None:
+        """One more active task, created by this process."""
+        entry = self._counts.get(tenant_id)
+        if entry is not None:
+            self._counts[tenant_id] = (entry[0], entry[1] + 1)
+
+    def forget(self, tenant_id: str) -> None:
+        """A task of the tenant ended or was cancelled: read the count afresh next time."""
+        self._counts.pop(tenant_id, None)
+
+
+def _usage(connection: Connection, tenant_id: str, defaults: Quota,
+           counts: ActiveCounts | None) -> tuple[Quota, int]:
+    quota = _quota(connection, tenant_id, defaults)
+    active = counts.usable(tenant_id, quota) if counts is not None else None
+    if active is None:
+        active = _active(connection, tenant_id)
+        if counts is not None:
+            counts.remember(tenant_id, active)
+    return quota, active
+
+
+def key_with_usage(
+    engine: Engine, key: str, defaults: Quota, counts: ActiveCounts | None = None
+) -> tuple[ActiveKey, Quota, int] | None:
     """The unrevoked key matching a presented key, with its tenant's quota and active task
     count, on one connection (a create needs all three); None for an unknown or revoked key."""
     with engine.connect() as connection:
         found = active_key(connection, key)
         if found is None:
             return None
-        return found, _quota(connection, found.tenant_id, defaults), _active(connection, found.tenant_id)
+        return found, *_usage(connection, found.tenant_id, defaults, counts)
 
 
-def quota_and_active(engine: Engine, tenant_id: str, defaults: Quota) -> tuple[Quota, int]:
+def quota_and_active(
+    engine: Engine, tenant_id: str, defaults: Quota, counts: ActiveCounts | None = None
+) -> tuple[Quota, int]:
     """The tenant's quota and its active task count, in one round trip to a thread."""
     with engine.connect() as connection:
-        return _quota(connection, tenant_id, defaults), _active(connection, tenant_id)
+        return _usage(connection, tenant_id, defaults, counts)
