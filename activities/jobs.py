@@ -165,18 +165,20 @@ class JobActivities:
             result = await self._run(job_input, attempt)
         except asyncio.CancelledError:
             announce()
-            _record_duration(started, labels, "cancelled")
+            _record_duration(datetime.now(UTC) - started, labels, "cancelled")
             bound.info("job.cancelled")
             raise
         except Exception as exc:
-            _record_duration(started, labels, "failed")
+            ended = datetime.now(UTC)
             await announce.settle()
+            _record_duration(ended - started, labels, "failed")
             if isinstance(exc, ApplicationError):
                 bound.warning("job.failed", error=str(exc), retryable=not exc.non_retryable)
                 raise _with_start(exc, started) from exc.__cause__
             raise
-        _record_duration(started, labels, "completed")
+        ended = datetime.now(UTC)
         await announce.settle()
+        _record_duration(ended - started, labels, "completed")
         bound.info("job.completed")
         return result.model_copy(update={"started_at": started})
 
@@ -421,10 +423,10 @@ class _Once:
         self()
 
 
-def _record_duration(started: datetime, labels: dict[str, str], outcome: str) -> None:
+def _record_duration(duration: timedelta, labels: dict[str, str], outcome: str) -> None:
     activity.metric_meter().create_histogram_timedelta(
         "scheduler_job_duration", "duration of one job attempt", "duration"
-    ).record(datetime.now(UTC) - started, {**labels, "outcome": outcome})
+    ).record(duration, {**labels, "outcome": outcome})
 
 
 def _refuse_if_missed(job_input: JobInput, info: activity.Info) -> None:
