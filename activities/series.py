@@ -131,7 +131,7 @@ class SeriesRunner:
                 for fire, reason in skipped:
                     await self._skip(fire, reason)
                 # Built before the first instant: when a fire is due it only has to start.
-                prepared = [(fire, self._job_input(fire), self._record(fire)) for fire in pending]
+                prepared = [(fire, *self._prepare(fire)) for fire in pending]
                 for fire, job_input, record in prepared:
                     await _sleep_until(fire.not_before)
                     if self._tripped:
@@ -203,23 +203,21 @@ class SeriesRunner:
             reason=reason, finished_at=now,
         )
 
-    def _job_input(self, fire: SeriesFire) -> JobInput:
+    def _prepare(self, fire: SeriesFire) -> tuple[JobInput, ExecutionRecord]:
+        """A fire's job input and the record its attempts fill in."""
         series = self._series
-        return JobInput(
+        job_input = JobInput(
             execution_id=fire.execution_id, task_id=series.task_id, tenant_id=series.tenant_id,
             scheduled_at=fire.scheduled_at, job=series.job, not_before=fire.not_before,
             trigger="catchup" if fire.execution_id in self._caught_up else "schedule",
             drift_threshold_seconds=series.drift_threshold_seconds,
             run_timeout_seconds=series.run_timeout_seconds,
         )
-
-    def _record(self, fire: SeriesFire) -> ExecutionRecord:
-        series = self._series
-        return ExecutionRecord(
+        record = ExecutionRecord(
             id=fire.execution_id, task_id=series.task_id, tenant_id=series.tenant_id,
-            scheduled_at=fire.scheduled_at, status="FAILED",
-            trigger="catchup" if fire.execution_id in self._caught_up else "schedule",
+            scheduled_at=fire.scheduled_at, trigger=job_input.trigger, status="FAILED",
         )
+        return job_input, record
 
     async def _run_fire(self, job_input: JobInput, record: ExecutionRecord) -> None:
         self._running += 1
