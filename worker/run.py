@@ -82,6 +82,7 @@ async def run_worker(settings: Settings) -> None:
             workers.append(build_workflow_worker(
                 client, task_queue=settings.task_queue, activities=activities, executor=executor,
                 max_concurrent_workflow_tasks=settings.worker_max_concurrent_workflow_tasks,
+                max_cached_workflows=settings.worker_max_cached_workflows,
                 sandboxed=settings.worker_workflow_sandbox,
             ))
         if runs_jobs:
@@ -100,6 +101,7 @@ async def run_worker(settings: Settings) -> None:
                     engine, client, settings.task_queue,
                     grace=timedelta(seconds=settings.reconcile_grace_seconds),
                     window=timedelta(hours=settings.reconcile_window_hours),
+                    full_every=timedelta(seconds=settings.reconcile_full_interval_seconds),
                     lead_seconds=settings.dispatch_lead_seconds,
                 )
                 background.append(asyncio.create_task(reconciler.run_forever(

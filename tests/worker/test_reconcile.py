@@ -78,3 +78,45 @@ async def test_terminated_workflow_marks_row_and_lost_row_is_rewritten(
     rewritten = get_task(sqlite_engine, ids[1], "t1")
     assert rewritten is not None and rewritten.name == "orphan" and rewritten.status == "PENDING"
     assert rewritten.next_run_at is not None
+
+
+async def test_passes_after_the_first_list_only_workflows_closed_since(
+    dev_env: WorkflowEnvironment, sqlite_engine: Engine
+) -> None:
+    async with new_worker(dev_env.client, sqlite_engine) as worker:
+        handles = [
+            await start_task(dev_env, worker.task_queue, spec(schedule_type="interval", interval_seconds=3600))
+            for _ in range(3)
+        ]
+        ids = [h.id.removeprefix("task-") for h in handles]
+
+        async def rows_written() -> bool:
+            return all(get_task(sqlite_engine, i, "t1") is not None for i in ids)
+
+        await _until(rows_written)
+        reconciler = Reconciler(sqlite_engine, dev_env.client, worker.task_queue, grace=timedelta(0))
+        first = await reconciler.reconcile_once()
+        assert first.full and not (first.restarted or first.marked or first.rows_written)
+
+        await handles[0].terminate("operator cleanup")
+        passes = []
+
+        async def repaired() -> bool:
+            passes.append(await reconciler.reconcile_once())
+            return ids[0] in passes[-1].marked
+
+        await _until(repaired)
+        # The pass that repaired it read one workflow from visibility, not the three running.
+        assert not any(p.full for p in passes)
+        assert passes[-1].listed == 1
+        marked = get_task(sqlite_engine, ids[0], "t1")
+        assert marked is not None and marked.status == "CANCELLED"
+        again = await reconciler.reconcile_once()  # still listed, but its row is no longer active
+        assert not again.full and again.listed == 1 and not again.marked
+        assert [get_task(sqlite_engine, i, "t1").status for i in ids[1:]] == ["PENDING", "PENDING"]  # type: ignore[union-attr]
+
+        every_pass_full = Reconciler(sqlite_engine, dev_env.client, worker.task_queue,
+                                     grace=timedelta(0), full_every=timedelta(0))
+        await every_pass_full.reconcile_once()
+        later = await every_pass_full.reconcile_once()
+        assert later.full and later.listed == 2
