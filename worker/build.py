@@ -18,7 +18,7 @@ from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.runtime import Runtime
 from temporalio.worker import (
-    PollerBehaviorSimpleMaximum,
+    PollerBehaviorAutoscaling,
     UnsandboxedWorkflowRunner,
     Worker,
     WorkflowRunner,
@@ -83,8 +83,17 @@ def build_activities(
     )
 
 
-# Activity polls the jobs worker keeps open at once.
-JOBS_POLLS = 20
+# Activity polls of the jobs worker, as many as the backlog of its queue calls for: a herd
+# dispatched ahead arrives as thousands of activity tasks within seconds, and with a fixed
+# number of polls in flight, each waiting a server round trip, they queued up on the server
+# (in a herd of 10,000, 20 polls left runs there minutes past their instant).
+JOBS_POLLS = PollerBehaviorAutoscaling(minimum=5, initial=20, maximum=100)
+# Workflow task polls of the workflows worker: as many as the server's backlog calls for. With
+# the SDK's fixed five, one of which polls the task queue itself (the rest wait on the sticky
+# queue of workflows already cached), the first workflow task of each new task queued up while
+# tasks were created faster than that one poll fetched them: in a herd of 10,000 the last third
+# first ran minutes after its creation, past its instant.
+WORKFLOW_POLLS = PollerBehaviorAutoscaling(minimum=2, initial=5, maximum=50)
 
 # Heartbeats reach the server at least every second, so a cancel reaches a job fast.
 _HEARTBEATS: dict[str, Any] = {
@@ -118,6 +127,7 @@ def build_workflow_worker(
         max_concurrent_local_activities=2000,
         max_concurrent_workflow_tasks=max_concurrent_workflow_tasks,
         max_cached_workflows=max_cached_workflows,
+        workflow_task_poller_behavior=WORKFLOW_POLLS,
         workflow_runner=runner,
         **_HEARTBEATS,
     )
@@ -136,10 +146,7 @@ def build_jobs_worker(
         task_queue=jobs_queue(task_queue),
         activities=activities.jobs,
         max_concurrent_activities=max_concurrent_activities,
-        # A herd dispatched ahead arrives as thousands of activity tasks within seconds: with
-        # the default five polls in flight, each waiting a server round trip, they queue up
-        # on the server instead of reaching their slots.
-        activity_task_poller_behavior=PollerBehaviorSimpleMaximum(JOBS_POLLS),
+        activity_task_poller_behavior=JOBS_POLLS,
         **_HEARTBEATS,
     )
 
