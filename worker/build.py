@@ -87,7 +87,13 @@ def build_activities(
 # dispatched ahead arrives as thousands of activity tasks within seconds, and with a fixed
 # number of polls in flight, each waiting a server round trip, they queued up on the server
 # (in a herd of 10,000, 20 polls left runs there minutes past their instant).
-JOBS_POLLS = PollerBehaviorAutoscaling(minimum=5, initial=20, maximum=100)
+def jobs_polls(slots: int) -> PollerBehaviorAutoscaling:
+    """5 to 100 polls, never more than the worker has slots for its runs."""
+    return PollerBehaviorAutoscaling(
+        minimum=min(5, slots), initial=min(20, slots), maximum=min(100, slots)
+    )
+
+
 # Workflow task polls of the workflows worker: as many as the server's backlog calls for. With
 # the SDK's fixed five, one of which polls the task queue itself (the rest wait on the sticky
 # queue of workflows already cached), the first workflow task of each new task queued up while
@@ -146,7 +152,7 @@ def build_jobs_worker(
         task_queue=jobs_queue(task_queue),
         activities=activities.jobs,
         max_concurrent_activities=max_concurrent_activities,
-        activity_task_poller_behavior=JOBS_POLLS,
+        activity_task_poller_behavior=jobs_polls(max_concurrent_activities),
         **_HEARTBEATS,
     )
 
