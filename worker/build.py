@@ -115,7 +115,7 @@ def build_workflow_worker(
     activities: ActivitySet,
     executor: ThreadPoolExecutor,
     max_concurrent_workflow_tasks: int = 200,
-    max_cached_workflows: int = 10_000,
+    max_cached_workflows: int = 4000,
     sandboxed: bool = True,
 ) -> Worker:
     """The worker of the task queue: task workflows, with sync bookkeeping on ``executor``."""
@@ -165,7 +165,7 @@ def build_workers(
     executor: ThreadPoolExecutor,
     max_concurrent_activities: int = 2000,
     max_concurrent_workflow_tasks: int = 200,
-    max_cached_workflows: int = 10_000,
+    max_cached_workflows: int = 4000,
     sandboxed: bool = True,
 ) -> list[Worker]:
     """The workflow worker and the jobs worker, for one process that runs both."""
