@@ -11,9 +11,7 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from scheduling.spec import TaskSpec
 from store.models import Task
 from workflows import attributes
-from workflows.state import QueuedRun, TaskState, TaskWorkflowInput, workflow_id
-
-PRIORITY_KEYS = {"high": 1, "medium": 3, "low": 5}
+from workflows.state import PRIORITY_KEYS, QueuedRun, TaskState, TaskWorkflowInput, workflow_id
 
 
 async def start_task_workflow(

@@ -21,6 +21,10 @@ class TaskStatus(StrEnum):
 
 FINAL_STATUSES = frozenset({TaskStatus.COMPLETED, TaskStatus.FAILED, TaskStatus.CANCELLED})
 
+# Temporal priority keys of a task's workflow and runs: smaller runs first when a task queue is
+# backlogged.
+PRIORITY_KEYS = {"high": 1, "medium": 3, "low": 5}
+
 
 class ExecutionStatus(StrEnum):
     RUNNING = "RUNNING"
