@@ -4,8 +4,9 @@ stopped by its PID.
 
 The scheduler's workers run in one of the topologies below (`BENCH_WORKER_TOPOLOGY`, or
 `WORKER_TOPOLOGY.set(...)` around a workload): `split`, the workflows and the job runs in
-separate processes as `task-scheduler dev` and the production manifests run them, or `single`,
-both in one `task-scheduler worker --role all` process."""
+separate processes as `task-scheduler dev` runs them; `split-2jobs`, with two jobs worker
+processes, as the production manifests run them (two of each); or `single`, both in one
+`task-scheduler worker --role all` process."""
 
 from __future__ import annotations
 
@@ -30,10 +31,12 @@ BIN = Path(sys.executable).parent
 HOST = "127.0.0.1"
 
 # Worker processes of each topology: (role in the stack, command).
+_WORKER = [str(BIN / "task-scheduler"), "worker", "--role"]
 TOPOLOGIES: dict[str, list[tuple[str, list[str]]]] = {
-    "single": [("worker", [str(BIN / "task-scheduler"), "worker", "--role", "all"])],
-    "split": [("worker", [str(BIN / "task-scheduler"), "worker", "--role", "workflows"]),
-              ("worker-jobs", [str(BIN / "task-scheduler"), "worker", "--role", "jobs"])],
+    "single": [("worker", [*_WORKER, "all"])],
+    "split": [("worker", [*_WORKER, "workflows"]), ("worker-jobs", [*_WORKER, "jobs"])],
+    "split-2jobs": [("worker", [*_WORKER, "workflows"]), ("worker-jobs", [*_WORKER, "jobs"]),
+                    ("worker-jobs-2", [*_WORKER, "jobs"])],
 }
 DEFAULT_TOPOLOGY: str = os.environ.get("BENCH_WORKER_TOPOLOGY", "split")
 WORKER_TOPOLOGY: ContextVar[str] = ContextVar("worker_topology", default=DEFAULT_TOPOLOGY)

@@ -89,6 +89,7 @@ async def run_worker(settings: Settings) -> None:
             workers.append(build_jobs_worker(
                 client, task_queue=settings.task_queue, activities=activities,
                 max_concurrent_activities=settings.worker_max_concurrent_activities,
+                fixed_polls=settings.worker_job_polls,
             ))
         log.info("worker.started", role=role, task_queue=settings.task_queue,
                  address=settings.temporal_address)

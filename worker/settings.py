@@ -61,6 +61,12 @@ class Settings(BaseSettings):
         description="activity slots per worker; a run dispatched ahead holds one while it waits "
         "for its instant (a few KiB each), so a herd of N needs N",
     )
+    worker_job_polls: int = Field(
+        default=0, ge=0,
+        description="activity polls of the jobs worker: 0 scales them with the backlog (5 to "
+        "100: herds dispatched ahead reach their slots at once); N keeps N, which gave steady "
+        "fast schedules a shorter tail (docs/capacity.md)",
+    )
     worker_max_concurrent_workflow_tasks: int = 200
     worker_max_cached_workflows: int = Field(
         default=4000, ge=0,
