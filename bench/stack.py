@@ -25,6 +25,7 @@ from pathlib import Path
 import httpx
 import psutil
 
+from worker.dev import SERVER_CACHE_FLAGS
 from workflows.attributes import DEFINITIONS
 
 BIN = Path(sys.executable).parent
@@ -131,14 +132,15 @@ class Stack:
         return process
 
     def start_server(self) -> None:
-        """The dev server with the same settings as production's embedded stack (WAL pragmas)."""
+        """The dev server with the same settings as production's embedded stack (WAL pragmas,
+        the cache sized for herds), for every system alike."""
         self.port = free_port()
         command = [
             str(BIN / "temporal"), "server", "start-dev",
             "--ip", HOST, "--port", str(self.port), "--ui-port", str(free_port()), "--headless",
             "--db-filename", str(self.temporal_db),
             "--sqlite-pragma", "journal_mode=wal", "--sqlite-pragma", "synchronous=normal",
-            "--log-level", "warn",
+            "--log-level", "warn", *SERVER_CACHE_FLAGS,
         ]
         for name, kind in DEFINITIONS.items():
             command += ["--search-attribute", f"{name}={kind}"]
