@@ -32,6 +32,8 @@ from temporalio.testing import WorkflowEnvironment
 from store.engine import make_engine
 from tests.deploy.settings_env import settings_from, unknown_settings
 from tests.deploy.shell import run_sh
+from worker.dev import SERVER_CACHE_FLAGS, dev_server_command
+from worker.settings import Settings
 from workflows import attributes
 
 REPO = Path(__file__).resolve().parents[2]
@@ -287,6 +289,22 @@ def test_dynamic_config_is_mounted_where_the_server_reads_it(
     config = yaml.safe_load(local.read_text())
     for key, entries in config.items():
         assert all(set(entry) == {"value", "constraints"} for entry in entries), key
+
+
+def test_the_compose_server_cache_is_sized_for_herds_like_the_embedded_one() -> None:
+    # The default history cache refused the completions of a herd of 10,000 (their jobs ran
+    # again): the embedded dev server and the compose server both raise it, to the same values.
+    embedded = dict(
+        flag.split("=", 1) for flag in SERVER_CACHE_FLAGS if flag != "--dynamic-config-value"
+    )
+    assert set(embedded) == {"history.hostLevelCacheMaxSize", "history.hostLevelCacheMaxSizeBytes"}
+    command = dev_server_command(Settings())
+    for key, value in embedded.items():
+        assert f"{key}={value}" in command
+    config = yaml.safe_load(
+        (REPO / "deploy/temporal/dynamicconfig/task-scheduler.yaml").read_text()
+    )
+    assert {key: str(config[key][0]["value"]) for key in embedded} == embedded
 
 
 def test_every_bind_mount_exists_in_the_repo(services: dict[str, dict[str, Any]]) -> None:
