@@ -7,7 +7,7 @@ from typing import Any
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Connection, Engine, create_engine, event
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 
@@ -40,8 +40,13 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
 
 def migrate(engine: Engine) -> None:
     """Bring the schema to the newest Alembic revision."""
+    with engine.begin() as connection:
+        command.upgrade(alembic_config(connection), "head")
+
+
+def alembic_config(connection: Connection) -> Config:
+    """Alembic's configuration for our migrations, run on this connection."""
     config = Config()
     config.set_main_option("script_location", str(MIGRATIONS))
-    with engine.begin() as connection:
-        config.attributes["connection"] = connection
-        command.upgrade(config, "head")
+    config.attributes["connection"] = connection
+    return config

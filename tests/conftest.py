@@ -56,14 +56,22 @@ async def register_search_attributes(client: Client) -> None:
 
 @pytest.fixture(scope="session")
 async def time_env() -> AsyncIterator[WorkflowEnvironment]:
-    """A time-skipping test server for workflow semantics."""
+    """A time-skipping test server for workflow semantics, shared by the session.
+
+    Its clock only moves forward: each test skips it by hours to years."""
+    env = await start_time_skipping()
+    yield env
+    await env.shutdown()
+
+
+async def start_time_skipping() -> WorkflowEnvironment:
+    """A fresh time-skipping test server that knows the task search attributes."""
     env = await WorkflowEnvironment.start_time_skipping(
         data_converter=pydantic_data_converter,
         test_server_existing_path=_binary("temporal-test-server"),
     )
     await register_search_attributes(env.client)
-    yield env
-    await env.shutdown()
+    return env
 
 
 @pytest.fixture(scope="session")

@@ -28,6 +28,8 @@ with workflow.unsafe.imports_passed_through():
 from workflows.core import TaskCore, describe_schedule
 
 BOOKKEEPING_TIMEOUT = timedelta(seconds=30)
+# Room for one workflow run's task row writes in the low bits of state_version.
+RUN_WRITES = 1 << 16
 # Bookkeeping retries until the database is back: a run's record must never be lost.
 BOOKKEEPING_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30)
@@ -81,9 +83,7 @@ class TaskRecords(TaskCore):
         return snapshot.model_copy(
             update={
                 "updated_at": workflow.now(),
-                # Later workflow runs (continue-as-new, a restart, a replay) start later, so
-                # their writes outrank every write of the runs before them.
-                "state_version": _run_epoch_ms() * 1_000_000 + self._version,
+                "state_version": state_version(workflow.info().start_time, self._version),
             }
         )
 
@@ -208,5 +208,12 @@ def _seconds(moment: datetime | None) -> int | None:
     return None if moment is None else int(moment.timestamp())
 
 
-def _run_epoch_ms() -> int:
-    return int(workflow.info().start_time.timestamp() * 1000)
+def state_version(run_started: datetime, written: int) -> int:
+    """The order of a task row write: the workflow run's start (ms), then the run's own count.
+
+    Later workflow runs (continue-as-new, a reset, a restart) start at least 1 ms later, so
+    their writes outrank every write of the runs before them: a run writes fewer than
+    RUN_WRITES rows, as each write is a marker event and a history holds at most 51,200
+    events. The value fits a signed 64-bit column for runs started up to the year 6400.
+    """
+    return int(run_started.timestamp() * 1000) * RUN_WRITES + written

@@ -133,6 +133,33 @@ def test_migrations_match_the_models(any_engine: Engine) -> None:
     assert differences == []
 
 
+def test_rows_versioned_before_0006_lose_to_the_next_write_of_their_run(any_engine: Engine) -> None:
+    from alembic import command
+    from sqlalchemy import text
+
+    from store.engine import alembic_config, migrate
+    from workflows.records import state_version
+
+    run = T0 - timedelta(days=3)
+    ms = int(run.timestamp() * 1000)
+    with any_engine.begin() as connection:
+        command.downgrade(alembic_config(connection), "0005")
+    # the old encoding: ms times 10**6 plus the run's own count
+    save_snapshot(any_engine, snapshot("m", version=ms * 1_000_000 + 40, status="RUNNING"))
+    save_snapshot(any_engine, snapshot("n", version=(ms + 5) * 1_000_000 + 2))
+    migrate(any_engine)
+    with any_engine.connect() as connection:
+        rows = connection.execute(text("SELECT id, state_version FROM task")).tuples()
+        versions = {task_id: version for task_id, version in rows}
+    assert versions == {"m": state_version(run, 0), "n": state_version(run + timedelta(milliseconds=5), 0)}
+    # the same run's next write wins, as does a later run's; an earlier run's never does
+    save_snapshot(any_engine, snapshot("m", version=state_version(run, 41), status="PENDING"))
+    save_snapshot(any_engine, snapshot("m", version=state_version(run - timedelta(seconds=1), 99),
+                                       status="FAILED"))
+    row = get_task(any_engine, "m", "t1")
+    assert row is not None and row.status == "PENDING"
+
+
 def test_dead_letters_listed_and_moved(any_engine: Engine) -> None:
     from store.tasks import list_dead_letters, set_dead_letter
 
