@@ -17,12 +17,9 @@ from temporalio.client import Client, WorkflowFailureError
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 
-from activities.bookkeeping import log_execution
 from activities.contracts import (
-    MISSED,
     RUN_JOB,
     RUN_SERIES,
-    WITHDRAWN,
     JobFailureDetails,
     JobInput,
     JobResult,
@@ -31,18 +28,23 @@ from activities.contracts import (
 )
 from activities.egress import EgressRefused
 from activities.handlers import Handler, HandlerContext, call_handler
+from activities.instant import (
+    STARTED,
+    heartbeat_forever,
+    heartbeat_while_waiting,
+    refuse_if_missed,
+    wait_for_instant,
+)
+from activities.run_rows import RunRows
 from activities.series import RunRegistry, SeriesRunner
 from scheduling.spec import HandlerJob, HttpJob, WorkflowJob, redact_url
-from scheduling.waiting import beat_every
 from store.batch import BatchWriter
 from store.records import ExecutionRecord
-from store.tasks import get_execution, write_run, write_started
 
 log = structlog.get_logger("task_scheduler.jobs")
 
 RETRYABLE_4XX = {408, 429}
 _tracer = trace.get_tracer("task_scheduler.jobs")
-STARTED = "started"
 
 
 class JobActivities:
@@ -59,15 +61,13 @@ class JobActivities:
         engine: Engine | None = None,
         writer: BatchWriter | None = None,
     ) -> None:
-        self._engine = engine
-        self._writer = writer or (BatchWriter(engine) if engine is not None else None)
+        self._rows = RunRows(engine, writer) if engine is not None else None
         self._http = http
         self._handlers = dict(handlers)
         self._client = client
         self._default_task_queue = default_task_queue
         self._max_response_bytes = max_response_bytes
-        self._runs = RunRegistry(self._status_of if engine is not None else None)
-        self._recordings: set[asyncio.Task[None]] = set()
+        self._runs = RunRegistry(self._rows.status_of if self._rows is not None else None)
 
     @activity.defn(name=RUN_JOB)
     async def run_job(self, job_input: JobInput) -> JobResult:
@@ -81,21 +81,29 @@ class JobActivities:
             workflow_id=info.workflow_id,
             attempt=info.attempt,
         )
+        # The server retries an attempt whose completion it never got: the job ran already.
+        done = await self._rows.completed_before(job_input) if info.attempt > 1 and self._rows else None
+        if done is not None:
+            bound.info("job.already_completed", completed_attempt=done.attempt)
+            return done
         # Once running, it heartbeats at a third of the heartbeat timeout.
         heartbeats = asyncio.create_task(
-            _heartbeat_while_waiting(job_input.not_before, info.heartbeat_timeout)
+            heartbeat_while_waiting(job_input.not_before, info.heartbeat_timeout)
         )
         try:
-            await _wait_for_instant(job_input)
-            _refuse_if_missed(job_input, info)
+            await wait_for_instant(job_input)
+            refuse_if_missed(job_input, info)
             heartbeats.cancel()
             # From here the job has started: a retry after a crash is a retry, not a late start.
             # A job done within a second costs the server no heartbeat.
             heartbeats = asyncio.create_task(
-                _heartbeat_forever(info.heartbeat_timeout, STARTED, first_after=1.0)
+                heartbeat_forever(info.heartbeat_timeout, STARTED, first_after=1.0)
             )
             async with asyncio.timeout(job_input.run_timeout_seconds):
-                return await self._attempt(job_input, info.attempt, bound)
+                result = await self._attempt(job_input, info.attempt, bound)
+            if self._rows is not None:
+                self._rows.completed(job_input, result, bound)
+            return result
         except TimeoutError as exc:
             raise ApplicationError(
                 f"the run took longer than run_timeout_seconds={job_input.run_timeout_seconds:g}",
@@ -120,34 +128,9 @@ class JobActivities:
             )
 
         return await SeriesRunner(
-            series, attempt=attempt, write=self._write_outcome, runs=self._runs
+            series, attempt=attempt, write=self._rows.outcome if self._rows else _unrecorded,
+            runs=self._runs,
         ).run()
-
-    async def _status_of(self, execution_id: str) -> str | None:
-        """An execution's recorded status (None: no row, or the database is unavailable)."""
-        assert self._engine is not None
-        engine = self._engine
-        try:
-            row = await asyncio.to_thread(get_execution, engine, execution_id)
-        except Exception:  # unknown: the run is not held back for it
-            return None
-        return row.status if row is not None else None
-
-    async def _write_outcome(self, record: ExecutionRecord) -> None:
-        """A series fire's final row; retried until the database takes it."""
-        if self._engine is None or self._writer is None:
-            return
-        delay = 1.0
-        while True:
-            try:
-                await self._writer.submit(write_run(self._engine, record, None))
-            except Exception as exc:  # the database may be down: the record must land
-                log.warning("execution.not_recorded", execution_id=record.id, error=type(exc).__name__)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 30.0)
-                continue
-            log_execution(record)
-            return
 
     async def _attempt(self, job_input: JobInput, attempt: int, bound: Any) -> JobResult:
         # The later of the server's start of this attempt and this worker's clock: the same
@@ -205,34 +188,8 @@ class JobActivities:
         bound.info("job.start", job_type=job_input.job.type, lateness_ms=round(lateness.total_seconds() * 1000, 1))
         # The RUNNING row is written beside the job and not awaited: the job ends when it ends,
         # not when its start is committed (a final outcome is never overwritten by it).
-        recording = asyncio.create_task(self._record_start(job_input, started, attempt, bound))
-        self._recordings.add(recording)
-        recording.add_done_callback(self._recordings.discard)
-
-    async def _record_start(self, job_input: JobInput, started: datetime, attempt: int, bound: Any) -> None:
-        """Write the RUNNING row with the real start time, beside the job (never delaying it)."""
-        if self._engine is None:
-            return
-        lateness_ms = max(0.0, (started - job_input.scheduled_at).total_seconds() * 1000)
-        threshold = job_input.drift_threshold_seconds
-        record = ExecutionRecord(
-            id=job_input.execution_id,
-            task_id=job_input.task_id,
-            tenant_id=job_input.tenant_id,
-            scheduled_at=job_input.scheduled_at,
-            trigger=job_input.trigger,
-            status="RUNNING",
-            attempts=attempt,
-            started_at=started if attempt == 1 else None,
-            lateness_ms=lateness_ms if attempt == 1 else None,
-            drifted=threshold is not None and attempt == 1 and lateness_ms > threshold * 1000,
-        )
-        if self._writer is None:
-            return
-        try:
-            await self._writer.submit(write_started(self._engine, record))
-        except Exception as exc:  # the workflow records the run in full when it ends
-            bound.warning("job.start_not_recorded", error=type(exc).__name__)
+        if self._rows is not None:
+            self._rows.started(job_input, started, attempt, bound)
 
     async def _run_http(self, job: HttpJob, job_input: JobInput, attempt: int) -> JobResult:
         with _tracer.start_as_current_span(
@@ -358,50 +315,11 @@ class JobActivities:
         return JobResult(attempt=attempt, output=_jsonable(output))
 
 
-async def _wait_for_instant(job_input: JobInput) -> None:
-    """Sleep until the run's instant; a cancel before it withdraws the run (nothing ran)."""
-    if job_input.not_before is None:
-        return
-    delay = (job_input.not_before - datetime.now(UTC)).total_seconds()
-    if delay <= 0:
-        return
-    try:
-        await asyncio.sleep(delay)
-    except asyncio.CancelledError:
-        raise ApplicationError(
-            "withdrawn before its instant: the job did not run", type=WITHDRAWN, non_retryable=True
-        ) from None
-
-
 def _with_start(exc: ApplicationError, started: datetime) -> ApplicationError:
     """The same failure, its details carrying when the attempt started."""
     details = dict(exc.details[0]) if exc.details and isinstance(exc.details[0], dict) else {}
     details["started_at"] = started.isoformat()
     return ApplicationError(str(exc.message), details, type=exc.type, non_retryable=exc.non_retryable)
-
-
-async def _heartbeat_while_waiting(not_before: datetime | None, timeout: timedelta | None) -> None:
-    """Heartbeat while waiting for the instant, a few times over the whole wait
-    (scheduling/waiting.py); one that arrives later meets a run that starts on time."""
-    remaining = (not_before - datetime.now(UTC)).total_seconds() if not_before else 0.0
-    every = beat_every(remaining, timeout.total_seconds() if timeout else None)
-    while True:
-        activity.heartbeat()
-        await asyncio.sleep(every)
-
-
-async def _heartbeat_forever(
-    timeout: timedelta | None, *details: Any, first_after: float = 0.0
-) -> None:
-    """Heartbeat often enough that the server sees us alive and can deliver a cancel."""
-    every = max(0.5, min(5.0, (timeout.total_seconds() / 3) if timeout else 5.0))
-    # The wait's last beat was at most two thirds of the timeout ago: the first beat may come
-    # a little later only while that stays well inside the timeout.
-    if timeout is None or timeout.total_seconds() >= 6 * max(first_after, 0.5):
-        await asyncio.sleep(first_after)
-    while True:
-        activity.heartbeat(*details)
-        await asyncio.sleep(every)
 
 
 class _Once:
@@ -429,18 +347,8 @@ def _record_duration(duration: timedelta, labels: dict[str, str], outcome: str) 
     ).record(duration, {**labels, "outcome": outcome})
 
 
-def _refuse_if_missed(job_input: JobInput, info: activity.Info) -> None:
-    """A run dispatched ahead whose worker died before it started, retried only now, long
-    after its instant: under the skip policy that is a missed run, not a late one."""
-    limit = job_input.skip_if_late_seconds
-    if limit is None or info.attempt == 1 or STARTED in info.heartbeat_details:
-        return
-    late = (datetime.now(UTC) - (job_input.not_before or job_input.scheduled_at)).total_seconds()
-    if late > limit:
-        raise ApplicationError(
-            f"missed: its worker stopped before it started and it is now {late:.0f}s late",
-            type=MISSED, non_retryable=True,
-        )
+async def _unrecorded(record: ExecutionRecord) -> None:
+    """A series fire's outcome on a worker without a database (tests): the series result has it."""
 
 
 def _jsonable(value: Any) -> Any:

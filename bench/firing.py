@@ -87,6 +87,9 @@ class Fired:
     # Runs the scheduler did not run but recorded as SKIPPED (policy), with the reason.
     skipped: dict[tuple[str, float], str] = field(default_factory=dict)
     cross_check: dict[str, Any] = field(default_factory=dict)
+    # Job attempts past the first in the scheduler's rows: the job (a no-op that never fails)
+    # ran again, e.g. after its worker died, so each counts as a duplicate run.
+    reruns: int = 0
 
     def add(self, task: str, instant: float, start: float) -> None:
         """Record one observed run start."""
@@ -117,7 +120,7 @@ class Fired:
             "present": len(want & have),
             "skipped": len(skipped),
             "lost": len(lost),
-            "duplicates": sum(len(s) - 1 for s in self.starts.values() if len(s) > 1),
+            "duplicates": sum(len(s) - 1 for s in self.starts.values() if len(s) > 1) + self.reruns,
             "unexpected": len(have - want),
         }
 
@@ -213,7 +216,7 @@ async def fire_scheduler(plan_at: Callable[[], Plan], *, history_sample: int) ->
         fired.slack_seconds = min(min(v) for v in expected.values()) - time.time()
         runs_due = sum(len(expected[key]) for key in ids.values())
         await wait_scheduler(stack, plan, runs_due, fired)
-        for task_id, scheduled, started, status, reason in read_executions(stack):
+        for task_id, scheduled, started, status, reason, attempts in read_executions(stack):
             fired.statuses[status] += 1
             key = ids.get(task_id)
             if key is None:
@@ -223,6 +226,7 @@ async def fire_scheduler(plan_at: Callable[[], Plan], *, history_sample: int) ->
                 fired.skipped[(key, round(scheduled, 3))] = reason or status
                 continue
             fired.add(key, scheduled, started)
+            fired.reruns += max(0, attempts - 1)
         if dead := stack.check_alive():
             fired.notes.append(f"processes exited during the run: {dead}: {stack.tail(dead[0])}")
         if history_sample:
@@ -234,12 +238,12 @@ async def fire_scheduler(plan_at: Callable[[], Plan], *, history_sample: int) ->
         await asyncio.to_thread(stack.stop)
 
 
-def read_executions(stack: SchedulerStack) -> list[tuple[str, float, float, str, str | None]]:
-    """(task_id, scheduled_at, started_at, status, reason) of every execution row."""
+def read_executions(stack: SchedulerStack) -> list[tuple[str, float, float, str, str | None, int]]:
+    """(task_id, scheduled_at, started_at, status, reason, attempts) of every execution row."""
     with sqlite3.connect(stack.scheduler_db, timeout=30) as db:
-        rows = db.execute(
-            "SELECT task_id, scheduled_at, started_at, status, reason FROM task_execution").fetchall()
-    return [(r[0], parse_db_time(r[1]), parse_db_time(r[2]), r[3], r[4]) for r in rows]
+        rows = db.execute("SELECT task_id, scheduled_at, started_at, status, reason, attempts"
+                          " FROM task_execution").fetchall()
+    return [(r[0], parse_db_time(r[1]), parse_db_time(r[2]), r[3], r[4], r[5] or 0) for r in rows]
 
 
 async def wait_scheduler(stack: SchedulerStack, plan: Plan, expected: int, fired: Fired) -> None:

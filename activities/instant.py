@@ -1,0 +1,70 @@
+"""A job dispatched ahead of its instant: waiting for it on the worker's clock, heartbeating
+while it waits and while it runs, and refusing a retry that comes too late to be on time."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from activities.contracts import MISSED, WITHDRAWN, JobInput
+from scheduling.waiting import beat_every
+
+# The heartbeat detail of a job that has started: its retry is a retry, not a late start.
+STARTED = "started"
+
+
+async def wait_for_instant(job_input: JobInput) -> None:
+    """Sleep until the run's instant; a cancel before it withdraws the run (nothing ran)."""
+    if job_input.not_before is None:
+        return
+    delay = (job_input.not_before - datetime.now(UTC)).total_seconds()
+    if delay <= 0:
+        return
+    try:
+        await asyncio.sleep(delay)
+    except asyncio.CancelledError:
+        raise ApplicationError(
+            "withdrawn before its instant: the job did not run", type=WITHDRAWN, non_retryable=True
+        ) from None
+
+
+async def heartbeat_while_waiting(not_before: datetime | None, timeout: timedelta | None) -> None:
+    """Heartbeat while waiting for the instant, a few times over the whole wait
+    (scheduling/waiting.py); one that arrives later meets a run that starts on time."""
+    remaining = (not_before - datetime.now(UTC)).total_seconds() if not_before else 0.0
+    every = beat_every(remaining, timeout.total_seconds() if timeout else None)
+    while True:
+        activity.heartbeat()
+        await asyncio.sleep(every)
+
+
+async def heartbeat_forever(
+    timeout: timedelta | None, *details: Any, first_after: float = 0.0
+) -> None:
+    """Heartbeat often enough that the server sees us alive and can deliver a cancel."""
+    every = max(0.5, min(5.0, (timeout.total_seconds() / 3) if timeout else 5.0))
+    # The wait's last beat was at most two thirds of the timeout ago: the first beat may come
+    # a little later only while that stays well inside the timeout.
+    if timeout is None or timeout.total_seconds() >= 6 * max(first_after, 0.5):
+        await asyncio.sleep(first_after)
+    while True:
+        activity.heartbeat(*details)
+        await asyncio.sleep(every)
+
+
+def refuse_if_missed(job_input: JobInput, info: activity.Info) -> None:
+    """A run dispatched ahead whose worker died before it started, retried only now, long
+    after its instant: under the skip policy that is a missed run, not a late one."""
+    limit = job_input.skip_if_late_seconds
+    if limit is None or info.attempt == 1 or STARTED in info.heartbeat_details:
+        return
+    late = (datetime.now(UTC) - (job_input.not_before or job_input.scheduled_at)).total_seconds()
+    if late > limit:
+        raise ApplicationError(
+            f"missed: its worker stopped before it started and it is now {late:.0f}s late",
+            type=MISSED, non_retryable=True,
+        )

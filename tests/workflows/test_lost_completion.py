@@ -1,0 +1,84 @@
+"""A job attempt whose completion never reaches the server: the server retries the attempt,
+and the retry finds the run completed instead of running the job again."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from sqlalchemy import Engine
+from temporalio import activity
+from temporalio.client import Client
+from temporalio.client import Interceptor as ClientInterceptor
+from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import ActivityInboundInterceptor, ExecuteActivityInput
+from temporalio.worker import Interceptor as WorkerInterceptor
+
+from activities.contracts import RUN_JOB
+from activities.handlers import HandlerContext
+from tests.conftest import new_worker
+from tests.workflows.helpers import executions, handler_job, spec, start_task
+from workflows.state import TaskStatus
+
+
+class LoseFirstCompletion(ClientInterceptor, WorkerInterceptor):
+    """Keeps the first attempt of every job from reporting back, as a lost connection or a
+    server out of capacity does: the job has run, and the server never hears of it."""
+
+    def __init__(self) -> None:
+        self.lost: list[str] = []
+
+    def intercept_activity(self, next: ActivityInboundInterceptor) -> ActivityInboundInterceptor:
+        return _Swallow(next, self.lost)
+
+
+class _Swallow(ActivityInboundInterceptor):
+    def __init__(self, next: ActivityInboundInterceptor, lost: list[str]) -> None:
+        super().__init__(next)
+        self._lost = lost
+
+    async def execute_activity(self, input: ExecuteActivityInput) -> Any:
+        result = await super().execute_activity(input)
+        info = activity.info()
+        if info.activity_type == RUN_JOB and info.attempt == 1:
+            self._lost.append(info.activity_id)
+            await asyncio.Event().wait()  # no completion, no heartbeat: the server times it out
+        return result
+
+
+class Counting:
+    """A handler that counts its calls and answers with the call number."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def __call__(self, ctx: HandlerContext) -> dict[str, int]:
+        self.calls += 1
+        return {"call": self.calls}
+
+
+async def test_a_retry_after_a_lost_completion_does_not_run_the_job_again(
+    time_env: WorkflowEnvironment, sqlite_engine: Engine
+) -> None:
+    lossy = LoseFirstCompletion()
+    config = time_env.client.config()
+    client = Client(
+        time_env.client.service_client, namespace=config["namespace"],
+        data_converter=config["data_converter"], interceptors=[lossy],
+    )
+    handler = Counting()
+    now = await time_env.get_current_time()
+    task = spec(
+        schedule_type="once", run_at=now, job_details=handler_job("count"),
+        heartbeat_timeout_seconds=1,
+    )
+    async with new_worker(client, sqlite_engine, handlers={"count": handler}) as worker:
+        handle = await start_task(time_env, worker.task_queue, task)
+        state = await handle.result()
+
+    assert len(lossy.lost) == 1  # the first attempt's completion was lost, and it was retried
+    assert handler.calls == 1
+    assert state.status is TaskStatus.COMPLETED and state.success_count == 1
+    [run] = executions(sqlite_engine, state.task_id)
+    assert (run.status, run.attempts) == ("COMPLETED", 1)
+    assert run.started_at is not None and run.finished_at is not None
