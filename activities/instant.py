@@ -10,6 +10,7 @@ from typing import Any
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from activities.agenda import Agenda
 from activities.contracts import MISSED, WITHDRAWN, JobInput
 from scheduling.waiting import beat_every
 
@@ -17,15 +18,17 @@ from scheduling.waiting import beat_every
 STARTED = "started"
 
 
-async def wait_for_instant(job_input: JobInput) -> None:
-    """Sleep until the run's instant; a cancel before it withdraws the run (nothing ran)."""
+async def wait_for_instant(job_input: JobInput, agenda: Agenda) -> None:
+    """Sleep until the run's instant, on the agenda; a cancel before it withdraws the run
+    (nothing ran)."""
     if job_input.not_before is None:
         return
     delay = (job_input.not_before - datetime.now(UTC)).total_seconds()
     if delay <= 0:
         return
     try:
-        await asyncio.sleep(delay)
+        with agenda.waiting(job_input.not_before):
+            await asyncio.sleep(delay)
     except asyncio.CancelledError:
         raise ApplicationError(
             "withdrawn before its instant: the job did not run", type=WITHDRAWN, non_retryable=True

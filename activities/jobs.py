@@ -17,6 +17,7 @@ from temporalio.client import Client, WorkflowFailureError
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 
+from activities.agenda import Agenda
 from activities.contracts import (
     RUN_JOB,
     RUN_SERIES,
@@ -60,7 +61,9 @@ class JobActivities:
         max_response_bytes: int = 1024,
         engine: Engine | None = None,
         writer: BatchWriter | None = None,
+        agenda: Agenda | None = None,
     ) -> None:
+        self.agenda = agenda or Agenda()
         self._rows = RunRows(engine, writer) if engine is not None else None
         self._http = http
         self._handlers = dict(handlers)
@@ -91,7 +94,7 @@ class JobActivities:
             heartbeat_while_waiting(job_input.not_before, info.heartbeat_timeout)
         )
         try:
-            await wait_for_instant(job_input)
+            await wait_for_instant(job_input, self.agenda)
             refuse_if_missed(job_input, info)
             heartbeats.cancel()
             # From here the job has started: a retry after a crash is a retry, not a late start.
@@ -129,7 +132,7 @@ class JobActivities:
 
         return await SeriesRunner(
             series, attempt=attempt, write=self._rows.outcome if self._rows else _unrecorded,
-            runs=self._runs,
+            runs=self._runs, agenda=self.agenda,
         ).run()
 
     async def _attempt(self, job_input: JobInput, attempt: int, bound: Any) -> JobResult:

@@ -21,6 +21,7 @@ from typing import Any
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from activities.agenda import Agenda
 from activities.contracts import (
     JobFailureDetails,
     JobInput,
@@ -98,9 +99,11 @@ class SeriesRunner:
     """Runs one series: waits for each instant, applies the policies, records every fire."""
 
     def __init__(
-        self, series: SeriesInput, *, attempt: AttemptFn, write: WriteFn, runs: RunRegistry
+        self, series: SeriesInput, *, attempt: AttemptFn, write: WriteFn, runs: RunRegistry,
+        agenda: Agenda,
     ) -> None:
         self._series = series
+        self._agenda = agenda
         self._attempt = attempt
         self._write = write
         self._runs = runs
@@ -133,7 +136,8 @@ class SeriesRunner:
                 # Built before the first instant: when a fire is due it only has to start.
                 prepared = [(fire, *self._prepare(fire)) for fire in pending]
                 for fire, job_input, record in prepared:
-                    await _sleep_until(fire.not_before)
+                    with self._agenda.waiting(fire.not_before):
+                        await _sleep_until(fire.not_before)
                     if self._tripped:
                         break
                     started.add(fire.execution_id)

@@ -38,6 +38,10 @@ TOPOLOGIES: dict[str, list[tuple[str, list[str]]]] = {
     "split": [("worker", [*_WORKER, "workflows"]), ("worker-jobs", [*_WORKER, "jobs"])],
     "split-2jobs": [("worker", [*_WORKER, "workflows"]), ("worker-jobs", [*_WORKER, "jobs"]),
                     ("worker-jobs-2", [*_WORKER, "jobs"])],
+    # The interpreter's own garbage collection in the jobs worker (`env` execs the worker, so
+    # its pid stays the one the stack watches).
+    "split-autogc": [("worker", [*_WORKER, "workflows"]),
+                     ("worker-jobs", ["env", "SCHEDULER_WORKER_QUIET_GC=false", *_WORKER, "jobs"])],
 }
 DEFAULT_TOPOLOGY: str = os.environ.get("BENCH_WORKER_TOPOLOGY", "split")
 WORKER_TOPOLOGY: ContextVar[str] = ContextVar("worker_topology", default=DEFAULT_TOPOLOGY)

@@ -27,6 +27,7 @@ from temporalio.worker import (
 )
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
+from activities.agenda import Agenda
 from activities.bookkeeping import BookkeepingActivities
 from activities.contracts import jobs_queue
 from activities.handlers import Handler, load_handlers
@@ -55,6 +56,8 @@ class ActivitySet:
 
     workflow_side: list[Any]
     jobs: list[Any]
+    # The instants the jobs wait for (worker/collector.py keeps clear of them).
+    agenda: Agenda
 
 
 def build_activities(
@@ -82,6 +85,7 @@ def build_activities(
     return ActivitySet(
         workflow_side=[books.save_task, books.save_execution, books.record_run, notes.notify],
         jobs=[jobs.run_job, jobs.run_series],
+        agenda=jobs.agenda,
     )
 
 

@@ -16,6 +16,7 @@ from temporalio.runtime import Runtime
 from activities.egress import EgressPolicy, guarded_client
 from store.engine import make_engine, migrate
 from worker.build import build_activities, build_jobs_worker, build_workflow_worker, connect
+from worker.collector import QuietCollector
 from worker.reconcile import Reconciler
 from worker.settings import Settings
 from worker.telemetry import make_runtime, watch_backlog
@@ -112,6 +113,8 @@ async def run_worker(settings: Settings) -> None:
                     background.append(asyncio.create_task(
                         watch_backlog(client, runtime, settings.task_queue, stop)
                     ))
+            if runs_jobs and settings.worker_quiet_gc:
+                background.append(asyncio.create_task(QuietCollector(activities.agenda).run(stop)))
             if runtime is not None:
                 log.info("worker.metrics", address=f"http://{bind}/metrics")
             # What is loaded by now lives as long as the process: out of the collector's

@@ -67,6 +67,12 @@ class Settings(BaseSettings):
         "100: herds dispatched ahead reach their slots at once); N keeps N, which gave steady "
         "fast schedules a shorter tail (docs/capacity.md)",
     )
+    worker_quiet_gc: bool = Field(
+        default=True,
+        description="collect garbage in the jobs worker only when no run is due within the time "
+        "a pass takes (worker/collector.py); off: the interpreter collects when allocations say "
+        "so, often as the runs due at one instant start",
+    )
     worker_max_concurrent_workflow_tasks: int = 200
     worker_max_cached_workflows: int = Field(
         default=4000, ge=0,
