@@ -40,6 +40,8 @@ RunningFn = Callable[[str], Awaitable[bool]]
 # 2 s also lets a cancel, pause or update reach the series in time to withdraw its next fire.
 HEARTBEAT_EVERY = 2.0
 OUTCOME_ERROR_CHARS = 300
+# A fire is built this long after the fire before it was due.
+BUILD_AFTER = timedelta(milliseconds=10)
 
 
 class RunRegistry:
@@ -133,9 +135,11 @@ class SeriesRunner:
             try:
                 for fire, reason in skipped:
                     await self._skip(fire, reason)
-                # Built before the first instant: when a fire is due it only has to start.
-                prepared = [(fire, *self._prepare(fire)) for fire in pending]
-                for fire, job_input, record in prepared:
+                for index, fire in enumerate(pending):
+                    # Built before its instant, so that when due it only has to start; and
+                    # one at a time, once the fire before has started, not all at the
+                    # series' start, where the series of many tasks arrive together.
+                    job_input, record = self._prepare(fire)
                     with self._agenda.waiting(fire.not_before):
                         await _sleep_until(fire.not_before)
                     if self._tripped:
@@ -147,6 +151,9 @@ class SeriesRunner:
                     job = asyncio.create_task(self._run_fire(job_input, record))
                     jobs.add(job)
                     job.add_done_callback(jobs.discard)
+                    if index + 1 < len(pending):
+                        # the runs due now (of every task) start before the next is built
+                        await _sleep_until(min(fire.not_before + BUILD_AFTER, pending[index + 1].not_before))
             except asyncio.CancelledError:
                 if not _withdrawn():
                     raise
