@@ -18,6 +18,11 @@ from store.models import EXECUTION_TABLE, TASK_TABLE, Task, TaskExecution, utcno
 from store.records import ExecutionRecord, TaskSnapshot
 
 RUN_OUTCOMES = ("COMPLETED", "FAILED", "CANCELLED")  # how a run that ran can end
+# A state_version from here up is the encoding before migration 0006 (ms × 10**6, any run since
+# 2001), written by a worker of the release before still running after the migration: any write
+# replaces it, or the row would keep it against every later write. Versions now reach it only
+# for runs started after the year 2453.
+LEGACY_STATE_VERSION = 10**18
 
 
 def _insert(engine: Engine, table: Any) -> Any:
@@ -108,7 +113,8 @@ def _execution_upsert(engine: Engine, record: ExecutionRecord, *, reopen: bool =
 @functools.cache
 def _snapshot_statement(dialect: str, columns: tuple[str, ...]) -> Any:
     stmt = _dialect_insert(dialect, TASK_TABLE)
-    newer = stmt.excluded.state_version >= TASK_TABLE.c.state_version
+    current = TASK_TABLE.c.state_version
+    newer = or_(stmt.excluded.state_version >= current, current >= LEGACY_STATE_VERSION)
     changed = {k: stmt.excluded[k] for k in columns if k not in ("id", "tenant_id", "created_at")}
     return stmt.on_conflict_do_update(index_elements=["id"], set_=changed, where=newer)
 

@@ -158,6 +158,12 @@ def test_rows_versioned_before_0006_lose_to_the_next_write_of_their_run(any_engi
                                        status="FAILED"))
     row = get_task(any_engine, "m", "t1")
     assert row is not None and row.status == "PENDING"
+    # a worker of the release before, still running after the migration, writes the old way;
+    # the next write of the new release still lands
+    save_snapshot(any_engine, snapshot("m", version=ms * 1_000_000 + 50, status="RUNNING"))
+    save_snapshot(any_engine, snapshot("m", version=state_version(run, 42), status="PAUSED"))
+    row = get_task(any_engine, "m", "t1")
+    assert row is not None and row.status == "PAUSED"
 
 
 def test_dead_letters_listed_and_moved(any_engine: Engine) -> None:

@@ -2,7 +2,8 @@
 64 bits for runs started after the year 2262, as a time-skipping server reaches)
 
 A migrated row keeps its run's start and drops the run's own count, so the next write of the
-same run, or of any later run, outranks it.
+same run, or of any later run, outranks it. A row written the old way after the migration (by
+a worker of the release before) is replaced by any write (store/tasks.py LEGACY_STATE_VERSION).
 
 Revision ID: 0006
 Revises: 0005
