@@ -1,5 +1,6 @@
 """The execution rows the jobs worker writes itself, beside the jobs: a run's RUNNING row with
-its real start, its COMPLETED row before the server hears of it, and a series fire's outcome.
+its real start, the job's finish on that row before the server hears of it, and a series
+fire's outcome.
 The workflow still writes each run's full row once the server has its outcome; these rows are
 what a user sees meanwhile, and what a retried attempt checks before running a job again."""
 
@@ -16,6 +17,7 @@ from sqlalchemy import Engine
 from activities.bookkeeping import log_execution
 from activities.contracts import JobInput, JobResult
 from store.batch import BatchWriter, Write
+from store.models import TaskExecution
 from store.records import ExecutionRecord
 from store.tasks import get_execution, write_run, write_started
 
@@ -47,7 +49,7 @@ class RunRows:
             row = await asyncio.to_thread(get_execution, self._engine, job_input.execution_id)
         except Exception:  # unknown: the retry runs the job, as it would without the row
             return None
-        if row is None or row.status != "COMPLETED":
+        if row is None or not _job_finished(row):
             return None
         return JobResult(
             attempt=row.attempts, started_at=row.started_at,
@@ -66,11 +68,13 @@ class RunRows:
         self._beside(self._submit(write_started(self._engine, record), "job.start_not_recorded", bound))
 
     def completed(self, job_input: JobInput, result: JobResult, bound: Any) -> None:
-        """The COMPLETED row as soon as the job is done, for ``completed_before``."""
+        """The job's finish and answer on its RUNNING row as soon as it is done, for
+        ``completed_before``. The row turns COMPLETED when the workflow has the outcome, in
+        one write with the task row, so the two never disagree."""
         started = result.started_at
         lateness_ms = None if started is None else _lateness_ms(job_input, started)
         record = _record(
-            job_input, status="COMPLETED", attempts=result.attempt, started_at=started,
+            job_input, status="RUNNING", attempts=result.attempt, started_at=started,
             finished_at=datetime.now(UTC), http_status=result.http_status,
             response_snippet=result.response_snippet, lateness_ms=lateness_ms,
             drifted=job_input.trigger == "schedule" and _drifted(job_input, lateness_ms),
@@ -101,6 +105,18 @@ class RunRows:
         task = asyncio.create_task(write)
         self._writes.add(task)
         task.add_done_callback(self._writes.discard)
+
+
+def _job_finished(row: TaskExecution) -> bool:
+    """The row says the job of this run completed: the workflow recorded it, or the attempt
+    that ran it did (``RunRows.completed``). A replayed dead letter's reopened row keeps the
+    finish of the run before, which came before the replay started."""
+    if row.status == "COMPLETED":
+        return True
+    return (
+        row.status == "RUNNING" and row.finished_at is not None and row.started_at is not None
+        and row.finished_at >= row.started_at
+    )
 
 
 def _record(job_input: JobInput, **fields: Any) -> ExecutionRecord:

@@ -82,3 +82,23 @@ async def test_a_retry_after_a_lost_completion_does_not_run_the_job_again(
     [run] = executions(sqlite_engine, state.task_id)
     assert (run.status, run.attempts) == ("COMPLETED", 1)
     assert run.started_at is not None and run.finished_at is not None
+
+
+def test_only_a_finish_after_the_rows_start_counts_as_the_job_done() -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from activities.run_rows import _job_finished
+    from store.models import TaskExecution
+
+    start = datetime(2026, 11, 30, 12, tzinfo=UTC)
+
+    def row(status: str, finished: datetime | None) -> TaskExecution:
+        return TaskExecution(id="t:1", task_id="t", tenant_id="t1", scheduled_at=start,
+                             status=status, started_at=start, finished_at=finished)
+
+    assert _job_finished(row("RUNNING", start + timedelta(seconds=1)))  # this run's job returned
+    assert not _job_finished(row("RUNNING", None))  # still running, or died mid-job
+    # a replayed dead letter's reopened row: the finish is the failed run's, before the replay
+    assert not _job_finished(row("RUNNING", start - timedelta(hours=1)))
+    assert _job_finished(row("COMPLETED", start))
+    assert not _job_finished(row("FAILED", start + timedelta(seconds=1)))
