@@ -34,10 +34,7 @@ class RunRows:
 
     async def status_of(self, execution_id: str) -> str | None:
         """An execution's recorded status (None: no row, or the database is unavailable)."""
-        try:
-            row = await asyncio.to_thread(get_execution, self._engine, execution_id)
-        except Exception:  # unknown: the run is not held back for it
-            return None
+        row = await self._row(execution_id)
         return row.status if row is not None else None
 
     async def completed_before(self, job_input: JobInput) -> JobResult | None:
@@ -45,10 +42,7 @@ class RunRows:
 
         The server retries an attempt whose completion it never got (a lost connection, a
         server out of capacity): the job ran, and must not run again."""
-        try:
-            row = await asyncio.to_thread(get_execution, self._engine, job_input.execution_id)
-        except Exception:  # unknown: the retry runs the job, as it would without the row
-            return None
+        row = await self._row(job_input.execution_id)
         if row is None or not _job_finished(row):
             return None
         return JobResult(
@@ -96,6 +90,14 @@ class RunRows:
                 continue
             log_execution(record)
             return
+
+    async def _row(self, execution_id: str) -> TaskExecution | None:
+        """The run's row; None as well when the database cannot say (the run then goes on as
+        if there were none: it is not held back, and a retry runs its job)."""
+        try:
+            return await asyncio.to_thread(get_execution, self._engine, execution_id)
+        except Exception:
+            return None
 
     async def _submit(self, write: Write, failure: str, bound: Any) -> None:
         try:
