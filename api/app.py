@@ -59,6 +59,7 @@ def create_app(
                 temporal, settings.task_queue, lead_seconds=settings.dispatch_lead_seconds,
                 max_lead_seconds=settings.dispatch_max_lead_seconds,
                 dispatch_rate=settings.dispatch_rate_per_second,
+                hold_after_seconds=settings.hold_after_seconds,
             ),
             load_handlers().keys(),
             EgressPolicy.from_list(settings.egress_allow_list),

@@ -33,6 +33,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="scheduler and bare runs each, in alternating order, pooled")
     parser.add_argument("--create-api-workers", type=int, default=1,
                         help="API processes of the scheduler (task-scheduler api --workers)")
+    parser.add_argument("--create-hold", type=float, default=300.0,
+                        help="also create on a scheduler with SCHEDULER_HOLD_AFTER_SECONDS set to "
+                        "this (opt-in; 0: skip that system)")
 
 
 async def timed(calls: list[Callable[[], Awaitable[Any]]], concurrency: int,
@@ -132,9 +135,10 @@ async def post_created(http: aiohttp.ClientSession, path: str, body: dict[str, A
             raise RuntimeError(f"{answer.status} {text[:150]}")
 
 
-async def scheduler_creates(count: int, concurrency: int, api_workers: int = 1) -> dict[str, Any]:
+async def scheduler_creates(count: int, concurrency: int, api_workers: int = 1,
+                            settings: dict[str, str] | None = None) -> dict[str, Any]:
     """POST /task/create with one-time tasks due in a day."""
-    stack = SchedulerStack("scheduler", api_workers=api_workers)
+    stack = SchedulerStack("scheduler", api_workers=api_workers, settings=settings or {})
     try:
         await asyncio.to_thread(stack.start)
         async with api_session(stack, concurrency) as http:
@@ -175,22 +179,26 @@ async def temporal_creates(kind: str, count: int, concurrency: int) -> dict[str,
 
 async def run(args: argparse.Namespace) -> Report:
     """Create on each system and compare."""
-    runs: dict[str, list[dict[str, Any]]] = {"scheduler": [], "bare": [], "schedules": []}
+    held = {"SCHEDULER_HOLD_AFTER_SECONDS": f"{args.create_hold:g}"} if args.create_hold > 0 else None
+    kinds = ["scheduler", "held", "bare"] if held else ["scheduler", "bare"]
+    runs: dict[str, list[dict[str, Any]]] = {kind: [] for kind in [*kinds, "schedules"]}
     for n in range(args.create_rounds):
-        # Alternate the order, so that load which drifts over the run falls on both sides.
-        for kind in ("scheduler", "bare") if n % 2 == 0 else ("bare", "scheduler"):
+        # Alternate the order, so that load which drifts over the run falls on all sides.
+        for kind in kinds if n % 2 == 0 else kinds[::-1]:
             print(f"create: {kind} (round {n + 1}) ...", flush=True)
-            if kind == "scheduler":
+            if kind in ("scheduler", "held"):
                 runs[kind].append(await scheduler_creates(
-                    args.create, args.create_concurrency, args.create_api_workers))
+                    args.create, args.create_concurrency, args.create_api_workers,
+                    held if kind == "held" else None))
             else:
                 runs[kind].append(await temporal_creates(kind, args.create, args.create_concurrency))
     print("create: schedules ...", flush=True)
     runs["schedules"].append(await temporal_creates("schedules", args.create, args.create_concurrency))
     results = {kind: pooled(rounds) for kind, rounds in runs.items()}
     api = f" ({args.create_api_workers} API processes)" if args.create_api_workers > 1 else ""
-    labels = {"scheduler": f"scheduler POST /task/create{api}", "bare": "bare start_workflow",
-              "schedules": "schedules create_schedule"}
+    labels = {"scheduler": f"scheduler POST /task/create{api}",
+              "held": f"scheduler, held (SCHEDULER_HOLD_AFTER_SECONDS={args.create_hold:g}){api}",
+              "bare": "bare start_workflow", "schedules": "schedules create_schedule"}
     rows = [[labels[k], str(args.create * len(runs[k])), fmt(r["per_s"]),
              fmt(r["latency_s"]["p50"] * 1000, " ms"), fmt(r["latency_s"]["p99"] * 1000, " ms"),
              str(r["errors"]), " / ".join(fmt(x) for x in r["rounds_per_s"]),
@@ -204,6 +212,14 @@ async def run(args: argparse.Namespace) -> Report:
         Target("create p99 ≤ 250 ms", sched["latency_s"]["p99"] * 1000, 250.0, " ms"),
         Target("create errors", float(sched["errors"]), 0.0),
     ]
+    if "held" in results:
+        opt_in = results["held"]
+        targets += [
+            Target("held (opt-in): create rate ≥ 0.7 × bare", opt_in["per_s"], 0.7 * bare["per_s"],
+                   "/s", ratio(opt_in["per_s"], bare["per_s"]), "bare", higher_is_better=True),
+            Target("held (opt-in): create p99 ≤ 250 ms", opt_in["latency_s"]["p99"] * 1000, 250.0, " ms"),
+            Target("held (opt-in): create errors", float(opt_in["errors"]), 0.0),
+        ]
     text = "\n".join([
         f"## Create: {args.create} tasks per round at {args.create_concurrency} concurrent clients, "
         f"{args.create_rounds} round(s)",

@@ -193,6 +193,7 @@ class SchedulerStack(Stack):
     api_workers: int = 1
     task_queue: str = "task-scheduler-bench"
     topology: str = field(default_factory=WORKER_TOPOLOGY.get)
+    settings: dict[str, str] = field(default_factory=dict)  # more SCHEDULER_* for every process
 
     @property
     def database_url(self) -> str:
@@ -236,7 +237,7 @@ class SchedulerStack(Stack):
             "SCHEDULER_RATE_LIMIT_WRITES": "1000000/second",
             "SCHEDULER_RATE_LIMIT_READS": "1000000/second",
             "SCHEDULER_QUOTA_MAX_ACTIVE_TASKS": "10000000",
-        }
+        } | self.settings
         for role, command in TOPOLOGIES[self.topology]:
             self.spawn(role, command, env)
         api = self.spawn("api", [str(BIN / "task-scheduler"), "api"], env)

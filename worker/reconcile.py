@@ -20,12 +20,13 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import structlog
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 from sqlmodel import col, select
-from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 from temporalio.service import RPCError, RPCStatusCode
 
 from scheduling.fire import next_fire
@@ -35,7 +36,7 @@ from store.quotas import ACTIVE_STATUSES
 from store.records import TaskSnapshot
 from store.tasks import mark_task, save_snapshot
 from workflows.starter import start_task_workflow, state_from_row
-from workflows.state import TaskState, workflow_id
+from workflows.state import TaskState, TaskWorkflowInput, workflow_id
 
 log = structlog.get_logger("task_scheduler.reconcile")
 
@@ -234,9 +235,12 @@ class Reconciler:
             try:
                 state: TaskState = await handle.query("state", result_type=TaskState)
             except RPCError as exc:
-                # No worker answers right now; once one runs, the workflow writes its own row.
-                log.warning("reconcile.query_failed", task_id=task_id, error=exc.message)
-                continue
+                held = await self._held_state(handle, now)
+                if held is None:
+                    # No worker answers right now; once one runs, the workflow writes its own row.
+                    log.warning("reconcile.query_failed", task_id=task_id, error=exc.message)
+                    continue
+                state = held
             snapshot = TaskSnapshot(
                 task_id=state.task_id, tenant_id=state.tenant_id, name=state.spec.task_name,
                 schedule_type=state.spec.schedule_type.value,
@@ -249,6 +253,24 @@ class Reconciler:
             )
             await asyncio.to_thread(save_snapshot, self._engine, snapshot)
             report.rows_written.append(task_id)
+
+
+    async def _held_state(self, handle: WorkflowHandle[Any, Any], now: datetime) -> TaskState | None:
+        """The state of a workflow the server still holds before its first workflow task
+        (started with a start delay, `scheduling.wake`): it has run no code, so it cannot answer
+        a query, but its start input says everything its row holds. None for any other."""
+        try:
+            description = await handle.describe()
+            if description.execution_time is None or description.execution_time <= now:
+                return None
+            async for event in handle.fetch_history_events():
+                payloads = event.workflow_execution_started_event_attributes.input.payloads
+                (start,) = await self._client.data_converter.decode(payloads, [TaskWorkflowInput])
+                assert isinstance(start, TaskWorkflowInput)
+                return start.initial_state()
+        except RPCError:
+            pass
+        return None
 
 
 def _iso(moment: datetime) -> str:

@@ -119,6 +119,13 @@ class Settings(BaseSettings):
         description="runs the deployment dispatches per second: a task created into a herd of "
         "N due within 2 s of each other gets N / rate seconds more lead (0: no herd lead)",
     )
+    hold_after_seconds: float = Field(
+        default=0.0, ge=0,
+        description="hold a new task whose first run is dispatched at least this far ahead in "
+        "Temporal until then (a start delay: no workflow task at creation, about half the "
+        "create's cost). Updates (the API) and Temporal cancellation reach a held task at "
+        "once, but a plain signal only at its wake; 0 (default) starts every task at once",
+    )
     otlp_endpoint: str | None = Field(
         default=None, description="OTLP/HTTP traces endpoint; unset: no tracing"
     )

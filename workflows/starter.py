@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 
 from temporalio.client import Client
 from temporalio.common import Priority, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
 from scheduling.spec import TaskSpec
+from scheduling.wake import first_wake_delay
 from store.models import Task
 from workflows import attributes
 from workflows.state import PRIORITY_KEYS, QueuedRun, TaskState, TaskWorkflowInput, workflow_id
@@ -26,13 +27,22 @@ async def start_task_workflow(
     lead_seconds: float = 0.0,
     max_lead_seconds: float = 60.0,
     reuse_closed_id: bool = False,
+    hold_after_seconds: float = 0.0,
 ) -> bool:
-    """Start ``task-<task_id>``; False when a workflow with that id exists or existed."""
+    """Start ``task-<task_id>``; False when a workflow with that id exists or existed.
+
+    A new task (no ``state``) whose first dispatch is at least ``hold_after_seconds`` away is
+    held by the server until then (`scheduling.wake`); 0 starts every workflow at once."""
     first = state.next_fire_at if state is not None else None
+    delay = None
     if state is None:
         from scheduling.fire import first_fire
 
         first = first_fire(spec, created_at)
+        delay = first_wake_delay(
+            task_id=task_id, first_fire=first, jitter_seconds=spec.jitter_seconds,
+            lead_seconds=lead_seconds, now=datetime.now(UTC), minimum_seconds=hold_after_seconds,
+        )
     try:
         await client.start_workflow(
             "TaskWorkflow",
@@ -56,6 +66,7 @@ async def start_task_workflow(
             ),
             priority=Priority(priority_key=PRIORITY_KEYS[spec.priority]),
             static_summary=f"{spec.task_name} ({spec.schedule_type.value})",
+            start_delay=delay,
         )
     except WorkflowAlreadyStartedError:
         return False

@@ -7,6 +7,7 @@ from enum import StrEnum
 
 from pydantic import BaseModel, Field
 
+from scheduling.fire import first_fire
 from scheduling.spec import TaskSpec
 
 
@@ -113,6 +114,14 @@ class TaskWorkflowInput(BaseModel):
         "instant on the worker's clock (0: dispatch at the instant)",
     )
     max_lead_seconds: float = Field(default=60.0, ge=0)
+
+    def initial_state(self) -> TaskState:
+        """The state the workflow starts from: the one carried over, or a new task's."""
+        return self.state or TaskState(
+            task_id=self.task_id, tenant_id=self.tenant_id, spec=self.spec,
+            created_at=self.created_at, anchor=self.created_at,
+            next_fire_at=first_fire(self.spec, self.created_at),
+        )
 
 
 def workflow_id(task_id: str) -> str:

@@ -16,7 +16,7 @@ from datetime import timedelta
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from scheduling.fire import first_fire, next_fire
+    from scheduling.fire import next_fire
     from scheduling.spec import NotifyEvent, ScheduleType
     from workflows.plan import Decision, plan_due_fires
     from workflows.state import QueuedRun, TaskState, TaskStatus, TaskWorkflowInput, Trigger
@@ -34,14 +34,7 @@ class TaskWorkflow(TaskMessages, TaskSeries, TaskRuns):
     @workflow.init
     def __init__(self, start: TaskWorkflowInput) -> None:
         self._input = start
-        self._state = start.state or TaskState(
-            task_id=start.task_id,
-            tenant_id=start.tenant_id,
-            spec=start.spec,
-            created_at=start.created_at,
-            anchor=start.created_at,
-            next_fire_at=first_fire(start.spec, start.created_at),
-        )
+        self._state = start.initial_state()
         self._state.running = []
         # The attributes are declared, with what they hold, on TaskCore.
         self._active = {}

@@ -11,7 +11,7 @@ from typing import Any
 
 import httpx
 
-from tests.api.conftest import Stack
+from tests.api.conftest import Stack, serve_api
 from tests.target import TargetServer
 
 
@@ -116,49 +116,79 @@ async def test_cancel_running_job_through_api(stack: Stack) -> None:
 
 async def test_update_pause_resume_trigger(stack: Stack, target: TargetServer) -> None:
     async with stack.client() as api:
-        created = await api.post("/task/recurring", json={
-            "task_name": "daily", "job_details": {"type": "http", "url": target.url("/daily")},
-            "schedule_type": "cron", "cron": "0 10 * * *", "timezone": "UTC",
-        })
-        task_id = created.json()["task_id"]
-        first_next = datetime.fromisoformat(created.json()["next_run_at"])
-        assert (first_next.hour, first_next.minute) == (10, 0)
+        await _update_pause_resume_trigger(api, target)
 
-        updated = await api.post("/task/update", json={"task_id": task_id, "cron": "30 6 * * 1", "task_name": "weekly"})
-        assert updated.status_code == 202, updated.text
-        body = updated.json()
-        assert body["task_name"] == "weekly" and body["schedule"]["cron"] == "30 6 * * 1"
-        next_run = datetime.fromisoformat(body["next_run_at"])
-        assert next_run.weekday() == 0 and (next_run.hour, next_run.minute) == (6, 30)
-        row = (await api.get(f"/tasks/{task_id}")).json()
-        assert row["task_name"] == "weekly" and row["next_run_at"] == body["next_run_at"]
 
-        bad = await api.post("/task/update", json={"task_id": task_id, "cron": "not a cron"})
-        assert bad.status_code == 422 and "cron" in bad.json()["detail"]
-        assert (await api.get(f"/tasks/{task_id}")).json()["schedule"]["cron"] == "30 6 * * 1"
+async def test_update_pause_resume_trigger_of_a_task_held_until_its_first_run(
+    stack: Stack, target: TargetServer
+) -> None:
+    """With `SCHEDULER_HOLD_AFTER_SECONDS` the task's workflow runs nothing until its first run;
+    every change through the API still applies at once."""
+    async with serve_api(stack.env, stack.engine, task_queue=stack.task_queue,
+                         hold_after_seconds=60) as url:
+        async with stack.client() as api:
+            api.base_url = httpx.URL(url)
+            # Its first run half a day away: held, whatever the time of the test.
+            hour = (datetime.now(UTC).hour + 12) % 24
+            task_id = await _update_pause_resume_trigger(api, target, hour=hour, held=stack)
+    handle = stack.env.client.get_workflow_handle(f"task-{task_id}")
+    await handle.terminate("test over")
 
-        paused = await api.post(f"/tasks/{task_id}/pause", json={"reason": "maintenance"})
-        assert paused.status_code == 202 and paused.json()["status"] == "PAUSED"
-        assert paused.json()["next_run_at"] is None
-        assert (await api.get(f"/tasks/{task_id}")).json()["status"] == "PAUSED"
 
-        resumed = await api.post(f"/tasks/{task_id}/resume")
-        assert resumed.status_code == 202 and resumed.json()["status"] == "PENDING"
-        assert resumed.json()["next_run_at"] == body["next_run_at"]
+async def _update_pause_resume_trigger(
+    api: httpx.AsyncClient, target: TargetServer, *, hour: int = 10, held: Stack | None = None
+) -> str:
+    created = await api.post("/task/recurring", json={
+        "task_name": "daily", "job_details": {"type": "http", "url": target.url("/daily")},
+        "schedule_type": "cron", "cron": f"0 {hour} * * *", "timezone": "UTC",
+    })
+    task_id: str = created.json()["task_id"]
+    assert created.status_code == 201 and (await api.get(f"/tasks/{task_id}")).json()["status"] == "PENDING"
+    if held is not None:
+        handle = held.env.client.get_workflow_handle(f"task-{task_id}")
+        assert [e.WhichOneof("attributes") async for e in handle.fetch_history_events()] == [
+            "workflow_execution_started_event_attributes"]
+        execution_time = (await handle.describe()).execution_time
+        assert execution_time is not None and execution_time > datetime.now(UTC) + timedelta(hours=11)
+    first_next = datetime.fromisoformat(created.json()["next_run_at"])
+    assert (first_next.hour, first_next.minute) == (hour, 0)
 
-        triggered = await api.post(f"/tasks/{task_id}/trigger")
-        assert triggered.status_code == 202
-        await target.wait_for(1)
-        deadline = asyncio.get_running_loop().time() + 20
-        while True:
-            runs = (await api.get(f"/tasks/{task_id}/executions")).json()["items"]
-            if runs and runs[0]["status"] == "COMPLETED":
-                break
-            assert asyncio.get_running_loop().time() < deadline, runs
-            await asyncio.sleep(0.2)
-        assert runs[0]["trigger"] == "manual" and ":manual-" in runs[0]["id"]
-        after = (await api.get(f"/tasks/{task_id}")).json()
-        assert after["status"] == "PENDING" and after["next_run_at"] == body["next_run_at"]
+    updated = await api.post("/task/update", json={"task_id": task_id, "cron": "30 6 * * 1", "task_name": "weekly"})
+    assert updated.status_code == 202, updated.text
+    body = updated.json()
+    assert body["task_name"] == "weekly" and body["schedule"]["cron"] == "30 6 * * 1"
+    next_run = datetime.fromisoformat(body["next_run_at"])
+    assert next_run.weekday() == 0 and (next_run.hour, next_run.minute) == (6, 30)
+    row = (await api.get(f"/tasks/{task_id}")).json()
+    assert row["task_name"] == "weekly" and row["next_run_at"] == body["next_run_at"]
+
+    bad = await api.post("/task/update", json={"task_id": task_id, "cron": "not a cron"})
+    assert bad.status_code == 422 and "cron" in bad.json()["detail"]
+    assert (await api.get(f"/tasks/{task_id}")).json()["schedule"]["cron"] == "30 6 * * 1"
+
+    paused = await api.post(f"/tasks/{task_id}/pause", json={"reason": "maintenance"})
+    assert paused.status_code == 202 and paused.json()["status"] == "PAUSED"
+    assert paused.json()["next_run_at"] is None
+    assert (await api.get(f"/tasks/{task_id}")).json()["status"] == "PAUSED"
+
+    resumed = await api.post(f"/tasks/{task_id}/resume")
+    assert resumed.status_code == 202 and resumed.json()["status"] == "PENDING"
+    assert resumed.json()["next_run_at"] == body["next_run_at"]
+
+    triggered = await api.post(f"/tasks/{task_id}/trigger")
+    assert triggered.status_code == 202
+    await target.wait_for(1)
+    deadline = asyncio.get_running_loop().time() + 20
+    while True:
+        runs = (await api.get(f"/tasks/{task_id}/executions")).json()["items"]
+        if runs and runs[0]["status"] == "COMPLETED":
+            break
+        assert asyncio.get_running_loop().time() < deadline, runs
+        await asyncio.sleep(0.2)
+    assert runs[0]["trigger"] == "manual" and ":manual-" in runs[0]["id"]
+    after = (await api.get(f"/tasks/{task_id}")).json()
+    assert after["status"] == "PENDING" and after["next_run_at"] == body["next_run_at"]
+    return task_id
 
 
 async def test_list_newest_first_with_cursor_and_filters(stack: Stack) -> None:

@@ -16,6 +16,8 @@ from store.tasks import get_task, list_executions, save_snapshot
 from tests.conftest import new_worker
 from tests.workflows.helpers import spec, start_task
 from worker.reconcile import Reconciler
+from workflows.starter import start_task_workflow
+from workflows.state import workflow_id
 
 
 async def _until(check, timeout: float = 30) -> None:  # type: ignore[no-untyped-def]
@@ -120,3 +122,30 @@ async def test_passes_after_the_first_list_only_workflows_closed_since(
         await every_pass_full.reconcile_once()
         later = await every_pass_full.reconcile_once()
         assert later.full and later.listed == 2
+
+
+async def test_a_held_workflow_without_row_gets_its_row_from_its_start_input(
+    dev_env: WorkflowEnvironment, sqlite_engine: Engine
+) -> None:
+    """The API died between starting a held task (`SCHEDULER_HOLD_AFTER_SECONDS`) and writing
+    its row: the workflow has run no code and answers no query until tomorrow."""
+    now = await dev_env.get_current_time()
+    task_spec = spec(schedule_type="interval", interval_seconds=86400, task_name="held")
+    task_id = uuid.uuid4().hex
+    async with new_worker(dev_env.client, sqlite_engine) as worker:
+        await start_task_workflow(
+            dev_env.client, task_queue=worker.task_queue, task_id=task_id, tenant_id="t1",
+            spec=task_spec, created_at=now, lead_seconds=10.0, hold_after_seconds=60.0,
+        )
+        handle = dev_env.client.get_workflow_handle(workflow_id(task_id))
+        reconciler = Reconciler(sqlite_engine, dev_env.client, worker.task_queue, grace=timedelta(0))
+        await asyncio.sleep(1.1)
+        report = await reconciler.reconcile_once()
+        assert task_id in report.rows_written
+        row = get_task(sqlite_engine, task_id, "t1")
+        assert row is not None and row.name == "held" and row.status == "PENDING"
+        assert row.next_run_at is not None
+        assert row.next_run_at.replace(tzinfo=UTC) == now + timedelta(days=1)
+        # Written without waking it: still held, one event in its history.
+        assert len([e async for e in handle.fetch_history_events()]) == 1
+        await handle.terminate("test over")

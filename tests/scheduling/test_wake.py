@@ -1,0 +1,40 @@
+"""How long the server may hold a new task's workflow before its first workflow task."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from scheduling.jitter import jitter_offset
+from scheduling.wake import first_wake_delay
+
+NOW = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
+
+
+def delay(first: datetime | None, *, lead: float = 10.0, minimum: float = 300.0,
+          jitter: float = 0.0, task_id: str = "t") -> timedelta | None:
+    return first_wake_delay(task_id=task_id, first_fire=first, jitter_seconds=jitter,
+                            lead_seconds=lead, now=NOW, minimum_seconds=minimum)
+
+
+def test_held_until_the_run_is_dispatched() -> None:
+    assert delay(NOW + timedelta(days=1)) == timedelta(days=1, seconds=-10)
+    assert delay(NOW + timedelta(hours=1), lead=600) == timedelta(minutes=50)
+
+
+def test_not_held_when_the_dispatch_is_closer_than_the_minimum() -> None:
+    assert delay(NOW + timedelta(seconds=309)) is None
+    assert delay(NOW + timedelta(seconds=310)) == timedelta(seconds=300)
+    # A herd's long lead puts the dispatch close even for a run an hour away.
+    assert delay(NOW + timedelta(hours=1), lead=3500) is None
+
+
+def test_never_held_when_turned_off_or_without_a_first_run() -> None:
+    assert delay(NOW + timedelta(days=1), minimum=0) is None
+    assert delay(None) is None
+
+
+def test_the_wake_includes_the_runs_jitter() -> None:
+    first = NOW + timedelta(days=1)
+    offset = jitter_offset("task-7", first, 120.0)
+    assert offset > timedelta(0)
+    assert delay(first, jitter=120.0, task_id="task-7") == first + offset - timedelta(seconds=10) - NOW
