@@ -62,6 +62,7 @@ class QuietCollector:
     async def run(self, stop: asyncio.Event) -> None:
         """Collect until ``stop``; automatic collection is off meanwhile and back on after."""
         gc.disable()
+        log.info("gc.quiet", tick_ms=round(self.tick * 1000, 1), full_every_s=self.full_every)
         try:
             while not stop.is_set():
                 await asyncio.sleep(self.tick)

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import httpx
 
+from worker.dev import SERVER_CACHE_FLAGS
 from workflows.attributes import DEFINITIONS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -147,7 +148,8 @@ class Fleet:
 
 
 def temporal_command(db_file: Path, port: int, ui_port: int) -> list[str]:
-    """A dev server keeping its state in a SQLite file (WAL), with the task search attributes."""
+    """A dev server keeping its state in a SQLite file (WAL), with the task search attributes and
+    the server cache of `task-scheduler dev`."""
     command = [
         str(BIN / "temporal"), "server", "start-dev", "--ip", "127.0.0.1",
         "--port", str(port), "--ui-port", str(ui_port), "--headless",
@@ -155,6 +157,7 @@ def temporal_command(db_file: Path, port: int, ui_port: int) -> list[str]:
         "--sqlite-pragma", "journal_mode=wal", "--sqlite-pragma", "synchronous=normal",
         "--log-level", "warn",
         "--dynamic-config-value", "frontend.enableUpdateWorkflowExecution=true",
+        *SERVER_CACHE_FLAGS,  # as the embedded production server runs
     ]
     for name, kind in DEFINITIONS.items():
         command += ["--search-attribute", f"{name}={kind}"]

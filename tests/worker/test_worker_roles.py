@@ -172,6 +172,8 @@ async def test_a_task_runs_on_the_worker_processes_of_its_roles(
     jobs_role = roles[-1]
     by_role = {p.role: p for p in role_stack.processes}
     assert "job.start" in by_role[jobs_role].output()
+    # Garbage is collected around the runs' instants where the runs are (SCHEDULER_WORKER_QUIET_GC).
+    assert "gc.quiet" in by_role[jobs_role].output()
     jobs_metrics = await role_stack.metrics(jobs_role)
     lateness = {name: value for name, _, value in jobs_metrics["scheduler_fire_lateness"]}
     assert lateness["scheduler_fire_lateness_count"] == 1
@@ -181,5 +183,6 @@ async def test_a_task_runs_on_the_worker_processes_of_its_roles(
         role_stack.task_queue, f"{role_stack.task_queue}-jobs"}
     if roles == ["workflows", "jobs"]:
         assert "job.start" not in by_role["workflows"].output()
+        assert "gc.quiet" not in by_role["workflows"].output()
         assert "scheduler_fire_lateness" not in workflows_metrics
         assert "scheduler_task_queue_backlog" not in jobs_metrics
