@@ -8,8 +8,9 @@ from typing import Annotated
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
+from api.admission import TenantUsage
 from api.errors import Unauthorized
-from api.service import Principal, TaskService, TenantUsage, in_thread
+from api.service import Principal, TaskService, in_thread
 from store.keys import find_active_key
 from store.quotas import key_with_usage
 

@@ -20,12 +20,11 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import OperationalError, SQLAlchemyError
 
 from activities.egress import EgressPolicy, EgressRefused
+from api.admission import TenantUsage, check_quota
 from api.errors import (
     IdempotencyConflict,
     InvalidTask,
     NotFound,
-    PayloadTooLarge,
-    QuotaExceeded,
     ServiceUnavailable,
     TaskConflict,
     TaskNotFound,
@@ -40,7 +39,6 @@ from api.schemas import (
 )
 from api.temporal import TemporalGateway
 from scheduling.fire import first_fire
-from scheduling.spacing import shortest_gap
 from scheduling.spec import HandlerJob, HttpJob, ScheduleType, TaskChanges, TaskSpec, check_timing
 from store.batch import BatchWriter
 from store.idempotency import claim_key, complete_key
@@ -70,14 +68,6 @@ class Principal:
 
     tenant_id: str
     is_admin: bool = False
-
-
-@dataclass(frozen=True)
-class TenantUsage:
-    """A tenant's quota and how many of its tasks are active, as read for one create."""
-
-    quota: Quota
-    active: int
 
 
 # Store calls run on threads, at most this many at once: the database pool holds as many
@@ -156,7 +146,7 @@ class TaskService:
                 self.active_counts,
             )
             usage = TenantUsage(quota, active)
-        self._check_quota(usage, spec, now, body_size=body_size)
+        check_quota(usage, spec, now, body_size=body_size)
         task_id = uuid.uuid4().hex
         if idempotency_key is not None:
             task_id = await self._claim_idempotency_key(who, idempotency_key, spec, recurring_only)
@@ -226,42 +216,6 @@ class TaskService:
             status=TaskStatus.PENDING.value, next_run_at=first_fire(spec, now),
             created_at=now, updated_at=now,
         ))
-
-    @staticmethod
-    def _check_quota(usage: TenantUsage, spec: TaskSpec, now: datetime, *, body_size: int) -> None:
-        quota, active = usage.quota, usage.active
-        if body_size > quota.max_body_bytes:
-            raise PayloadTooLarge(
-                f"the body has {body_size} bytes; this tenant's limit is max_body_bytes={quota.max_body_bytes}"
-            )
-        job = spec.job_details
-        if isinstance(job, HttpJob):
-            size = sum(len(k) + len(v) for k, v in job.headers.items())
-            if size > quota.max_header_bytes:
-                raise InvalidTask(
-                    f"job_details.headers: {size} bytes of headers; this tenant's limit is "
-                    f"max_header_bytes={quota.max_header_bytes}",
-                    field="job_details.headers",
-                )
-        if spec.cron is not None and len(spec.cron.split()) == 6 and not quota.allow_seconds_cron:
-            raise InvalidTask(
-                "cron: a 6-field cron (with seconds) is not allowed for this tenant "
-                "(allow_seconds_cron=false)",
-                field="cron",
-            )
-        gap = shortest_gap(spec, now)
-        if gap is not None and gap < quota.min_interval_seconds:
-            field = "interval_seconds" if spec.interval_seconds is not None else "cron"
-            raise InvalidTask(
-                f"{field}: runs would be {gap:g}s apart; this tenant's limit is "
-                f"min_interval_seconds={quota.min_interval_seconds:g}",
-                field=field,
-            )
-        if active >= quota.max_active_tasks:
-            raise QuotaExceeded(
-                f"the tenant has {active} active tasks; its limit is "
-                f"max_active_tasks={quota.max_active_tasks}"
-            )
 
     async def get(self, who: Principal, task_id: str) -> TaskOut:
         """A task of the caller's tenant (404 for anyone else's)."""

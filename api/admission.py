@@ -1,0 +1,56 @@
+"""What a tenant's quota allows a new task: its size, its schedule's pace, its count."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from api.errors import InvalidTask, PayloadTooLarge, QuotaExceeded
+from scheduling.spacing import shortest_gap
+from scheduling.spec import HttpJob, TaskSpec
+from store.quotas import Quota
+
+
+@dataclass(frozen=True)
+class TenantUsage:
+    """A tenant's quota and how many of its tasks are active, as read for one create."""
+
+    quota: Quota
+    active: int
+
+
+def check_quota(usage: TenantUsage, spec: TaskSpec, now: datetime, *, body_size: int) -> None:
+    """Refuse a new task past any of the tenant's limits, naming the limit and its value."""
+    quota, active = usage.quota, usage.active
+    if body_size > quota.max_body_bytes:
+        raise PayloadTooLarge(
+            f"the body has {body_size} bytes; this tenant's limit is max_body_bytes={quota.max_body_bytes}"
+        )
+    job = spec.job_details
+    if isinstance(job, HttpJob):
+        size = sum(len(k) + len(v) for k, v in job.headers.items())
+        if size > quota.max_header_bytes:
+            raise InvalidTask(
+                f"job_details.headers: {size} bytes of headers; this tenant's limit is "
+                f"max_header_bytes={quota.max_header_bytes}",
+                field="job_details.headers",
+            )
+    if spec.cron is not None and len(spec.cron.split()) == 6 and not quota.allow_seconds_cron:
+        raise InvalidTask(
+            "cron: a 6-field cron (with seconds) is not allowed for this tenant "
+            "(allow_seconds_cron=false)",
+            field="cron",
+        )
+    gap = shortest_gap(spec, now)
+    if gap is not None and gap < quota.min_interval_seconds:
+        field = "interval_seconds" if spec.interval_seconds is not None else "cron"
+        raise InvalidTask(
+            f"{field}: runs would be {gap:g}s apart; this tenant's limit is "
+            f"min_interval_seconds={quota.min_interval_seconds:g}",
+            field=field,
+        )
+    if active >= quota.max_active_tasks:
+        raise QuotaExceeded(
+            f"the tenant has {active} active tasks; its limit is "
+            f"max_active_tasks={quota.max_active_tasks}"
+        )
