@@ -3,6 +3,7 @@ garbage collector, worker/collector.py) can keep clear of them."""
 
 from __future__ import annotations
 
+import asyncio
 import bisect
 import time
 from collections.abc import Iterator
@@ -42,6 +43,21 @@ class Agenda:
         now = time.time() if now is None else now
         due = self.next_due()
         return (due is None or due - now > seconds) and now - self.last_cleared >= settle
+
+    async def gap(self, seconds: float, *, settle: float, within: float) -> None:
+        """Return once ``clear_for(seconds, settle=settle)`` holds, or after ``within`` seconds
+        at the latest: for a chore that may come a little late but should not come between
+        the runs due at an instant."""
+        deadline = time.monotonic() + within
+        while time.monotonic() < deadline:
+            now = time.time()
+            if self.clear_for(seconds, settle=settle, now=now):
+                return
+            due = self.next_due()
+            # Until the instant in the way has passed and its runs have started.
+            until = max(due if due is not None and due - now <= seconds else now,
+                        self.last_cleared) + settle
+            await asyncio.sleep(min(max(until - now, 0.001), deadline - time.monotonic()))
 
     def __len__(self) -> int:
         return sum(self._waiting.values())

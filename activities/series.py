@@ -39,6 +39,9 @@ RunningFn = Callable[[str], Awaitable[bool]]
 # Heartbeats carry the fires that ended, so a retried series does not run them again; every
 # 2 s also lets a cancel, pause or update reach the series in time to withdraw its next fire.
 HEARTBEAT_EVERY = 2.0
+# A beat waits (at most half a second) until no run of this process is due within 5 ms and
+# the runs due just before have had 10 ms to start.
+BEAT_CLEAR_OF, BEAT_SETTLE, BEAT_WAITS_AT_MOST = 0.005, 0.01, 0.5
 OUTCOME_ERROR_CHARS = 300
 # A fire is built this long after the fire before it was due.
 BUILD_AFTER = timedelta(milliseconds=10)
@@ -111,6 +114,7 @@ class SeriesRunner:
         self._runs = runs
         self._previous = series.previous_execution_id
         self._done: dict[str, SeriesOutcome] = {}
+        self._beat_done: list[dict[str, Any]] = []  # the same outcomes, as a heartbeat sends them
         self._running = 0
         self._consecutive = series.consecutive_failures
         self._tripped = False
@@ -119,6 +123,7 @@ class SeriesRunner:
     async def run(self) -> SeriesResult:
         series = self._series
         self._done = _resumed(activity.info().heartbeat_details)
+        self._beat_done = [o.model_dump(mode="json", exclude_none=True) for o in self._done.values()]
         pending = sorted(
             (f for f in series.fires if f.execution_id not in self._done),
             key=lambda f: f.not_before,
@@ -196,9 +201,15 @@ class SeriesRunner:
 
     async def _heartbeat(self) -> None:
         while True:
-            done = [o.model_dump(mode="json", exclude_none=True) for o in self._done.values()]
-            activity.heartbeat({"done": done})
+            # Not between the runs due at an instant: a beat carries every fire done so far.
+            await self._agenda.gap(BEAT_CLEAR_OF, settle=BEAT_SETTLE, within=BEAT_WAITS_AT_MOST)
+            activity.heartbeat({"done": list(self._beat_done)})
             await asyncio.sleep(HEARTBEAT_EVERY)
+
+    def _finished(self, outcome: SeriesOutcome) -> None:
+        """A fire is done and recorded: its outcome goes into every later heartbeat."""
+        self._done[outcome.execution_id] = outcome
+        self._beat_done.append(outcome.model_dump(mode="json", exclude_none=True))
 
     async def _skip(self, fire: SeriesFire, reason: str) -> None:
         series = self._series
@@ -209,10 +220,10 @@ class SeriesRunner:
                 scheduled_at=fire.scheduled_at, status="SKIPPED", reason=reason, finished_at=now,
             )
         )
-        self._done[fire.execution_id] = SeriesOutcome(
+        self._finished(SeriesOutcome(
             execution_id=fire.execution_id, scheduled_at=fire.scheduled_at, status="SKIPPED",
             reason=reason, finished_at=now,
-        )
+        ))
 
     def _prepare(self, fire: SeriesFire) -> tuple[JobInput, ExecutionRecord]:
         """A fire's job input and the record its attempts fill in."""
@@ -239,13 +250,13 @@ class SeriesRunner:
             self._running -= 1
             self._runs.ended(job_input.execution_id)
         await self._write(record)
-        self._done[record.id] = SeriesOutcome(
+        self._finished(SeriesOutcome(
             execution_id=record.id, scheduled_at=record.scheduled_at, status=record.status,
             # The row has the whole message; the outcome (and the heartbeat) a short one.
             error=record.error[:OUTCOME_ERROR_CHARS] if record.error else None,
             attempts=record.attempts, started_at=record.started_at,
             finished_at=record.finished_at, lateness_ms=record.lateness_ms, drifted=record.drifted,
-        )
+        ))
         limit = self._series.max_consecutive_failures
         if record.status == "FAILED":
             self._consecutive += 1

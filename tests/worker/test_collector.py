@@ -122,3 +122,27 @@ async def test_running_it_turns_automatic_collection_off_and_back_on() -> None:
     stop.set()
     await task
     assert gc.isenabled()
+
+
+async def test_a_chore_waits_for_the_gap_after_the_runs_due_soon() -> None:
+    agenda = Agenda()
+    instant = at(0.2)
+
+    async def runs_due() -> None:  # the runs wait for their instant, as jobs do
+        with agenda.waiting(instant), agenda.waiting(instant):
+            await asyncio.sleep(instant.timestamp() - time.time())
+
+    waiting = asyncio.create_task(runs_due())
+    await asyncio.sleep(0.01)
+    await agenda.gap(0.5, settle=0.05, within=2.0)  # the instant is within 0.5 s: wait
+    done = time.time()
+    assert waiting.done() and done >= instant.timestamp() + 0.05
+    assert done < instant.timestamp() + 0.5
+    # Clear already: at once. Never clear: no later than asked.
+    began = time.monotonic()
+    await agenda.gap(0.5, settle=0.0, within=2.0)
+    assert time.monotonic() - began < 0.05
+    with agenda.waiting(at(60)):
+        began = time.monotonic()
+        await agenda.gap(120, settle=0.0, within=0.2)
+        assert 0.2 <= time.monotonic() - began < 0.4
