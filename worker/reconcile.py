@@ -254,7 +254,6 @@ class Reconciler:
             await asyncio.to_thread(save_snapshot, self._engine, snapshot)
             report.rows_written.append(task_id)
 
-
     async def _held_state(self, handle: WorkflowHandle[Any, Any], now: datetime) -> TaskState | None:
         """The state of a workflow the server still holds before its first workflow task
         (started with a start delay, `scheduling.wake`): it has run no code, so it cannot answer
