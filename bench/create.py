@@ -18,7 +18,8 @@ import psutil
 from temporalio.client import Client
 
 from bench.baseline import BareInput
-from bench.firing import CONCURRENCY, iso, once_spec
+from bench.firing import CONCURRENCY, iso
+from bench.firing_baselines import once_spec
 from bench.measure import Report, Target, fmt, ratio, summary, table, targets_table
 from bench.stack import BareStack, SchedulerStack, Stack
 

@@ -11,7 +11,8 @@ import math
 import time
 from typing import Any
 
-from bench.firing import Fired, Plan, fire_apscheduler, fire_bare, fire_scheduler, fire_schedules
+from bench.firing import Fired, Plan, fire_scheduler
+from bench.firing_baselines import fire_apscheduler, fire_bare, fire_schedules
 from bench.measure import Report, Target, fmt, ratio, summary, table, targets_table
 
 # Creation rates assumed when placing T, so that creating ends before T − margin. The

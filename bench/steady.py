@@ -14,7 +14,8 @@ import math
 import time
 from typing import Any
 
-from bench.firing import Fired, Plan, fire_apscheduler, fire_bare, fire_scheduler
+from bench.firing import Fired, Plan, fire_scheduler
+from bench.firing_baselines import fire_apscheduler, fire_bare
 from bench.measure import Report, Target, fmt, percentile, summary, table, targets_table
 from bench.stack import TOPOLOGIES, WORKER_TOPOLOGY
 
