@@ -122,7 +122,7 @@ class Settings(BaseSettings):
     hold_after_seconds: float = Field(
         default=0.0, ge=0,
         description="hold a new task whose first run is dispatched at least this far ahead in "
-        "Temporal until then (a start delay: no workflow task at creation, about half the "
+        "Temporal until then (a start delay: no workflow task at creation, under half the "
         "create's cost). Updates (the API) and Temporal cancellation reach a held task at "
         "once, but a plain signal only at its wake; 0 (default) starts every task at once",
     )
