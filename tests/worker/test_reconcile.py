@@ -14,17 +14,10 @@ from store.models import Task
 from store.records import TaskSnapshot
 from store.tasks import get_task, list_executions, save_snapshot
 from tests.conftest import new_worker
-from tests.workflows.helpers import spec, start_task
+from tests.workflows.helpers import spec, start_task, until
 from worker.reconcile import Reconciler
 from workflows.starter import start_task_workflow
 from workflows.state import workflow_id
-
-
-async def _until(check, timeout: float = 30) -> None:  # type: ignore[no-untyped-def]
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not await check():
-        assert asyncio.get_running_loop().time() < deadline, "condition not reached"
-        await asyncio.sleep(0.2)
 
 
 async def test_row_without_workflow_is_restarted_and_runs(dev_env: WorkflowEnvironment, sqlite_engine: Engine) -> None:
@@ -46,7 +39,7 @@ async def test_row_without_workflow_is_restarted_and_runs(dev_env: WorkflowEnvir
             row = get_task(sqlite_engine, task_id, "t1")
             return row is not None and row.status == "COMPLETED"
 
-        await _until(done)
+        await until(done)
         runs, _ = list_executions(sqlite_engine, task_id=task_id, limit=5)
         assert [r.status for r in runs] == ["COMPLETED"]
         again = await reconciler.reconcile_once()  # idempotent: nothing left to repair
@@ -64,7 +57,7 @@ async def test_terminated_workflow_marks_row_and_lost_row_is_rewritten(
         async def rows_written() -> bool:
             return all(get_task(sqlite_engine, i, "t1") is not None for i in ids)
 
-        await _until(rows_written)
+        await until(rows_written)
         await terminated.terminate("operator cleanup")
         assert (await terminated.describe()).status is WorkflowExecutionStatus.TERMINATED
         with sqlite_engine.begin() as connection:  # the orphan's row is lost (e.g. a DB restore)
@@ -95,7 +88,7 @@ async def test_passes_after_the_first_list_only_workflows_closed_since(
         async def rows_written() -> bool:
             return all(get_task(sqlite_engine, i, "t1") is not None for i in ids)
 
-        await _until(rows_written)
+        await until(rows_written)
         reconciler = Reconciler(sqlite_engine, dev_env.client, worker.task_queue, grace=timedelta(0))
         first = await reconciler.reconcile_once()
         assert first.full and not (first.restarted or first.marked or first.rows_written)
@@ -107,7 +100,7 @@ async def test_passes_after_the_first_list_only_workflows_closed_since(
             passes.append(await reconciler.reconcile_once())
             return ids[0] in passes[-1].marked
 
-        await _until(repaired)
+        await until(repaired)
         # The pass that repaired it read one workflow from visibility, not the three running.
         assert not any(p.full for p in passes)
         assert passes[-1].listed == 1

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -205,3 +205,11 @@ async def pass_time_without_worker(
         await env.sleep(start + duration - await env.get_current_time())
     finally:
         await service.lock_time_skipping(LockTimeSkippingRequest())
+
+
+async def until(check: Callable[[], Awaitable[bool]], timeout: float = 30) -> None:
+    """Poll ``check`` every 0.2 s until it holds; fail after ``timeout`` seconds."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not await check():
+        assert asyncio.get_running_loop().time() < deadline, "condition not reached"
+        await asyncio.sleep(0.2)

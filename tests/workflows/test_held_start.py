@@ -18,7 +18,7 @@ from activities.contracts import RUN_JOB
 from activities.handlers import HandlerContext
 from store.tasks import get_task
 from tests.conftest import new_worker
-from tests.workflows.helpers import executions, handler_job, spec
+from tests.workflows.helpers import executions, handler_job, spec, until
 from workflows.starter import start_task_workflow
 from workflows.state import TaskState, TaskStatus, Trigger, workflow_id
 from workflows.task import TaskWorkflow
@@ -106,11 +106,11 @@ async def test_updates_and_temporal_cancellation_reach_a_held_task_at_once(
             rows = executions(sqlite_engine, triggered.id.removeprefix("task-"))
             return [(r.trigger, r.status) for r in rows] == [(Trigger.MANUAL.value, "COMPLETED")]
 
-        await _until(manual_run_done)
+        await until(manual_run_done)
         assert len(calls.at) == 1
 
         await cancelled.cancel()  # `temporal workflow cancel`, the Temporal UI's cancel
-        await _until(lambda: _status_is(cancelled, WorkflowExecutionStatus.CANCELED))
+        await until(lambda: _status_is(cancelled, WorkflowExecutionStatus.CANCELED))
         row = get_task(sqlite_engine, cancelled.id.removeprefix("task-"), "t1")
         assert row is not None and row.status == "CANCELLED"
 
@@ -146,10 +146,3 @@ async def test_a_plain_signal_reaches_a_held_task_at_its_wake_before_the_run(
 
 async def _status_is(handle: WorkflowHandle[TaskWorkflow, TaskState], status: WorkflowExecutionStatus) -> bool:
     return (await handle.describe()).status is status
-
-
-async def _until(check, timeout: float = 30) -> None:  # type: ignore[no-untyped-def]
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not await check():
-        assert asyncio.get_running_loop().time() < deadline, "condition not reached"
-        await asyncio.sleep(0.2)
