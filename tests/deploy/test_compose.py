@@ -1,22 +1,17 @@
-"""docker-compose.yml, the Dockerfile and the scripts they run.
+"""docker-compose.yml: services, start order, secrets, images and server settings.
 
 No Docker engine runs here, so the compose file is checked the way `docker compose config`
 would: variables interpolated, then validated against the Compose Specification's JSON schema.
 `compose-spec.json` beside this file is that schema, vendored unchanged from the PyPI package
 check-jsonschema 0.39.0 (check_jsonschema/builtin_schemas/vendor/compose-spec.json,
-sha256 d549057e...0e64; Apache-2.0, see compose-spec.LICENSE). The scripts the one-shot
-services run are executed for real against a local Temporal dev server and PostgreSQL.
+sha256 d549057e...0e64; Apache-2.0, see compose-spec.LICENSE). The scripts its one-shot
+services run are in test_setup_scripts.py, the image in test_dockerfile.py.
 """
 
 from __future__ import annotations
 
-import fnmatch
 import json
 import re
-import shlex
-import subprocess
-import tomllib
-import uuid
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -24,24 +19,14 @@ from urllib.parse import urlsplit
 import jsonschema
 import pytest
 import yaml
-from sqlalchemy import text
-from temporalio.api.enums.v1 import IndexedValueType
-from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
-from temporalio.testing import WorkflowEnvironment
 
-from store.engine import make_engine
+from tests.deploy.compose_file import COMPOSE, DOTENV, VARIABLE, MissingVariable, interpolate
+from tests.deploy.dockerfile import REPO, dockerfile_user
 from tests.deploy.settings_env import settings_from, unknown_settings
-from tests.deploy.shell import run_sh
 from worker.dev import SERVER_CACHE_FLAGS, dev_server_command
 from worker.settings import Settings
-from workflows import attributes
 
-REPO = Path(__file__).resolve().parents[2]
-COMPOSE = REPO / "docker-compose.yml"
 SCHEMA = Path(__file__).with_name("compose-spec.json")
-
-# What a deployer puts in .env: the two secrets the file refuses to start without.
-DOTENV = {"POSTGRES_PASSWORD": "pg-secret-for-test", "SCHEDULER_DB_PASSWORD": "app-secret-for-test"}
 
 EXPECTED_SERVICES = {
     "postgresql", "temporal-schema", "temporal", "temporal-setup", "temporal-ui",
@@ -49,64 +34,6 @@ EXPECTED_SERVICES = {
 }
 OUR_SERVICES = {"migrate", "api", "worker", "jobs-worker"}
 APP_SERVICES = {"api", "worker", "jobs-worker"}
-
-# ${VAR}, ${VAR:-default}, ${VAR-default}, ${VAR:?error}, ${VAR?error}, ${VAR:+alt}, $VAR, $$
-_VARIABLE = re.compile(
-    r"\$(?:(?P<escaped>\$)|\{(?P<braced>[A-Za-z_][A-Za-z0-9_]*)(?:(?P<op>:?[-?+])(?P<arg>[^}]*))?\}"
-    r"|(?P<bare>[A-Za-z_][A-Za-z0-9_]*))"
-)
-
-
-class MissingVariable(Exception):
-    """A ${VAR:?message} whose variable is unset, as `docker compose` would refuse it."""
-
-
-def interpolate(value: Any, env: dict[str, str]) -> Any:
-    """Compose-style variable interpolation over every string value of a loaded file."""
-    if isinstance(value, dict):
-        return {key: interpolate(item, env) for key, item in value.items()}
-    if isinstance(value, list):
-        return [interpolate(item, env) for item in value]
-    if not isinstance(value, str):
-        return value
-
-    def substitute(match: re.Match[str]) -> str:
-        if match["escaped"]:
-            return "$"
-        name = match["braced"] or match["bare"]
-        op, arg = match["op"], match["arg"] or ""
-        current = env.get(name)
-        missing = current is None or (op is not None and op.startswith(":") and current == "")
-        if op in (":-", "-"):
-            return arg if missing else str(current)
-        if op in (":?", "?"):
-            if missing:
-                raise MissingVariable(f"{name}: {arg}")
-            return str(current)
-        if op in (":+", "+"):
-            return "" if missing else arg
-        return current or ""
-
-    return _VARIABLE.sub(substitute, value)
-
-
-@pytest.fixture(scope="module")
-def raw() -> dict[str, Any]:
-    """docker-compose.yml as YAML (anchors and merge keys resolved), before interpolation."""
-    loaded = yaml.safe_load(COMPOSE.read_text())
-    assert isinstance(loaded, dict)
-    return loaded
-
-
-@pytest.fixture(scope="module")
-def compose(raw: dict[str, Any]) -> dict[str, Any]:
-    """docker-compose.yml as `docker compose config` sees it with a filled-in .env."""
-    return interpolate(raw, dict(DOTENV))  # type: ignore[no-any-return]
-
-
-@pytest.fixture(scope="module")
-def services(compose: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    return compose["services"]  # type: ignore[no-any-return]
 
 
 def one_shot_services(services: dict[str, dict[str, Any]]) -> set[str]:
@@ -155,7 +82,7 @@ def test_secrets_are_required_from_the_environment_and_never_written_in_the_file
 
 
 def test_every_variable_the_file_reads_is_in_the_env_example() -> None:
-    used = {m["braced"] or m["bare"] for m in _VARIABLE.finditer(COMPOSE.read_text())} - {None}
+    used = {m["braced"] or m["bare"] for m in VARIABLE.finditer(COMPOSE.read_text())} - {None}
     example = (REPO / "deploy" / "compose.env.example").read_text()
     documented = set(re.findall(r"^#? ?([A-Z][A-Z0-9_]*)=", example, flags=re.MULTILINE))
     assert used == documented, (used - documented, documented - used)
@@ -356,154 +283,3 @@ def test_our_services_run_our_image_as_non_root_on_a_read_only_root(
     assert services["jobs-worker"]["command"] == ["worker"]
     assert services["migrate"]["command"] == ["migrate"]
     assert services["api"]["environment"]["SCHEDULER_API_HOST"] == "0.0.0.0"
-
-
-# --- the Dockerfile ---------------------------------------------------------------------------
-
-
-def dockerfile_instructions() -> list[tuple[str, str]]:
-    """(INSTRUCTION, arguments) pairs of the Dockerfile, continuation lines joined."""
-    joined = re.sub(r"\\\n", " ", (REPO / "Dockerfile").read_text())
-    pairs = []
-    for line in joined.splitlines():
-        line = line.strip()
-        if line and not line.startswith("#"):
-            word, _, rest = line.partition(" ")
-            pairs.append((word.upper(), rest.strip()))
-    return pairs
-
-
-def dockerfile_user() -> str:
-    """The USER of the final stage."""
-    final = dockerfile_instructions()
-    last_from = max(i for i, (word, _) in enumerate(final) if word == "FROM")
-    users = [args for word, args in final[last_from:] if word == "USER"]
-    assert users, "the final stage sets no USER, so it runs as root"
-    return users[-1]
-
-
-def test_dockerfile_final_stage_runs_as_a_numeric_non_root_user() -> None:
-    uid = dockerfile_user().split(":")[0]
-    assert uid.isdigit() and int(uid) != 0
-
-
-def test_dockerfile_uses_a_pinned_python_3_11_slim_base() -> None:
-    args = dict(
-        a.split("=", 1) for word, a in dockerfile_instructions() if word == "ARG" and "=" in a
-    )
-    froms = [a.split()[0] for word, a in dockerfile_instructions() if word == "FROM"]
-    for base in froms:
-        image = args.get(base.strip("${}"), base)
-        assert re.fullmatch(r"python:3\.11\.\d+-slim(-\w+)?", image), image
-
-
-def test_dockerfile_installs_every_package_and_runs_the_console_script() -> None:
-    project = tomllib.loads((REPO / "pyproject.toml").read_text())
-    top_level = {p.split(".")[0] for p in project["tool"]["setuptools"]["packages"]}
-    instructions = dockerfile_instructions()
-    copied = {shlex.split(a)[0].rstrip("/") for word, a in instructions if word == "COPY"
-              if not a.startswith("--")}
-    assert top_level | {"pyproject.toml"} <= copied, top_level - copied
-    assert ("RUN", "/opt/venv/bin/pip install .") in instructions
-    entry = next(json.loads(a) for word, a in instructions if word == "ENTRYPOINT")
-    assert entry == ["task-scheduler"] and "task-scheduler" in project["project"]["scripts"]
-
-    ignore = (REPO / ".dockerignore").read_text().splitlines()
-    assert "*" in ignore, ".dockerignore should be an allow-list"
-    for path in top_level | {"pyproject.toml"}:
-        assert f"!{path}/" in ignore or f"!{path}" in ignore, f"{path} is excluded from the context"
-
-
-def test_the_image_gets_every_data_file_the_packages_read() -> None:
-    """`pip install .` copies only .py files unless pyproject declares package data: a template
-    missing from the wheel works in the source tree and breaks in the container."""
-    setuptools = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
-    packages = sorted(setuptools["packages"], key=len, reverse=True)
-    declared = setuptools.get("package-data", {})
-    missing = []
-    for root in {p.split(".")[0] for p in packages}:
-        for path in sorted((REPO / root).rglob("*")):
-            if not path.is_file() or path.suffix in {".py", ".pyc"} or "__pycache__" in path.parts:
-                continue
-            if path.name == "script.py.mako":  # Alembic's template for new revisions: dev only
-                continue
-            relative = path.relative_to(REPO)
-            package = next(p for p in packages if relative.parts[:len(p.split("."))] == tuple(
-                p.split(".")))
-            inside = relative.relative_to(*package.split(".")).as_posix()
-            patterns = [*declared.get(package, []), *declared.get("*", [])]
-            if not any(fnmatch.fnmatch(inside, pattern) for pattern in patterns):
-                missing.append(f"{relative} (package {package})")
-    assert not missing, "not in the wheel, add [tool.setuptools.package-data]: " + ", ".join(missing)
-
-
-# --- the scripts the one-shot services run, executed for real --------------------------------
-
-
-def entrypoint_script(service: dict[str, Any]) -> Path:
-    """The repo file that a service's `/bin/sh /scripts/X.sh` entrypoint runs."""
-    entry = service["entrypoint"]
-    assert entry[0] == "/bin/sh"
-    mounts: dict[str, str] = {v.split(":")[1]: v.split(":")[0] for v in service["volumes"]}
-    return REPO / mounts[entry[1]]
-
-
-async def test_temporal_setup_creates_the_namespace_and_registers_our_search_attributes(
-    services: dict[str, dict[str, Any]], dev_env: WorkflowEnvironment,
-) -> None:
-    script = entrypoint_script(services["temporal-setup"])
-    namespace = f"setup-{uuid.uuid4().hex[:8]}"
-    env = {
-        "TEMPORAL_ADDRESS": dev_env.client.service_client.config.target_host,
-        "TEMPORAL_NAMESPACE": namespace,
-        "TEMPORAL_SETUP_DELAY_SECONDS": "0.5",
-    }
-    await run_sh([str(script)], env)
-    second = await run_sh([str(script)], env)  # re-running is harmless
-    assert f"namespace {namespace} exists" in second
-
-    listed = await dev_env.client.operator_service.list_search_attributes(
-        ListSearchAttributesRequest(namespace=namespace)
-    )
-    registered = {
-        name: IndexedValueType.Name(kind).removeprefix("INDEXED_VALUE_TYPE_")
-        for name, kind in listed.custom_attributes.items()
-    }
-    expected = {name: kind.upper() for name, kind in attributes.DEFINITIONS.items()}
-    assert registered == expected
-
-
-def test_postgres_init_gives_the_app_its_own_role_and_database(
-    services: dict[str, dict[str, Any]], postgres_url: str,
-) -> None:
-    mount = next(v for v in services["postgresql"]["volumes"] if "docker-entrypoint-initdb.d" in v)
-    script = REPO / mount.split(":")[0]
-    server = urlsplit(postgres_url)
-    role, database = f"app_{uuid.uuid4().hex[:8]}", f"appdb_{uuid.uuid4().hex[:8]}"
-    env = {
-        "PGHOST": server.hostname or "", "PGPORT": str(server.port),
-        "POSTGRES_USER": server.username or "",
-        "SCHEDULER_DB_USER": role, "SCHEDULER_DB_NAME": database,
-        "SCHEDULER_DB_PASSWORD": "it's a \"quoted\"; DROP ROLE x; --",
-    }
-    result = subprocess.run(
-        ["sh", str(script)], env=env, capture_output=True, text=True, timeout=60, check=False
-    )
-    assert result.returncode == 0, result.stderr
-
-    admin = make_engine(postgres_url)
-    try:
-        with admin.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-            owner = conn.execute(
-                text("SELECT pg_get_userbyid(datdba) FROM pg_database WHERE datname = :d"),
-                {"d": database},
-            ).scalar_one()
-            login, superuser, has_password = conn.execute(
-                text("SELECT rolcanlogin, rolsuper, rolpassword IS NOT NULL FROM pg_authid"
-                     " WHERE rolname = :r"), {"r": role},
-            ).one()
-            assert (owner, login, superuser, has_password) == (role, True, False, True)
-            conn.execute(text(f'DROP DATABASE "{database}"'))
-            conn.execute(text(f'DROP ROLE "{role}"'))
-    finally:
-        admin.dispose()

@@ -195,6 +195,6 @@ def test_the_path_check_sees_the_documented_endpoints() -> None:
     assert {"/dead-letters", "/checkHealth", "/metrics", "/ui/login"} <= paths
 
 
-def test_the_measuring_script_compiles() -> None:
-    source = (DOCS / "measure_fire_cost.py").read_text()
-    compile(source, "measure_fire_cost.py", "exec")
+@pytest.mark.parametrize("script", ["measure_fire_cost.py", "measure_db_fires.py"])
+def test_the_measuring_scripts_compile(script: str) -> None:
+    compile((DOCS / script).read_text(), script, "exec")
