@@ -60,6 +60,7 @@ def create_app(
                 max_lead_seconds=settings.dispatch_max_lead_seconds,
                 dispatch_rate=settings.dispatch_rate_per_second,
                 hold_after_seconds=settings.hold_after_seconds,
+                hold_at_most_seconds=settings.hold_at_most_seconds,
             ),
             load_handlers().keys(),
             EgressPolicy.from_list(settings.egress_allow_list),

@@ -64,13 +64,14 @@ class TemporalGateway:
     def __init__(
         self, client: Client, task_queue: str, *, lead_seconds: float = 0.0,
         max_lead_seconds: float = 60.0, dispatch_rate: float = 0.0,
-        hold_after_seconds: float = 0.0,
+        hold_after_seconds: float = 0.0, hold_at_most_seconds: float = 0.0,
     ) -> None:
         self.client = client
         self.task_queue = task_queue
         self.lead_seconds = lead_seconds
         self.max_lead_seconds = max_lead_seconds
         self.hold_after_seconds = hold_after_seconds
+        self.hold_at_most_seconds = hold_at_most_seconds
         self.herd = HerdGauge(lead_seconds, max_lead_seconds, dispatch_rate)
 
     async def start_task(
@@ -84,6 +85,7 @@ class TemporalGateway:
                 self.client, task_queue=self.task_queue, task_id=task_id, tenant_id=tenant_id,
                 spec=spec, created_at=created_at, lead_seconds=lead,
                 max_lead_seconds=self.max_lead_seconds, hold_after_seconds=self.hold_after_seconds,
+                hold_at_most_seconds=self.hold_at_most_seconds,
             )
 
     async def update(self, task_id: str, changes: TaskChanges) -> TaskState:

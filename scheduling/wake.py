@@ -1,14 +1,19 @@
 """When a new task's workflow first needs a worker.
 
-A task created for tomorrow has nothing to do until its first run is dispatched. Started with a
-start delay, its workflow is held by the server until then: no workflow task runs at creation,
-so the create costs the engine about what a bare workflow start costs, and the first workflow
-task both writes the task's row and dispatches the run. Started at once, the same task costs a
-workflow task now (row and timer) and another at the wake.
+A task created for tomorrow has nothing to do now. Started with a start delay, its workflow is
+held by the server: no workflow task runs at creation, so the create costs the engine about
+what a bare workflow start costs.
+
+- Held for a while (the default, 30 s): the first workflow task (the task's row and its timer)
+  runs after the hold instead of during the create. A burst of creates runs at the engine's
+  start rate while it lasts up to the hold, and the deferred workflow tasks follow it.
+- Held until the first dispatch (no limit): the first workflow task both writes the row and
+  dispatches the run, so one workflow task per task is saved, not only deferred.
 
 The price: until the wake, the workflow has run no code. Updates (what the API sends) and
 Temporal cancellation wake it at once; a plain signal is recorded but only handled at the wake,
-still before the run; a query fails until then.
+still before any run; a query fails until then. A task whose first dispatch is near is not held,
+so a short hold always ends well before its first run.
 """
 
 from __future__ import annotations
@@ -20,13 +25,16 @@ from scheduling.jitter import jitter_offset
 
 def first_wake_delay(
     *, task_id: str, first_fire: datetime | None, jitter_seconds: float, lead_seconds: float,
-    now: datetime, minimum_seconds: float,
+    now: datetime, minimum_seconds: float, maximum_seconds: float = 0.0,
 ) -> timedelta | None:
-    """How long the server may hold a new task's workflow: until its first run is dispatched
-    (the fire, plus its jitter, minus the lead). None when that is less than
-    ``minimum_seconds`` away, when there is no first fire, or when ``minimum_seconds`` is 0."""
+    """How long the server may hold a new task's workflow: ``maximum_seconds``, or until its
+    first run is dispatched (the fire, plus its jitter, minus the lead) when that is sooner or
+    ``maximum_seconds`` is 0. None when the dispatch is less than ``minimum_seconds`` away,
+    when there is no first fire, or when ``minimum_seconds`` is 0."""
     if minimum_seconds <= 0 or first_fire is None:
         return None
     instant = first_fire + jitter_offset(task_id, first_fire, jitter_seconds)
     delay = instant - timedelta(seconds=lead_seconds) - now
-    return delay if delay.total_seconds() >= minimum_seconds else None
+    if delay.total_seconds() < minimum_seconds:
+        return None
+    return min(delay, timedelta(seconds=maximum_seconds)) if maximum_seconds > 0 else delay

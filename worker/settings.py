@@ -120,11 +120,17 @@ class Settings(BaseSettings):
         "N due within 2 s of each other gets N / rate seconds more lead (0: no herd lead)",
     )
     hold_after_seconds: float = Field(
-        default=0.0, ge=0,
+        default=60.0, ge=0,
         description="hold a new task whose first run is dispatched at least this far ahead in "
-        "Temporal until then (a start delay: no workflow task at creation, under half the "
-        "create's cost). Updates (the API) and Temporal cancellation reach a held task at "
-        "once, but a plain signal only at its wake; 0 (default) starts every task at once",
+        "Temporal (a start delay: no workflow task at creation, so a burst of creates runs at "
+        "the engine's start rate). Updates (the API) and Temporal cancellation reach a held "
+        "task at once, a plain signal only at its wake; 0 starts every task at once",
+    )
+    hold_at_most_seconds: float = Field(
+        default=30.0, ge=0,
+        description="how long a held task is held: its first workflow task (row and timer) "
+        "runs this long after its creation; 0 holds it until its first run is dispatched, "
+        "which saves that workflow task but leaves a plain signal unhandled until then",
     )
     otlp_endpoint: str | None = Field(
         default=None, description="OTLP/HTTP traces endpoint; unset: no tracing"

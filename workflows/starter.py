@@ -28,11 +28,13 @@ async def start_task_workflow(
     max_lead_seconds: float = 60.0,
     reuse_closed_id: bool = False,
     hold_after_seconds: float = 0.0,
+    hold_at_most_seconds: float = 0.0,
 ) -> bool:
     """Start ``task-<task_id>``; False when a workflow with that id exists or existed.
 
     A new task (no ``state``) whose first dispatch is at least ``hold_after_seconds`` away is
-    held by the server until then (`scheduling.wake`); 0 starts every workflow at once."""
+    held by the server for ``hold_at_most_seconds``, or until that dispatch when 0
+    (`scheduling.wake`); ``hold_after_seconds`` 0 starts every workflow at once."""
     first = state.next_fire_at if state is not None else None
     delay = None
     if state is None:
@@ -42,6 +44,7 @@ async def start_task_workflow(
         delay = first_wake_delay(
             task_id=task_id, first_fire=first, jitter_seconds=spec.jitter_seconds,
             lead_seconds=lead_seconds, now=datetime.now(UTC), minimum_seconds=hold_after_seconds,
+            maximum_seconds=hold_at_most_seconds,
         )
     try:
         await client.start_workflow(

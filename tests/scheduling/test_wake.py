@@ -11,9 +11,10 @@ NOW = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
 
 
 def delay(first: datetime | None, *, lead: float = 10.0, minimum: float = 300.0,
-          jitter: float = 0.0, task_id: str = "t") -> timedelta | None:
+          maximum: float = 0.0, jitter: float = 0.0, task_id: str = "t") -> timedelta | None:
     return first_wake_delay(task_id=task_id, first_fire=first, jitter_seconds=jitter,
-                            lead_seconds=lead, now=NOW, minimum_seconds=minimum)
+                            lead_seconds=lead, now=NOW, minimum_seconds=minimum,
+                            maximum_seconds=maximum)
 
 
 def test_held_until_the_run_is_dispatched() -> None:
@@ -38,3 +39,28 @@ def test_the_wake_includes_the_runs_jitter() -> None:
     offset = jitter_offset("task-7", first, 120.0)
     assert offset > timedelta(0)
     assert delay(first, jitter=120.0, task_id="task-7") == first + offset - timedelta(seconds=10) - NOW
+
+
+def test_a_limited_hold_ends_after_the_limit_or_at_the_dispatch_if_sooner() -> None:
+    assert delay(NOW + timedelta(days=1), minimum=60, maximum=30) == timedelta(seconds=30)
+    assert delay(NOW + timedelta(seconds=100), minimum=60, maximum=30) == timedelta(seconds=30)
+    assert delay(NOW + timedelta(seconds=100), minimum=60, maximum=200) == timedelta(seconds=90)
+    # The minimum still decides whether a task is held at all.
+    assert delay(NOW + timedelta(seconds=69), minimum=60, maximum=30) is None
+    assert delay(NOW + timedelta(days=1), minimum=0, maximum=30) is None
+
+
+def test_the_shipped_hold_ends_well_before_the_first_dispatch() -> None:
+    """With the shipped settings a held task always wakes at least half a minute before its
+    run is dispatched, so the lead the workflow computes at its first workflow task applies."""
+    from worker.settings import Settings
+
+    shipped = Settings(env="test")
+    assert 0 < shipped.hold_at_most_seconds <= shipped.hold_after_seconds - 30
+    for ahead in (shipped.hold_after_seconds, 3600.0, 86400.0 * 30):
+        held = first_wake_delay(
+            task_id="t", first_fire=NOW + timedelta(seconds=ahead), jitter_seconds=0.0,
+            lead_seconds=0.0, now=NOW, minimum_seconds=shipped.hold_after_seconds,
+            maximum_seconds=shipped.hold_at_most_seconds)
+        assert held == timedelta(seconds=shipped.hold_at_most_seconds)
+        assert ahead - held.total_seconds() >= 30

@@ -1,8 +1,11 @@
-"""A task held by the server until its first dispatch (`SCHEDULER_HOLD_AFTER_SECONDS`).
+"""A new task held by the server before its first workflow task (`SCHEDULER_HOLD_AFTER_SECONDS`,
+`SCHEDULER_HOLD_AT_MOST_SECONDS`).
 
-On the real dev server: its workflow runs no workflow task before the wake, its first workflow
-task dispatches the run (no timer in between), updates and Temporal cancellation reach it at
-once, and a plain signal waits for the wake but still comes before the run."""
+On the real dev server: its workflow runs no workflow task before the wake; held until its first
+dispatch, its first workflow task dispatches the run (no timer in between); held for a limited
+time, it wakes then, writes its row and waits for the run as usual. Updates and Temporal
+cancellation reach it at once, and a plain signal waits for the wake but still comes before the
+run."""
 
 from __future__ import annotations
 
@@ -37,13 +40,14 @@ class Calls:
 
 
 async def _start_held(env: WorkflowEnvironment, queue: str, run_at: datetime, *,
-                      hold_after: float = 1.0) -> WorkflowHandle[TaskWorkflow, TaskState]:
+                      hold_after: float = 1.0, hold_at_most: float = 0.0,
+                      ) -> WorkflowHandle[TaskWorkflow, TaskState]:
     task_id = uuid.uuid4().hex
     started = await start_task_workflow(
         env.client, task_queue=queue, task_id=task_id, tenant_id="t1",
         spec=spec(schedule_type="once", run_at=run_at, job_details=handler_job("calls")),
         created_at=await env.get_current_time(), lead_seconds=LEAD, max_lead_seconds=60.0,
-        hold_after_seconds=hold_after,
+        hold_after_seconds=hold_after, hold_at_most_seconds=hold_at_most,
     )
     assert started
     return env.client.get_workflow_handle_for(TaskWorkflow.run, workflow_id(task_id))
@@ -142,6 +146,55 @@ async def test_a_plain_signal_reaches_a_held_task_at_its_wake_before_the_run(
     # Handled at the wake, a lead ahead of the run.
     kinds = await _event_kinds(handle)
     assert "activity_task_scheduled_event_attributes" not in kinds
+
+
+async def test_a_task_held_for_a_while_wakes_then_and_waits_for_its_run_as_usual(
+    dev_env: WorkflowEnvironment, sqlite_engine: Engine
+) -> None:
+    """The shipped kind of hold: the create's workflow task is deferred, not saved. A plain
+    signal sent during the hold is handled at the wake, long before the run."""
+    calls = Calls()
+    began = await dev_env.get_current_time()
+    run_at = began.replace(microsecond=0) + timedelta(seconds=12)
+    async with new_worker(dev_env.client, sqlite_engine, handlers={"calls": calls}) as worker:
+        handle = await _start_held(dev_env, worker.task_queue, run_at, hold_at_most=3.0)
+        paused = await _start_held(dev_env, worker.task_queue, run_at, hold_at_most=3.0)
+        description = await handle.describe()
+        assert description.execution_time is not None
+        assert 2.5 < (description.execution_time - began).total_seconds() < 3.5
+        await paused.signal("pause", "from an operator")
+        await asyncio.sleep(1)
+        assert await _event_kinds(handle) == ["workflow_execution_started_event_attributes"]
+        assert get_task(sqlite_engine, handle.id.removeprefix("task-"), "t1") is None
+
+        # After the hold and well before the run: the row is written and a timer set.
+        async def row_written() -> bool:
+            return _row_status(sqlite_engine, handle) is not None
+
+        async def paused_by_the_signal() -> bool:
+            return _row_status(sqlite_engine, paused) == "PAUSED"
+
+        await until(row_written)
+        awake = await dev_env.get_current_time()
+        assert awake < run_at - timedelta(seconds=LEAD + 4)
+        kinds = await _event_kinds(handle)
+        assert "timer_started_event_attributes" in kinds
+        assert "activity_task_scheduled_event_attributes" not in kinds
+        await until(paused_by_the_signal)
+        assert await dev_env.get_current_time() < run_at - timedelta(seconds=LEAD + 4)
+
+        state = await handle.result()
+        assert state.status is TaskStatus.COMPLETED and calls.at == [run_at]
+        [run] = executions(sqlite_engine, state.task_id)
+        assert run.started_at is not None
+        assert timedelta(0) <= run.started_at - run_at < timedelta(seconds=1)
+        assert executions(sqlite_engine, paused.id.removeprefix("task-")) == []
+        await paused.execute_update(TaskWorkflow.cancel_update, "test over")
+
+
+def _row_status(engine: Engine, handle: WorkflowHandle[TaskWorkflow, TaskState]) -> str | None:
+    row = get_task(engine, handle.id.removeprefix("task-"), "t1")
+    return None if row is None else row.status
 
 
 async def _status_is(handle: WorkflowHandle[TaskWorkflow, TaskState], status: WorkflowExecutionStatus) -> bool:
