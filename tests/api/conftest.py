@@ -56,7 +56,9 @@ async def stack(dev_env: WorkflowEnvironment, tmp_path_factory: pytest.TempPathF
     }
     queue = f"api-{uuid.uuid4()}"
     async with new_worker(dev_env.client, engine, task_queue=queue):
-        async with serve_api(dev_env, engine, task_queue=queue) as base_url:
+        # New tasks are held as shipped (due a minute or more ahead), for 2 s instead of 30, so
+        # that tests which watch a workflow's first steps do not wait out the hold.
+        async with serve_api(dev_env, engine, task_queue=queue, hold_at_most_seconds=2) as base_url:
             yield Stack(base_url, engine, queue, keys, dev_env)
     engine.dispose()
 

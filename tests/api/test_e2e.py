@@ -69,27 +69,55 @@ async def test_once_http_task_fires_once_with_idempotency_key(stack: Stack, targ
     assert request.json() == {"hello": "world"}
 
 
+def _signal_cancel(stack: Stack, task_id: str) -> None:
+    """What an operator types: a plain signal through the Temporal CLI."""
+    address = stack.env.client.service_client.config.target_host
+    temporal = str(Path(sys.executable).parent / "temporal")
+    result = subprocess.run(
+        [temporal, "workflow", "signal", "--address", address, "--workflow-id",
+         f"task-{task_id}", "--name", "cancel"],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+
+
 async def test_cancel_from_temporal_cli_signal(stack: Stack) -> None:
-    async with stack.client() as api:
-        created = await api.post("/task/recurring", json={
-            "task_name": "cancel-me", "job_details": {"type": "handler", "name": "noop"},
-            "schedule_type": "cron", "cron": "0 3 * * *", "timezone": "Europe/Berlin",
-        })
-        assert created.status_code == 201, created.text
-        task_id = created.json()["task_id"]
-        await wait_for_status(api, task_id, {"PENDING"})
-        address = stack.env.client.service_client.config.target_host
-        temporal = str(Path(sys.executable).parent / "temporal")
-        result = subprocess.run(
-            [temporal, "workflow", "signal", "--address", address, "--workflow-id",
-             f"task-{task_id}", "--name", "cancel"],
-            capture_output=True, text=True, timeout=60,
-        )
-        assert result.returncode == 0, result.stderr
-        final = await wait_for_status(api, task_id, {"CANCELLED"})
+    """A plain signal cancels a task at once, and a task created moments ago (still held by the
+    server, `SCHEDULER_HOLD_AT_MOST_SECONDS`, 4 s here) when its hold ends."""
+    hold = 4.0
+    async with serve_api(stack.env, stack.engine, task_queue=stack.task_queue,
+                         hold_at_most_seconds=hold) as url, stack.client() as api:
+        api.base_url = httpx.URL(url)
+        task_ids = []
+        for name in ("cancel-me-later", "cancel-me-now"):
+            created = await api.post("/task/recurring", json={
+                "task_name": name, "job_details": {"type": "handler", "name": "noop"},
+                "schedule_type": "cron", "cron": "0 3 * * *", "timezone": "Europe/Berlin",
+            })
+            assert created.status_code == 201, created.text
+            task_ids.append(created.json()["task_id"])
+        held, awake = task_ids
+
+        signalled = asyncio.get_running_loop().time()
+        _signal_cancel(stack, held)
+        await asyncio.sleep(1)
+        assert (await api.get(f"/tasks/{held}")).json()["status"] == "PENDING"
+        final = await wait_for_status(api, held, {"CANCELLED"}, timeout=hold + 20)
         assert final["next_run_at"] is None
+        assert asyncio.get_running_loop().time() - signalled > 1.5
+
+        # Once its hold is over, a task takes the signal at once.
+        handle = stack.env.client.get_workflow_handle(f"task-{awake}")
+        while len([e async for e in handle.fetch_history_events()]) < 3:
+            await asyncio.sleep(0.2)
+        await wait_for_status(api, awake, {"PENDING"})
+        signalled = asyncio.get_running_loop().time()
+        _signal_cancel(stack, awake)
+        await wait_for_status(api, awake, {"CANCELLED"}, timeout=10)
+        assert asyncio.get_running_loop().time() - signalled < 5
+
         # a cancelled task refuses further changes
-        again = await api.post(f"/tasks/{task_id}/trigger")
+        again = await api.post(f"/tasks/{awake}/trigger")
         assert again.status_code == 409
         assert again.headers["content-type"].startswith("application/problem+json")
 
@@ -122,10 +150,10 @@ async def test_update_pause_resume_trigger(stack: Stack, target: TargetServer) -
 async def test_update_pause_resume_trigger_of_a_task_held_until_its_first_run(
     stack: Stack, target: TargetServer
 ) -> None:
-    """With `SCHEDULER_HOLD_AFTER_SECONDS` the task's workflow runs nothing until its first run;
-    every change through the API still applies at once."""
+    """Held until its first run (`SCHEDULER_HOLD_AT_MOST_SECONDS=0`), the task's workflow runs
+    nothing until then; every change through the API still applies at once."""
     async with serve_api(stack.env, stack.engine, task_queue=stack.task_queue,
-                         hold_after_seconds=60) as url:
+                         hold_after_seconds=60, hold_at_most_seconds=0) as url:
         async with stack.client() as api:
             api.base_url = httpx.URL(url)
             # Its first run half a day away: held, whatever the time of the test.

@@ -153,13 +153,15 @@ async def test_drift_is_flagged_counted_and_notified(stack: Stack, target: Targe
 async def test_jitter_spreads_runs_and_next_run_at_shows_the_planned_instant(stack: Stack) -> None:
     async with stack.client() as api:
         base = (datetime.now(UTC) + timedelta(hours=1)).replace(minute=0, second=0, microsecond=0)
-        planned = []
+        task_ids = []
         for n in range(20):
             created = await api.post("/task/recurring", json={
                 "task_name": f"herd-{n}", "schedule_type": "cron", "cron": "0 * * * *",
                 "job_details": {"type": "handler", "name": "noop"}, "jitter_seconds": 60,
             })
-            task_id = created.json()["task_id"]
+            task_ids.append(created.json()["task_id"])
+        planned = []
+        for task_id in task_ids:
             async def shown() -> str | None:
                 body = (await api.get(f"/tasks/{task_id}")).json()
                 return body["next_run_at"] if body.get("updated_at") != body.get("created_at") else None
