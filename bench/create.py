@@ -238,10 +238,10 @@ async def run(args: argparse.Namespace) -> Report:
     if "held" in results:
         opt_in = results["held"]
         targets += [
-            Target("held (opt-in): create rate ≥ 0.7 × bare", opt_in["per_s"], 0.7 * bare["per_s"],
+            Target("held until the first run: create rate ≥ 0.7 × bare", opt_in["per_s"], 0.7 * bare["per_s"],
                    "/s", ratio(opt_in["per_s"], bare["per_s"]), "bare", higher_is_better=True),
-            Target("held (opt-in): create p99 ≤ 250 ms", opt_in["latency_s"]["p99"] * 1000, 250.0, " ms"),
-            Target("held (opt-in): create errors", float(opt_in["errors"]), 0.0),
+            Target("held until the first run: create p99 ≤ 250 ms", opt_in["latency_s"]["p99"] * 1000, 250.0, " ms"),
+            Target("held until the first run: create errors", float(opt_in["errors"]), 0.0),
         ]
     text = "\n".join([
         f"## Create: {args.create} tasks per round at {args.create_concurrency} concurrent clients, "
