@@ -25,7 +25,7 @@ from pathlib import Path
 import httpx
 import psutil
 
-from worker.dev import SERVER_CACHE_FLAGS
+from worker.dev import SERVER_CACHE_FLAGS, SQLITE_PRAGMA_FLAGS
 from workflows.attributes import DEFINITIONS
 
 BIN = Path(sys.executable).parent
@@ -143,8 +143,7 @@ class Stack:
             str(BIN / "temporal"), "server", "start-dev",
             "--ip", HOST, "--port", str(self.port), "--ui-port", str(free_port()), "--headless",
             "--db-filename", str(self.temporal_db),
-            "--sqlite-pragma", "journal_mode=wal", "--sqlite-pragma", "synchronous=normal",
-            "--log-level", "warn", *SERVER_CACHE_FLAGS,
+            *SQLITE_PRAGMA_FLAGS, "--log-level", "warn", *SERVER_CACHE_FLAGS,
         ]
         for name, kind in DEFINITIONS.items():
             command += ["--search-attribute", f"{name}={kind}"]

@@ -67,6 +67,7 @@ from bench.baseline import BareInput, BareWorkflow, empty
 from scheduling.spec import TaskSpec
 from store.engine import make_engine, migrate
 from worker.build import build_activities, build_workers
+from worker.dev import SQLITE_PRAGMA_FLAGS
 from workflows.attributes import DEFINITIONS
 from workflows.starter import start_task_workflow
 from workflows.state import workflow_id
@@ -85,13 +86,13 @@ def _temporal() -> str:
 
 @contextmanager
 def dev_server(data: Path) -> Iterator[str]:
-    """A headless dev server on a free port, as `task-scheduler dev` runs it; yields host:port."""
+    """A headless dev server on a free port, with the SQLite settings of `task-scheduler dev`;
+    yields host:port."""
     port = free_port()
     command = [
         _temporal(), "server", "start-dev", "--ip", "127.0.0.1", "--port", str(port),
         "--headless", "--db-filename", str(data / "temporal.db"),
-        "--sqlite-pragma", "journal_mode=wal", "--sqlite-pragma", "synchronous=normal",
-        "--log-level", "error",
+        *SQLITE_PRAGMA_FLAGS, "--log-level", "error",
     ]
     for name, kind in DEFINITIONS.items():
         command += ["--search-attribute", f"{name}={kind}"]

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import httpx
 
-from worker.dev import SERVER_CACHE_FLAGS
+from worker.dev import SERVER_CACHE_FLAGS, SQLITE_PRAGMA_FLAGS
 from workflows.attributes import DEFINITIONS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -148,14 +148,13 @@ class Fleet:
 
 
 def temporal_command(db_file: Path, port: int, ui_port: int) -> list[str]:
-    """A dev server keeping its state in a SQLite file (WAL), with the task search attributes and
-    the server cache of `task-scheduler dev`."""
+    """A dev server keeping its state in a SQLite file, with the SQLite settings, the task search
+    attributes and the server cache of `task-scheduler dev`."""
     command = [
         str(BIN / "temporal"), "server", "start-dev", "--ip", "127.0.0.1",
         "--port", str(port), "--ui-port", str(ui_port), "--headless",
         "--db-filename", str(db_file),
-        "--sqlite-pragma", "journal_mode=wal", "--sqlite-pragma", "synchronous=normal",
-        "--log-level", "warn",
+        *SQLITE_PRAGMA_FLAGS, "--log-level", "warn",
         "--dynamic-config-value", "frontend.enableUpdateWorkflowExecution=true",
         *SERVER_CACHE_FLAGS,  # as the embedded production server runs
     ]
