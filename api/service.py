@@ -6,18 +6,17 @@ import hashlib
 import json
 import os
 import uuid
-from collections.abc import Callable, Collection
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import anyio
 import structlog
 from anyio import to_thread
-from anyio.lowlevel import RunVar
 from pydantic import ValidationError
 from sqlalchemy import Engine
-from sqlalchemy.exc import OperationalError, SQLAlchemyError
+from sqlalchemy.exc import SQLAlchemyError
 
 from activities.egress import EgressPolicy, EgressRefused
 from api.admission import TenantUsage, check_quota
@@ -25,7 +24,6 @@ from api.errors import (
     IdempotencyConflict,
     InvalidTask,
     NotFound,
-    ServiceUnavailable,
     TaskConflict,
     TaskNotFound,
 )
@@ -37,6 +35,7 @@ from api.schemas import (
     TaskOut,
     TaskPage,
 )
+from api.store_calls import in_thread, point_read
 from api.temporal import TemporalGateway
 from scheduling.fire import first_fire
 from scheduling.spec import HandlerJob, HttpJob, ScheduleType, TaskChanges, TaskSpec, check_timing
@@ -68,26 +67,6 @@ class Principal:
 
     tenant_id: str
     is_admin: bool = False
-
-
-# Store calls run on threads, at most this many at once: the database pool holds as many
-# connections, so no call waits for (or opens and closes) a connection beyond it, and a burst of
-# requests queues here instead of crowding the GIL with threads.
-DB_THREADS = 10
-_db_threads: RunVar[anyio.CapacityLimiter] = RunVar("db_threads")
-
-
-async def in_thread(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-    """Run a blocking store call off the event loop; database outages become 503."""
-    try:
-        limiter = _db_threads.get()
-    except LookupError:
-        limiter = anyio.CapacityLimiter(DB_THREADS)
-        _db_threads.set(limiter)
-    try:
-        return await to_thread.run_sync(lambda: fn(*args, **kwargs), limiter=limiter)
-    except OperationalError as exc:
-        raise ServiceUnavailable("the database is unavailable") from exc
 
 
 class TaskService:
@@ -141,8 +120,8 @@ class TaskService:
             )
         await self._check(spec, now)
         if usage is None:
-            quota, active = await in_thread(
-                quota_and_active, self.engine, who.tenant_id, self.quota_defaults,
+            quota, active = await point_read(
+                self.engine, quota_and_active, who.tenant_id, self.quota_defaults,
                 self.active_counts,
             )
             usage = TenantUsage(quota, active)

@@ -1,0 +1,51 @@
+"""Calls into the task database from the event loop: on a thread, or in place for a point read
+on SQLite. A database outage becomes 503 either way."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import anyio
+from anyio import to_thread
+from anyio.lowlevel import RunVar
+from sqlalchemy import Engine
+from sqlalchemy.exc import OperationalError
+
+from api.errors import ServiceUnavailable
+
+T = TypeVar("T")
+
+# Store calls run on threads, at most this many at once: the database pool holds as many
+# connections, so no call waits for (or opens and closes) a connection beyond it, and a burst of
+# requests queues here instead of crowding the GIL with threads.
+DB_THREADS = 10
+_db_threads: RunVar[anyio.CapacityLimiter] = RunVar("db_threads")
+
+
+async def in_thread(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """Run a blocking store call off the event loop; database outages become 503."""
+    try:
+        limiter = _db_threads.get()
+    except LookupError:
+        limiter = anyio.CapacityLimiter(DB_THREADS)
+        _db_threads.set(limiter)
+    try:
+        return await to_thread.run_sync(lambda: fn(*args, **kwargs), limiter=limiter)
+    except OperationalError as exc:
+        raise ServiceUnavailable("the database is unavailable") from exc
+
+
+async def point_read(engine: Engine, fn: Callable[..., T], *args: Any) -> T:
+    """``fn(engine, *args)``: a read of a few rows by key (the API key, a tenant's quota), as
+    every request makes.
+
+    On SQLite it runs in place: about 0.07 ms of CPU, where the trip to a thread and back cost
+    0.3-0.6 ms under a burst of requests (the hand-offs of the interpreter lock), and a read in
+    WAL mode does not wait for writers. A server database answers over the network: a thread."""
+    if engine.dialect.name != "sqlite":
+        return await in_thread(fn, engine, *args)
+    try:
+        return fn(engine, *args)
+    except OperationalError as exc:
+        raise ServiceUnavailable("the database is unavailable") from exc
