@@ -18,10 +18,16 @@ from store.quotas import key_with_usage
 bearer = HTTPBearer(auto_error=False, description="API key of a tenant: `Authorization: Bearer <key>`")
 
 
-def get_service(request: Request) -> TaskService:
+def service_of(request: Request) -> TaskService:
     """The task service built in the app's lifespan."""
     service: TaskService = request.app.state.service
     return service
+
+
+async def get_service(request: Request) -> TaskService:
+    """``service_of`` as a dependency. Every dependency here is a coroutine: FastAPI sends a
+    plain function to a thread and back, 0.3-0.6 ms of CPU per request under a burst."""
+    return service_of(request)
 
 
 ServiceDep = Annotated[TaskService, Depends(get_service)]
@@ -45,7 +51,7 @@ def _unknown_key() -> Unauthorized:
 async def get_principal(request: Request, credentials: CredentialsDep) -> Principal:
     """The tenant of the presented API key; 401 when missing, unknown or revoked."""
     key = _presented_key(credentials)
-    row = await point_read(get_service(request).engine, find_active_key, key)
+    row = await point_read(service_of(request).engine, find_active_key, key)
     if row is None:
         raise _unknown_key()
     return Principal(tenant_id=row.tenant_id, is_admin=row.is_admin)
@@ -63,7 +69,7 @@ async def get_creator(request: Request, credentials: CredentialsDep) -> Creator:
     """``get_principal`` for the create endpoints: the key, the quota and the active count
     are read in one trip to the database (the key afresh, as for every request)."""
     key = _presented_key(credentials)
-    service = get_service(request)
+    service = service_of(request)
     found = await point_read(
         service.engine, key_with_usage, key, service.quota_defaults, service.active_counts
     )

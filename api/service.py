@@ -184,7 +184,7 @@ class TaskService:
 
     async def _existing(self, who: Principal, task_id: str, spec: TaskSpec, now: datetime) -> TaskOut:
         for _ in range(40):
-            row = await in_thread(read_task, self.engine, task_id, who.tenant_id)
+            row = await point_read(self.engine, read_task, task_id, who.tenant_id)
             if row is not None:
                 return TaskOut.from_row(row)
             await anyio.sleep(0.05)
@@ -199,7 +199,7 @@ class TaskService:
     async def get(self, who: Principal, task_id: str) -> TaskOut:
         """A task of the caller's tenant (404 for anyone else's)."""
         tenant = None if who.is_admin else who.tenant_id
-        row = await in_thread(read_task, self.engine, task_id, tenant)
+        row = await point_read(self.engine, read_task, task_id, tenant)
         if row is None:
             raise TaskNotFound(f"no task {task_id}")
         return TaskOut.from_row(row)
@@ -311,7 +311,7 @@ class TaskService:
             raise TaskConflict(f"dead letter {execution_id} is no longer open")
 
     async def _dead_letter(self, who: Principal, execution_id: str) -> TaskExecution:
-        row = await in_thread(get_execution, self.engine, execution_id)
+        row = await point_read(self.engine, get_execution, execution_id)
         if row is None or (not who.is_admin and row.tenant_id != who.tenant_id) or row.dead_letter != "open":
             raise NotFound(f"no open dead letter {execution_id}")
         return row
@@ -338,7 +338,7 @@ class TaskService:
 
     async def _row(self, who: Principal, task_id: str) -> Task:
         tenant = None if who.is_admin else who.tenant_id
-        row = await in_thread(get_task, self.engine, task_id, tenant)
+        row = await point_read(self.engine, get_task, task_id, tenant)
         if row is None:
             raise TaskNotFound(f"no task {task_id}")
         return row

@@ -37,8 +37,8 @@ async def in_thread(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
 
 
 async def point_read(engine: Engine, fn: Callable[..., T], *args: Any) -> T:
-    """``fn(engine, *args)``: a read of a few rows by key (the API key, a tenant's quota), as
-    every request makes.
+    """``fn(engine, *args)``: a read of a few rows by key (the API key, a tenant's quota, one
+    task or one run), as most requests make.
 
     On SQLite it runs in place: about 0.07 ms of CPU, where the trip to a thread and back cost
     0.3-0.6 ms under a burst of requests (the hand-offs of the interpreter lock), and a read in

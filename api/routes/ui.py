@@ -17,7 +17,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 from jinja2 import Environment, FileSystemLoader
 
-from api.deps import ServiceDep, get_service
+from api.deps import ServiceDep, service_of
 from api.errors import TaskNotFound
 from api.schemas import ExecutionOut, TaskOut
 from api.service import Principal
@@ -180,7 +180,7 @@ async def get_viewer(request: Request) -> Principal | None:
     key = request.cookies.get(COOKIE)
     if not key:
         return None
-    row = await point_read(get_service(request).engine, find_active_key, key)
+    row = await point_read(service_of(request).engine, find_active_key, key)
     return Principal(tenant_id=row.tenant_id, is_admin=row.is_admin) if row else None
 
 
@@ -210,7 +210,7 @@ async def login_form(request: Request) -> HTMLResponse:
 @router.post("/login")
 async def login(request: Request, key: Annotated[str, Form(max_length=500)] = "") -> Response:
     """Check the API key; on success keep it in an HttpOnly cookie and go to the task list."""
-    row = await point_read(get_service(request).engine, find_active_key, key.strip()) if key else None
+    row = await point_read(service_of(request).engine, find_active_key, key.strip()) if key else None
     if row is None:
         return page(request, "login.html", {"error": "That API key is unknown or revoked."}, 401)
     response = RedirectResponse("/ui", status_code=status.HTTP_303_SEE_OTHER)
