@@ -144,14 +144,19 @@ async def post_created(http: aiohttp.ClientSession, path: str, body: dict[str, A
             raise RuntimeError(f"{answer.status} {text[:150]}")
 
 
+def held_seconds(settings: dict[str, str] | None) -> float:
+    """How long the scheduler with these SCHEDULER_* settings holds a task due in a day: its
+    first workflow task runs that long after its create."""
+    effective = Settings.model_validate(
+        {"env": "test"} | {k.removeprefix("SCHEDULER_").lower(): v for k, v in (settings or {}).items()})
+    return effective.hold_at_most_seconds if effective.hold_after_seconds > 0 else 0.0
+
+
 async def scheduler_creates(count: int, concurrency: int, api_workers: int = 1,
                             settings: dict[str, str] | None = None) -> dict[str, Any]:
     """POST /task/create with one-time tasks due in a day."""
     stack = SchedulerStack("scheduler", api_workers=api_workers, settings=settings or {})
-    effective = Settings.model_validate(
-        {"env": "test"} | {k.removeprefix("SCHEDULER_").lower(): v for k, v in (settings or {}).items()})
-    # A held task's first workflow task runs when its hold ends: wait for that too.
-    deferred = effective.hold_at_most_seconds if effective.hold_after_seconds > 0 else 0.0
+    deferred = held_seconds(settings)
     try:
         await asyncio.to_thread(stack.start)
         async with api_session(stack, concurrency) as http:
