@@ -1,0 +1,90 @@
+"""Where the API's database calls run: a point read on SQLite in place on the event loop, anything
+on a server database on a thread, and no request dependency on a thread."""
+
+from __future__ import annotations
+
+import inspect
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.dependencies.models import Dependant
+from fastapi.routing import APIRoute
+from sqlalchemy import Engine, create_engine
+from sqlalchemy.exc import OperationalError
+
+from api.app import create_app
+from api.errors import ServiceUnavailable
+from api.store_calls import in_thread, point_read
+from store.engine import make_engine
+
+
+@pytest.fixture
+def sqlite(tmp_path: Path) -> Iterator[Engine]:
+    engine = make_engine(f"sqlite:///{tmp_path / 'calls.db'}")
+    yield engine
+    engine.dispose()
+
+
+def _thread_of(engine: Engine, seen: list[int]) -> int:
+    seen.append(threading.get_ident())
+    return len(seen)
+
+
+async def test_a_point_read_on_sqlite_runs_on_the_event_loop(sqlite: Engine) -> None:
+    seen: list[int] = []
+    assert await point_read(sqlite, _thread_of, seen) == 1
+    assert seen == [threading.get_ident()]
+
+
+async def test_a_point_read_on_postgresql_runs_on_a_thread() -> None:
+    # Never connected: only the dialect decides where the call runs.
+    engine = create_engine("postgresql+psycopg://nobody@127.0.0.1:1/none")
+    seen: list[int] = []
+    assert await point_read(engine, _thread_of, seen) == 1
+    assert seen and seen[0] != threading.get_ident()
+    await in_thread(_thread_of, engine, seen)
+    assert seen[1] != threading.get_ident()
+
+
+def _outage(engine: Engine) -> None:
+    raise OperationalError("SELECT 1", {}, Exception("unable to open database file"))
+
+
+async def test_an_outage_is_a_503_in_place_and_on_a_thread(sqlite: Engine) -> None:
+    with pytest.raises(ServiceUnavailable):
+        await point_read(sqlite, _outage)
+    with pytest.raises(ServiceUnavailable):
+        await in_thread(_outage, sqlite)
+
+
+def _calls(dependant: Dependant) -> Iterator[Any]:
+    for dependency in dependant.dependencies:
+        yield dependency.call
+        yield from _calls(dependency)
+
+
+def _routes(routes: list[Any]) -> Iterator[Any]:
+    """Every route, also those of the routers the app includes (no dependencies of their own)."""
+    for route in routes:
+        yield route
+        included = getattr(route, "original_router", None)
+        if included is not None:
+            yield from _routes(included.routes)
+
+
+def test_every_request_dependency_is_a_coroutine() -> None:
+    # FastAPI runs a dependency written as a plain function on a thread, and that trip cost
+    # 0.3-0.6 ms of CPU per request under a burst: every dependency stays a coroutine.
+    app = create_app()
+    plain = set()
+    routes = [route for route in _routes(app.routes) if isinstance(route, APIRoute)]
+    assert len(routes) > 10
+    for route in routes:
+        for call in _calls(route.dependant):
+            target = call if inspect.isfunction(call) else type(call).__call__
+            if not inspect.iscoroutinefunction(target):
+                plain.add(f"{route.path}: {getattr(call, '__qualname__', call)}")
+    assert not plain, sorted(plain)
