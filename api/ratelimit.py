@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Annotated
+from collections.abc import Callable
+from typing import Annotated, Any, TypeVar
 
 from anyio import to_thread
 from fastapi import Depends, Request
@@ -20,6 +21,8 @@ from limits import RateLimitItem, parse, storage, strategies
 from api.deps import Creator, CreatorAuthDep, TenantDep
 from api.errors import RateLimited
 from api.service import Principal
+
+T = TypeVar("T")
 
 
 class TenantRateLimiter:
@@ -33,21 +36,15 @@ class TenantRateLimiter:
         # is a network round trip: on a thread, so the event loop does not wait for it.
         self._in_place = isinstance(store, storage.MemoryStorage)
 
+    async def _store(self, call: Callable[..., T], *args: Any) -> T:
+        return call(*args) if self._in_place else await to_thread.run_sync(call, *args)
+
     async def hit(self, who: Principal, kind: str) -> None:
         """Count one request; raises RateLimited with Retry-After when over the limit."""
         item: RateLimitItem = self._limits[kind]
-        allowed = (
-            self._limiter.hit(item, who.tenant_id, kind)
-            if self._in_place
-            else await to_thread.run_sync(self._limiter.hit, item, who.tenant_id, kind)
-        )
-        if allowed:
+        if await self._store(self._limiter.hit, item, who.tenant_id, kind):
             return
-        stats = (
-            self._limiter.get_window_stats(item, who.tenant_id, kind)
-            if self._in_place
-            else await to_thread.run_sync(self._limiter.get_window_stats, item, who.tenant_id, kind)
-        )
+        stats = await self._store(self._limiter.get_window_stats, item, who.tenant_id, kind)
         reset = stats.reset_time
         retry_after = max(1, math.ceil(reset - time.time()))
         raise RateLimited(
