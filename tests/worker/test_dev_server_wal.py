@@ -4,25 +4,18 @@ SQLite's default 1,000, and stays that size however much the server writes."""
 from __future__ import annotations
 
 import asyncio
-import socket
 import subprocess
-import time
 from pathlib import Path
 
 from temporalio.client import Client
 
-from worker.dev import WAL_CHECKPOINT_PAGES, dev_server_command
+from tests.faults.processes import free_port
+from worker.dev import WAL_CHECKPOINT_PAGES, dev_server_command, wait_for_port
 from worker.settings import Settings
 
 SQLITE_DEFAULT_CHECKPOINT_PAGES = 1_000
 WAL_HEADER_BYTES = 32
 FRAME_HEADER_BYTES = 24
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _page_size(db_file: Path) -> int:
@@ -44,22 +37,13 @@ async def _start_many(address: str, count: int, concurrency: int) -> None:
 
 
 async def test_the_wal_outgrows_the_sqlite_default_and_stays_bounded(tmp_path: Path) -> None:
-    port = _free_port()
-    settings = Settings(temporal_address=f"127.0.0.1:{port}", temporal_ui_port=_free_port(),
+    settings = Settings(temporal_address=f"127.0.0.1:{free_port()}", temporal_ui_port=free_port(),
                         data_dir=tmp_path)
     log = (tmp_path / "server.log").open("wb")
     server = subprocess.Popen([*dev_server_command(settings), "--headless"], stdout=log,
                               stderr=subprocess.STDOUT)
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert server.poll() is None, (tmp_path / "server.log").read_text()[-2000:]
-            assert time.monotonic() < deadline, "the dev server did not listen within 60 s"
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-                break
-            except OSError:
-                await asyncio.sleep(0.2)
+        wait_for_port(settings.temporal_address, 60, server)
         # About 250 pages of WAL per start: 600 starts write many times the 16,000 pages.
         await _start_many(settings.temporal_address, 600, 32)
         wal = tmp_path / "temporal.db-wal"
