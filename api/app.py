@@ -61,6 +61,7 @@ def create_app(
                 dispatch_rate=settings.dispatch_rate_per_second,
                 hold_after_seconds=settings.hold_after_seconds,
                 hold_at_most_seconds=settings.hold_at_most_seconds,
+                max_concurrent_starts=settings.api_max_concurrent_starts,
             ),
             load_handlers().keys(),
             EgressPolicy.from_list(settings.egress_allow_list),

@@ -37,6 +37,18 @@ class ApiMetrics:
             registry=self.registry,
         )
 
+        self.starts = Gauge(
+            "scheduler_api_workflow_starts",
+            "Creates' workflow starts in this API process: in flight to Temporal, or waiting "
+            "for one of SCHEDULER_API_MAX_CONCURRENT_STARTS",
+            ["state"], registry=self.registry,
+        )
+
+    def refresh_starts(self, in_flight: int, waiting: int) -> None:
+        """The start slots' use right now (called when /metrics is scraped)."""
+        self.starts.labels(state="in_flight").set(in_flight)
+        self.starts.labels(state="waiting").set(waiting)
+
     def refresh_task_counts(self, engine: Engine) -> None:
         """Count tasks by status (called when /metrics is scraped)."""
         with Session(engine) as session:

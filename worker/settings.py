@@ -132,6 +132,13 @@ class Settings(BaseSettings):
         "runs this long after its creation; 0 holds it until its first run is dispatched, "
         "which saves that workflow task but leaves a plain signal unhandled until then",
     )
+    api_max_concurrent_starts: int = Field(
+        default=8, ge=0,
+        description="workflow starts one API process has in flight to Temporal at once; more "
+        "creates wait for a slot in arrival order, so a burst's latencies stay even instead of "
+        "some starts losing every race inside the engine (0: no limit). Raise it where a start "
+        "takes longer than on the embedded server (slots / start latency caps creates per second)",
+    )
     otlp_endpoint: str | None = Field(
         default=None, description="OTLP/HTTP traces endpoint; unset: no tracing"
     )

@@ -79,6 +79,8 @@ async def readyz(request: Request) -> JSONResponse:
 async def metrics(request: Request) -> Response:
     """Prometheus text format."""
     api_metrics = request.app.state.metrics
+    starts = request.app.state.service.temporal.starts
+    api_metrics.refresh_starts(starts.in_flight, starts.waiting)
     try:
         engine = request.app.state.service.engine
         await to_thread.run_sync(lambda: api_metrics.refresh_task_counts(engine))

@@ -271,6 +271,8 @@ async def test_health_and_metrics(stack: Stack) -> None:
         assert "scheduler_tasks" in families
         executions = {(s.labels["status"], s.labels["reason"]) for s in families["scheduler_executions"].samples}
         assert ("COMPLETED", "") in executions
+        starts = {s.labels["state"]: s.value for s in families["scheduler_api_workflow_starts"].samples}
+        assert starts == {"in_flight": 0, "waiting": 0}  # nothing is being created right now
         docs = await api.get("/docs")
         assert docs.status_code == 200 and "swagger" in docs.text.lower()
         spec = (await api.get("/openapi.json")).json()
