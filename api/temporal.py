@@ -63,9 +63,9 @@ class StartSlots:
     """At most ``limit`` workflow starts in flight (0: no limit); the rest wait in arrival order.
 
     At 32 concurrent creates against the embedded server, sending every start at once left
-    some of them waiting on the engine far longer than others: p99 was 1.8-2.0 times p50. With
-    a few in flight and the rest queued here, first come first served, it was 1.5-1.6 times,
-    at the same rate (bench/README.md, "The API's start slots")."""
+    some of them waiting on the engine far longer than others: p99 was 1.8 to 2.0 times p50.
+    With 8 in flight and the rest queued here, first come first served, it was 1.5 to 1.7
+    times, at the same rate (bench/README.md, "The API's start slots")."""
 
     def __init__(self, limit: int) -> None:
         self.in_flight = 0
