@@ -62,6 +62,7 @@ def create_app(
                 hold_after_seconds=settings.hold_after_seconds,
                 hold_at_most_seconds=settings.hold_at_most_seconds,
                 max_concurrent_starts=settings.api_max_concurrent_starts,
+                hold_wakes_per_second=settings.hold_wakes_per_second,
             ),
             load_handlers().keys(),
             EgressPolicy.from_list(settings.egress_allow_list),

@@ -44,10 +44,22 @@ class ApiMetrics:
             ["state"], registry=self.registry,
         )
 
+        self.wakes_booked = Gauge(
+            "scheduler_api_held_wakes_booked_seconds",
+            "Seconds until the last wake this API process has booked for a held task "
+            "(SCHEDULER_HOLD_WAKES_PER_SECOND): how long the deferred first workflow tasks of "
+            "its creates go on",
+            registry=self.registry,
+        )
+
     def refresh_starts(self, in_flight: int, waiting: int) -> None:
         """The start slots' use right now (called when /metrics is scraped)."""
         self.starts.labels(state="in_flight").set(in_flight)
         self.starts.labels(state="waiting").set(waiting)
+
+    def refresh_wakes(self, booked_seconds: float) -> None:
+        """How far ahead held tasks' wakes are booked (called when /metrics is scraped)."""
+        self.wakes_booked.set(booked_seconds)
 
     def refresh_task_counts(self, engine: Engine) -> None:
         """Count tasks by status (called when /metrics is scraped)."""

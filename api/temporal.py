@@ -25,6 +25,7 @@ from api.errors import InvalidTask, OutcomeUnknown, ServiceUnavailable, TaskConf
 from scheduling.fire import first_fire
 from scheduling.herd import HerdGauge
 from scheduling.spec import TaskChanges, TaskSpec
+from scheduling.wake import WakePacer
 from store.models import Task
 from workflows.starter import start_task_workflow, state_from_row
 from workflows.state import QueuedRun, ReplayRequest, TaskState, Trigger, workflow_id
@@ -97,7 +98,7 @@ class TemporalGateway:
         self, client: Client, task_queue: str, *, lead_seconds: float = 0.0,
         max_lead_seconds: float = 60.0, dispatch_rate: float = 0.0,
         hold_after_seconds: float = 0.0, hold_at_most_seconds: float = 0.0,
-        max_concurrent_starts: int = 0,
+        max_concurrent_starts: int = 0, hold_wakes_per_second: float = 0.0,
     ) -> None:
         self.client = client
         self.task_queue = task_queue
@@ -107,6 +108,7 @@ class TemporalGateway:
         self.hold_at_most_seconds = hold_at_most_seconds
         self.herd = HerdGauge(lead_seconds, max_lead_seconds, dispatch_rate)
         self.starts = StartSlots(max_concurrent_starts)
+        self.wakes = WakePacer(hold_wakes_per_second)
 
     async def start_task(
         self, *, task_id: str, tenant_id: str, spec: TaskSpec, created_at: datetime
@@ -119,7 +121,7 @@ class TemporalGateway:
                 self.client, task_queue=self.task_queue, task_id=task_id, tenant_id=tenant_id,
                 spec=spec, created_at=created_at, lead_seconds=lead,
                 max_lead_seconds=self.max_lead_seconds, hold_after_seconds=self.hold_after_seconds,
-                hold_at_most_seconds=self.hold_at_most_seconds,
+                hold_at_most_seconds=self.hold_at_most_seconds, wakes=self.wakes,
             )
 
     async def update(self, task_id: str, changes: TaskChanges) -> TaskState:

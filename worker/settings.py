@@ -132,6 +132,13 @@ class Settings(BaseSettings):
         "runs this long after its creation; 0 holds it until its first run is dispatched, "
         "which saves that workflow task but leaves a plain signal unhandled until then",
     )
+    hold_wakes_per_second: float = Field(
+        default=20.0, ge=0,
+        description="held tasks one API process wakes per second at most: a burst of creates "
+        "longer than the hold meets its deferred first workflow tasks at this rate, not at the "
+        "rate it creates, and the rest wake after it (never past a task's first dispatch, where "
+        "a wake the pace cannot fit is held). 0: each wakes when its hold ends",
+    )
     api_max_concurrent_starts: int = Field(
         default=8, ge=0,
         description="workflow starts one API process has in flight to Temporal at once; more "

@@ -9,7 +9,7 @@ from temporalio.common import Priority, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
 from scheduling.spec import TaskSpec
-from scheduling.wake import first_wake_delay
+from scheduling.wake import WakePacer, first_wake_delay
 from store.models import Task
 from workflows import attributes
 from workflows.state import PRIORITY_KEYS, QueuedRun, TaskState, TaskWorkflowInput, workflow_id
@@ -29,12 +29,14 @@ async def start_task_workflow(
     reuse_closed_id: bool = False,
     hold_after_seconds: float = 0.0,
     hold_at_most_seconds: float = 0.0,
+    wakes: WakePacer | None = None,
 ) -> bool:
     """Start ``task-<task_id>``; False when a workflow with that id exists or existed.
 
     A new task (no ``state``) whose first dispatch is at least ``hold_after_seconds`` away is
     held by the server for ``hold_at_most_seconds``, or until that dispatch when 0
-    (`scheduling.wake`); ``hold_after_seconds`` 0 starts every workflow at once."""
+    (`scheduling.wake`), its wake paced by ``wakes``; ``hold_after_seconds`` 0 starts every
+    workflow at once."""
     first = state.next_fire_at if state is not None else None
     delay = None
     if state is None:
@@ -44,7 +46,7 @@ async def start_task_workflow(
         delay = first_wake_delay(
             task_id=task_id, first_fire=first, jitter_seconds=spec.jitter_seconds,
             lead_seconds=lead_seconds, now=datetime.now(UTC), minimum_seconds=hold_after_seconds,
-            maximum_seconds=hold_at_most_seconds,
+            maximum_seconds=hold_at_most_seconds, pacer=wakes,
         )
     try:
         await client.start_workflow(

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from scheduling.jitter import jitter_offset
-from scheduling.wake import first_wake_delay
+from scheduling.wake import WakePacer, first_wake_delay
 
 NOW = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
 
@@ -64,3 +64,53 @@ def test_the_shipped_hold_ends_well_before_the_first_dispatch() -> None:
             maximum_seconds=shipped.hold_at_most_seconds)
         assert held == timedelta(seconds=shipped.hold_at_most_seconds)
         assert ahead - held.total_seconds() >= 30
+
+
+def test_paced_wakes_are_spread_at_the_rate_from_the_end_of_the_hold() -> None:
+    pacer = WakePacer(rate=4.0)
+    first = NOW + timedelta(days=1)
+    # Ten tasks created in the same instant: the first wakes when its hold ends, the others
+    # a quarter of a second apart after it.
+    delays = [first_wake_delay(task_id=f"t{i}", first_fire=first, jitter_seconds=0.0,
+                               lead_seconds=10.0, now=NOW, minimum_seconds=60.0,
+                               maximum_seconds=30.0, pacer=pacer) for i in range(10)]
+    assert delays == [timedelta(seconds=30 + i / 4) for i in range(10)]
+    assert pacer.booked_until(NOW) == 30 + 10 / 4
+
+
+def test_a_wake_after_a_quiet_spell_is_not_delayed() -> None:
+    pacer = WakePacer(rate=1.0)
+    assert pacer.book(NOW, NOW + timedelta(hours=1)) == NOW
+    assert pacer.book(NOW, NOW + timedelta(hours=1)) == NOW + timedelta(seconds=1)
+    later = NOW + timedelta(minutes=5)
+    assert pacer.book(later, later + timedelta(hours=1)) == later
+    assert pacer.booked_until(later) == 1.0
+    assert pacer.booked_until(later + timedelta(seconds=2)) == 0.0
+
+
+def test_a_wake_the_pace_cannot_fit_is_held_until_the_dispatch() -> None:
+    pacer = WakePacer(rate=1.0)
+    dispatch = NOW + timedelta(seconds=2)
+    assert pacer.book(NOW, dispatch) == NOW
+    assert pacer.book(NOW, dispatch) == NOW + timedelta(seconds=1)
+    # The next free wake is the dispatch itself: held until then, and no wake is booked.
+    assert pacer.book(NOW, dispatch) == dispatch
+    assert pacer.booked_until(NOW) == 2.0
+    # A task dispatched later still gets the next free wake.
+    assert pacer.book(NOW, NOW + timedelta(minutes=1)) == NOW + timedelta(seconds=2)
+
+
+def test_a_task_due_within_the_hold_is_held_to_its_dispatch_without_a_booking() -> None:
+    pacer = WakePacer(rate=1.0)
+    held = first_wake_delay(task_id="t", first_fire=NOW + timedelta(seconds=100),
+                            jitter_seconds=0.0, lead_seconds=10.0, now=NOW,
+                            minimum_seconds=60.0, maximum_seconds=200.0, pacer=pacer)
+    assert held == timedelta(seconds=90)
+    assert pacer.booked_until(NOW) == 0.0
+
+
+def test_no_pace_wakes_each_task_when_its_hold_ends() -> None:
+    pacer = WakePacer(rate=0.0)
+    for _ in range(3):
+        assert pacer.book(NOW, NOW + timedelta(hours=1)) == NOW
+    assert pacer.booked_until(NOW) == 0.0
