@@ -133,7 +133,7 @@ class Settings(BaseSettings):
         "which saves that workflow task but leaves a plain signal unhandled until then",
     )
     hold_wakes_per_second: float = Field(
-        default=20.0, ge=0,
+        default=10.0, ge=0,
         description="held tasks one API process wakes per second at most: a burst of creates "
         "longer than the hold meets its deferred first workflow tasks at this rate, not at the "
         "rate it creates, and the rest wake after it (never past a task's first dispatch, where "

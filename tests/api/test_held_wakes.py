@@ -94,6 +94,6 @@ async def test_metrics_tell_how_far_ahead_wakes_are_booked(
 
 
 def test_the_pace_cannot_be_negative() -> None:
-    assert Settings().hold_wakes_per_second == 20
+    assert Settings().hold_wakes_per_second == 10
     with pytest.raises(ValidationError, match="hold_wakes_per_second"):
         Settings(hold_wakes_per_second=-1)
