@@ -49,7 +49,7 @@ async def latencies(http: aiohttp.ClientSession, paths: list[str]) -> dict[str, 
 async def run(args: argparse.Namespace) -> Report:
     """Create N recurring tasks through the API, then measure."""
     # What is measured is N tasks loaded in the worker. Paced as shipped, the wakes of a burst
-    # this long would go on for N / 20 s after it; unpaced, each task wakes when its hold ends
+    # this long would go on for N / SCHEDULER_HOLD_WAKES_PER_SECOND s after it; unpaced, each task wakes when its hold ends
     # (how a long burst's creates fare with the pace is the create workload's to measure).
     stack = SchedulerStack("scheduler", api_workers=args.scale_api_workers,
                            settings={"SCHEDULER_HOLD_WAKES_PER_SECOND": "0"})
