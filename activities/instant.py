@@ -4,6 +4,7 @@ while it waits and while it runs, and refusing a retry that comes too late to be
 from __future__ import annotations
 
 import asyncio
+import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -16,6 +17,23 @@ from scheduling.waiting import beat_every
 
 # The heartbeat detail of a job that has started: its retry is a retry, not a late start.
 STARTED = "started"
+# The event loop's timers fire up to a millisecond late (its poll counts whole milliseconds),
+# and more when the process is not scheduled at once: a run sleeps on the loop until this long
+# before its instant and waits out the rest on the clock.
+FINAL_WAIT_SECONDS = 0.002
+
+
+async def sleep_until_instant(instant: datetime) -> None:
+    """Return at ``instant`` on this worker's clock, within a fraction of a millisecond."""
+    at = instant.timestamp()
+    delay = at - time.time()
+    if delay > FINAL_WAIT_SECONDS:
+        await asyncio.sleep(delay - FINAL_WAIT_SECONDS)
+        delay = at - time.time()
+    if delay > 0:
+        # Blocks the loop for at most the final wait, once per instant: the runs due with this
+        # one find it passed when they wake.
+        time.sleep(delay)  # noqa: ASYNC251 - on purpose, see above
 
 
 async def wait_for_instant(job_input: JobInput, agenda: Agenda) -> None:
@@ -23,12 +41,11 @@ async def wait_for_instant(job_input: JobInput, agenda: Agenda) -> None:
     (nothing ran)."""
     if job_input.not_before is None:
         return
-    delay = (job_input.not_before - datetime.now(UTC)).total_seconds()
-    if delay <= 0:
+    if job_input.not_before <= datetime.now(UTC):
         return
     try:
         with agenda.waiting(job_input.not_before):
-            await asyncio.sleep(delay)
+            await sleep_until_instant(job_input.not_before)
     except asyncio.CancelledError:
         raise ApplicationError(
             "withdrawn before its instant: the job did not run", type=WITHDRAWN, non_retryable=True

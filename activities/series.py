@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -31,6 +31,7 @@ from activities.contracts import (
     SeriesOutcome,
     SeriesResult,
 )
+from activities.instant import sleep_until_instant
 from store.records import ExecutionRecord
 
 AttemptFn = Callable[[JobInput, int], Awaitable[JobResult]]
@@ -119,6 +120,8 @@ class SeriesRunner:
         self._consecutive = series.consecutive_failures
         self._tripped = False
         self._caught_up: set[str] = set()
+        self._waiting: tuple[asyncio.Task[None], asyncio.Event] | None = None
+        self._broken: Exception | None = None
 
     async def run(self) -> SeriesResult:
         series = self._series
@@ -141,28 +144,35 @@ class SeriesRunner:
                 for fire, reason in skipped:
                     await self._skip(fire, reason)
                 for index, fire in enumerate(pending):
-                    # Built before its instant, so that when due it only has to start; and
-                    # one at a time, once the fire before has started, not all at the
-                    # series' start, where the series of many tasks arrive together.
-                    job_input, record = self._prepare(fire)
-                    with self._agenda.waiting(fire.not_before):
-                        await _sleep_until(fire.not_before)
+                    if fire.not_before <= datetime.now(UTC):
+                        # Reached already (fires caught up after a retry): it starts from
+                        # here, beside the other fires reached with it.
+                        if self._tripped:
+                            break
+                        job_input, record = self._prepare(fire)
+                        if await self._admit(fire, started):
+                            self._spawn(jobs, self._run_fire(job_input, record))
+                        continue
+                    # Built before its instant, and one at a time, once the fire before has
+                    # started: not all at the series' start, where the series of many tasks
+                    # arrive together. It waits for its instant in a task of its own and
+                    # starts right there, so the runs due at one instant start one after
+                    # another without each series due with them waking first.
+                    reached = asyncio.Event()
+                    self._waiting = (self._spawn(jobs, self._fire(fire, started, reached)), reached)
+                    if index + 1 == len(pending):
+                        break
+                    # the runs due now (of every task) start before the next is built
+                    await _sleep_until(min(fire.not_before + BUILD_AFTER, pending[index + 1].not_before))
+                    await reached.wait()
+                    self._raise_if_broken()
                     if self._tripped:
                         break
-                    started.add(fire.execution_id)
-                    if series.overlap != "allow" and await self._busy():
-                        await self._skip(fire, "overlap")
-                        continue
-                    job = asyncio.create_task(self._run_fire(job_input, record))
-                    jobs.add(job)
-                    job.add_done_callback(jobs.discard)
-                    if index + 1 < len(pending):
-                        # the runs due now (of every task) start before the next is built
-                        await _sleep_until(min(fire.not_before + BUILD_AFTER, pending[index + 1].not_before))
             except asyncio.CancelledError:
                 if not _withdrawn():
                     raise
                 # Withdrawn (cancel, pause, update): the fires not reached never run.
+                self._withdraw_waiting()
             while jobs:
                 try:
                     await asyncio.wait(set(jobs))
@@ -170,6 +180,8 @@ class SeriesRunner:
                     if not _withdrawn():
                         raise
                     # A withdrawal now only stops what has not started: runs going on finish.
+                    self._withdraw_waiting()
+            self._raise_if_broken()
         except asyncio.CancelledError:
             # The worker is stopping or the series timed out: it is retried, and the retry
             # skips the fires this attempt finished (heartbeat details).
@@ -188,6 +200,49 @@ class SeriesRunner:
             unrun=[f.scheduled_at for f in unrun],
             tripped=self._tripped,
         )
+
+    async def _fire(self, fire: SeriesFire, started: set[str], reached: asyncio.Event) -> None:
+        """One fire: wait for its instant, then run it unless it is not admitted."""
+        job_input, record = self._prepare(fire)
+        try:
+            with self._agenda.waiting(fire.not_before):
+                await sleep_until_instant(fire.not_before)
+        finally:
+            reached.set()
+        try:
+            admitted = await self._admit(fire, started)
+        except Exception as exc:  # the series fails (and is retried) as if it had done this
+            self._broken = exc
+            return
+        if admitted:
+            await self._run_fire(job_input, record)
+
+    async def _admit(self, fire: SeriesFire, started: set[str]) -> bool:
+        """At a fire's instant: whether it runs. Not once the failure limit has stopped the
+        series; under the skip overlap policy, not while a run is going (it is skipped)."""
+        if self._tripped:
+            return False
+        started.add(fire.execution_id)
+        if self._series.overlap != "allow" and await self._busy():
+            await self._skip(fire, "overlap")
+            return False
+        return True
+
+    @staticmethod
+    def _spawn(jobs: set[asyncio.Task[None]], work: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        job = asyncio.create_task(work)
+        jobs.add(job)
+        job.add_done_callback(jobs.discard)
+        return job
+
+    def _withdraw_waiting(self) -> None:
+        """The fire still waiting for its instant is not run."""
+        if self._waiting is not None and not self._waiting[1].is_set():
+            self._waiting[0].cancel()
+
+    def _raise_if_broken(self) -> None:
+        if self._broken is not None:
+            raise self._broken
 
     async def _busy(self) -> bool:
         """A run is still going: one of this series, or the last of the series before."""
