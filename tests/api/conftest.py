@@ -21,6 +21,7 @@ from api.app import create_app
 from store.engine import make_engine, migrate
 from store.keys import create_key
 from tests.conftest import new_worker
+from worker.cli import SERVER_OPTIONS
 from worker.settings import Settings
 
 
@@ -69,7 +70,9 @@ async def serve_api(env: WorkflowEnvironment, engine: Engine, **settings: Any) -
     port = _free_port()
     settings.setdefault("egress_allow", "127.0.0.1")
     app = create_app(Settings(env="test", api_port=port, **settings), engine=engine, client=env.client)
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on"))
+    server = uvicorn.Server(uvicorn.Config(
+        app, host="127.0.0.1", port=port, log_level="warning", lifespan="on", **SERVER_OPTIONS
+    ))
     serving = asyncio.create_task(server.serve())
     while not server.started:
         await asyncio.sleep(0.02)
