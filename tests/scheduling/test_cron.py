@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import itertools
 import re
+import sys
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
@@ -133,6 +135,35 @@ def test_next_fire_is_strictly_after() -> None:
     at_ten = datetime(2026, 6, 1, 8, tzinfo=UTC)  # 10:00 CEST
     assert next_cron_fire("0 10 * * *", BERLIN, at_ten) == at_ten + timedelta(days=1)
     assert next_cron_fire("0 10 * * *", BERLIN, at_ten - timedelta(microseconds=1)) == at_ten
+
+
+def test_walks_of_one_expression_do_not_move_each_other() -> None:
+    # The parse of an expression is shared by every call (and every workflow thread): a later
+    # walk must not start where an earlier one stopped, whatever their order.
+    june, july = datetime(2026, 6, 1, tzinfo=UTC), datetime(2026, 7, 1, tzinfo=UTC)
+    assert next_cron_fire("0 10 * * *", BERLIN, july) == datetime(2026, 7, 1, 8, tzinfo=UTC)
+    assert next_cron_fire("0 10 * * *", BERLIN, june) == datetime(2026, 6, 1, 8, tzinfo=UTC)
+    assert next_cron_fire("0 10 * * *", ZoneInfo("UTC"), june) == datetime(2026, 6, 1, 10, tzinfo=UTC)
+    assert fires("0 10 * * *", june, june + timedelta(days=3)) == [
+        datetime(2026, 6, day, 8, tzinfo=UTC) for day in (1, 2, 3)
+    ]
+    # The same text read with seconds first is another expression.
+    assert next_cron_fire("0 10 * * * *", ZoneInfo("UTC"), june) == datetime(2026, 6, 1, 0, 10, tzinfo=UTC)
+
+
+def test_threads_walking_one_expression_at_once_each_get_their_own_fires() -> None:
+    # Workflow activations run on several threads and share the parse of an expression.
+    starts = [datetime(2026, 1, 1, tzinfo=UTC) + timedelta(hours=7 * i) for i in range(400)]
+    expected = [next_cron_fire("*/7 9-17 * * 1-5", BERLIN, start) for start in starts]
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # hand the interpreter lock over as often as it can be
+    try:
+        with ThreadPoolExecutor(8) as pool:
+            for _ in range(5):
+                got = list(pool.map(lambda start: next_cron_fire("*/7 9-17 * * 1-5", BERLIN, start), starts))
+                assert got == expected
+    finally:
+        sys.setswitchinterval(interval)
 
 
 def test_six_fields_have_seconds_first() -> None:
