@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from api.errors import InvalidTask, PayloadTooLarge, QuotaExceeded
-from scheduling.spacing import shortest_gap
+from scheduling.spacing import ShortestGaps
 from scheduling.spec import HttpJob, TaskSpec
 from store.quotas import Quota
 
@@ -19,7 +19,9 @@ class TenantUsage:
     active: int
 
 
-def check_quota(usage: TenantUsage, spec: TaskSpec, now: datetime, *, body_size: int) -> None:
+def check_quota(
+    usage: TenantUsage, spec: TaskSpec, now: datetime, *, body_size: int, gaps: ShortestGaps
+) -> None:
     """Refuse a new task past any of the tenant's limits, naming the limit and its value."""
     quota, active = usage.quota, usage.active
     if body_size > quota.max_body_bytes:
@@ -41,7 +43,7 @@ def check_quota(usage: TenantUsage, spec: TaskSpec, now: datetime, *, body_size:
             "(allow_seconds_cron=false)",
             field="cron",
         )
-    gap = shortest_gap(spec, now)
+    gap = gaps.shortest_gap(spec, now)
     if gap is not None and gap < quota.min_interval_seconds:
         field = "interval_seconds" if spec.interval_seconds is not None else "cron"
         raise InvalidTask(

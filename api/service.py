@@ -38,6 +38,7 @@ from api.schemas import (
 from api.store_calls import in_thread, point_read
 from api.temporal import TemporalGateway
 from scheduling.fire import first_fire
+from scheduling.spacing import ShortestGaps
 from scheduling.spec import HandlerJob, HttpJob, ScheduleType, TaskChanges, TaskSpec, check_timing
 from store.batch import BatchWriter
 from store.idempotency import claim_key, complete_key
@@ -88,6 +89,7 @@ class TaskService:
         self.egress = egress or EgressPolicy()
         self.quota_defaults = quota_defaults or Quota()
         self.active_counts = ActiveCounts()
+        self.gaps = ShortestGaps()
         # No linger: rows that arrive while a commit runs go together into the next one.
         self.writer = BatchWriter(engine, linger=0)
 
@@ -125,7 +127,7 @@ class TaskService:
                 self.active_counts,
             )
             usage = TenantUsage(quota, active)
-        check_quota(usage, spec, now, body_size=body_size)
+        check_quota(usage, spec, now, body_size=body_size, gaps=self.gaps)
         task_id = uuid.uuid4().hex
         if idempotency_key is not None:
             task_id = await self._claim_idempotency_key(who, idempotency_key, spec, recurring_only)
