@@ -8,7 +8,7 @@ import asyncio
 import os
 import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal, TypedDict
 
 from worker import ops
 from worker.logging import configure_logging
@@ -22,7 +22,12 @@ if TYPE_CHECKING:
 # it in Python: a create's API CPU fell from 3.3 to 2.5-2.8 ms and the rate at 32 clients rose by
 # an eighth. uvloop, which uvicorn would also pick up if installed, took most of that back in the
 # same runs (3.0 ms), so the loop is named too (docs/capacity.md, "API").
-SERVER_OPTIONS: dict[str, str] = {"http": "httptools", "loop": "asyncio"}
+class ServerOptions(TypedDict):
+    http: Literal["httptools"]
+    loop: Literal["asyncio"]
+
+
+SERVER_OPTIONS: ServerOptions = {"http": "httptools", "loop": "asyncio"}
 
 
 def _api(settings: Settings, args: argparse.Namespace) -> int:
