@@ -1,4 +1,4 @@
-"""What a tenant's quota allows a new task: its size, its schedule's pace, its count."""
+"""What a tenant's quota allows a task: its size, its schedule's pace, its count."""
 
 from __future__ import annotations
 
@@ -24,12 +24,32 @@ def check_quota(
 ) -> None:
     """Refuse a new task past any of the tenant's limits, naming the limit and its value."""
     quota, active = usage.quota, usage.active
+    check_body_size(quota, body_size)
+    check_task_limits(quota, spec, now, gaps=gaps)
+    if active >= quota.max_active_tasks:
+        raise QuotaExceeded(
+            f"the tenant has {active} active tasks; its limit is "
+            f"max_active_tasks={quota.max_active_tasks}"
+        )
+
+
+def check_body_size(quota: Quota, body_size: int) -> None:
+    """Refuse a request body over the tenant's max_body_bytes (413)."""
     if body_size > quota.max_body_bytes:
         raise PayloadTooLarge(
             f"the body has {body_size} bytes; this tenant's limit is max_body_bytes={quota.max_body_bytes}"
         )
+
+
+def check_task_limits(
+    quota: Quota, spec: TaskSpec, now: datetime, *, gaps: ShortestGaps,
+    before: TaskSpec | None = None,
+) -> None:
+    """Refuse a task's job headers or schedule past the tenant's limits. With ``before`` (an
+    update), only the limits of the parts the update changes: a task that a later, tighter
+    quota would refuse keeps working and can still be renamed or paused."""
     job = spec.job_details
-    if isinstance(job, HttpJob):
+    if isinstance(job, HttpJob) and (before is None or job != before.job_details):
         size = sum(len(k) + len(v) for k, v in job.headers.items())
         if size > quota.max_header_bytes:
             raise InvalidTask(
@@ -37,6 +57,8 @@ def check_quota(
                 f"max_header_bytes={quota.max_header_bytes}",
                 field="job_details.headers",
             )
+    if before is not None and _schedule(spec) == _schedule(before):
+        return
     if spec.cron is not None and len(spec.cron.split()) == 6 and not quota.allow_seconds_cron:
         raise InvalidTask(
             "cron: a 6-field cron (with seconds) is not allowed for this tenant "
@@ -51,8 +73,8 @@ def check_quota(
             f"min_interval_seconds={quota.min_interval_seconds:g}",
             field=field,
         )
-    if active >= quota.max_active_tasks:
-        raise QuotaExceeded(
-            f"the tenant has {active} active tasks; its limit is "
-            f"max_active_tasks={quota.max_active_tasks}"
-        )
+
+
+def _schedule(spec: TaskSpec) -> tuple[object, ...]:
+    return (spec.schedule_type, spec.cron, spec.timezone, spec.interval_seconds, spec.start_date,
+            spec.end_date)

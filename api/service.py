@@ -19,7 +19,7 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from activities.egress import EgressPolicy, EgressRefused
-from api.admission import TenantUsage, check_quota
+from api.admission import TenantUsage, check_body_size, check_quota, check_task_limits
 from api.errors import (
     IdempotencyConflict,
     InvalidTask,
@@ -43,7 +43,7 @@ from scheduling.spec import HandlerJob, HttpJob, ScheduleType, TaskChanges, Task
 from store.batch import BatchWriter
 from store.idempotency import claim_key, complete_key
 from store.models import Task, TaskExecution
-from store.quotas import ActiveCounts, Quota, quota_and_active
+from store.quotas import ActiveCounts, Quota, quota_and_active, quota_for
 from store.records import TaskSnapshot
 from store.tasks import (
     get_execution,
@@ -233,15 +233,23 @@ class TaskService:
         return ExecutionPage(items=[ExecutionOut.from_row(r) for r in rows], next_cursor=next_cursor)
 
     # ------------------------------------------------------------- changes
-    async def update(self, who: Principal, task_id: str, changes: TaskChanges) -> TaskOut:
-        """Validate the change against the current task, then apply it in the workflow."""
+    async def update(
+        self, who: Principal, task_id: str, changes: TaskChanges, *, body_size: int = 0
+    ) -> TaskOut:
+        """Validate the change against the current task and the tenant's quota, then apply it
+        in the workflow."""
         row = await self._row(who, task_id)
         self._refuse_final(row)
+        spec = TaskSpec.model_validate(row.spec)
         try:
-            new_spec = changes.apply_to(TaskSpec.model_validate(row.spec))
+            new_spec = changes.apply_to(spec)
         except ValidationError as exc:
             raise InvalidTask(_first_error(exc)) from exc
-        await self._check(new_spec, datetime.now(UTC))
+        now = datetime.now(UTC)
+        await self._check(new_spec, now)
+        quota = await point_read(self.engine, quota_for, who.tenant_id, self.quota_defaults)
+        check_body_size(quota, body_size)
+        check_task_limits(quota, new_spec, now, gaps=self.gaps, before=spec)
         return TaskOut.from_state(await self.temporal.update(task_id, changes))
 
     async def cancel(self, who: Principal, task_id: str, task_name: str | None, reason: str | None) -> TaskOut:

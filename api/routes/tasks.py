@@ -101,6 +101,7 @@ async def cancel_task(
 
 @router.post("/task/update", status_code=status.HTTP_202_ACCEPTED, responses=ERRORS)
 async def update_task(
+    request: Request,
     body: Annotated[
         TaskUpdate,
         Body(openapi_examples={"new-cron": {"value": {"task_id": "0f1e...", "cron": "30 9 * * 1-5"}}}),
@@ -109,7 +110,7 @@ async def update_task(
     service: ServiceDep,
 ) -> TaskOut:
     """Change a task; the workflow re-plans at once. Answers with the new state."""
-    return await service.update(who, body.task_id, body.changes())
+    return await service.update(who, body.task_id, body.changes(), body_size=len(await request.body()))
 
 
 @router.get("/tasks/{task_id}", responses=ERRORS)

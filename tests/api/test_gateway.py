@@ -83,6 +83,43 @@ async def test_quotas_refuse_with_the_limit_named(stack: Stack) -> None:
     assert len(rows) == 2
 
 
+async def test_updates_are_held_to_the_quota_too(stack: Stack) -> None:
+    tenant = f"quota-up-{uuid.uuid4().hex[:6]}"
+    set_quota(stack.engine, tenant, min_interval_seconds=120, max_body_bytes=600, max_header_bytes=40)
+    async with _tenant_client(stack, tenant) as api:
+        created = await api.post("/task/create", json=BODY)
+        assert created.status_code == 201, created.text
+        task_id = created.json()["task_id"]
+
+        async def update(**change: Any) -> httpx.Response:
+            return await api.post("/task/update", json={"task_id": task_id, **change})
+
+        short = await update(interval_seconds=30)
+        assert short.status_code == 422 and "min_interval_seconds=120" in short.json()["detail"]
+        every_minute = await update(schedule_type="cron", cron="* * * * *")
+        assert every_minute.status_code == 422 and "60s apart" in every_minute.json()["detail"]
+        seconds = await update(schedule_type="cron", cron="0 */5 * * * *")
+        assert seconds.status_code == 422 and "allow_seconds_cron=false" in seconds.json()["detail"]
+        headers = await update(job_details={"type": "http", "url": "https://example.com/x",
+                                            "headers": {"X-Long": "v" * 64}})
+        assert headers.status_code == 422 and "max_header_bytes=40" in headers.json()["detail"]
+        big = await update(job_details={"type": "handler", "name": "log", "args": {"pad": "x" * 600}})
+        assert big.status_code == 413 and "max_body_bytes=600" in big.json()["detail"]
+        unchanged = (await api.get(f"/tasks/{task_id}")).json()
+        assert unchanged["schedule"]["interval_seconds"] == 3600, unchanged
+        assert unchanged["job_details"]["name"] == "noop", unchanged
+
+        slower = await update(interval_seconds=7200)
+        assert slower.status_code == 202, slower.text
+        # A quota tightened later refuses new schedules, not changes that leave the schedule be.
+        set_quota(stack.engine, tenant, min_interval_seconds=10_000)
+        renamed = await update(task_name="renamed")
+        assert renamed.status_code == 202, renamed.text
+        task = renamed.json()  # the workflow's state after the change
+        assert task["task_name"] == "renamed" and task["schedule"]["interval_seconds"] == 7200, task
+        assert (await update(interval_seconds=9000)).status_code == 422
+
+
 async def test_rate_limit_answers_429_with_retry_after(stack: Stack) -> None:
     tenant = f"rate-{uuid.uuid4().hex[:6]}"
     async with serve_api(stack.env, stack.engine, task_queue=stack.task_queue,
