@@ -42,6 +42,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--create-unheld", action=argparse.BooleanOptionalAction, default=True,
                         help="also create on a scheduler that holds no task "
                         "(SCHEDULER_HOLD_AFTER_SECONDS=0)")
+    parser.add_argument("--create-cron", default="", metavar="EXPR",
+                        help="the scheduler creates cron tasks of this expression (Europe/Berlin) "
+                        "instead of one-time tasks due in a day; the baselines are unchanged")
 
 
 async def timed(calls: list[Callable[[], Awaitable[Any]]], concurrency: int,
@@ -153,19 +156,21 @@ def held_seconds(settings: dict[str, str] | None) -> float:
 
 
 async def scheduler_creates(count: int, concurrency: int, api_workers: int = 1,
-                            settings: dict[str, str] | None = None) -> dict[str, Any]:
-    """POST /task/create with one-time tasks due in a day."""
+                            settings: dict[str, str] | None = None, cron: str = "") -> dict[str, Any]:
+    """POST /task/create with one-time tasks due in a day (or cron tasks of ``cron``)."""
     stack = SchedulerStack("scheduler", api_workers=api_workers, settings=settings or {})
     deferred = held_seconds(settings)
     try:
         await asyncio.to_thread(stack.start)
         async with api_session(stack, concurrency) as http:
-            run_at = iso(time.time() + DAY)
+            when: dict[str, Any] = (
+                {"schedule_type": "cron", "cron": cron, "timezone": "Europe/Berlin"} if cron
+                else {"schedule_type": "once", "run_at": iso(time.time() + DAY)})
 
             def call(i: int) -> Callable[[], Awaitable[None]]:
                 return lambda: post_created(http, "/task/create", {
                     "task_name": f"create-{i}", "job_details": {"type": "handler", "name": "noop"},
-                    "schedule_type": "once", "run_at": run_at})
+                    **when})
 
             return await timed([call(i) for i in range(count)], concurrency, keep=True, stack=stack,
                                deferred_s=deferred)
@@ -212,7 +217,8 @@ async def run(args: argparse.Namespace) -> Report:
             print(f"create: {kind} (round {n + 1}) ...", flush=True)
             if kind in variants:
                 runs[kind].append(await scheduler_creates(
-                    args.create, args.create_concurrency, args.create_api_workers, variants[kind]))
+                    args.create, args.create_concurrency, args.create_api_workers, variants[kind],
+                    args.create_cron))
             else:
                 runs[kind].append(await temporal_creates(kind, args.create, args.create_concurrency))
     print("create: schedules ...", flush=True)
@@ -220,7 +226,8 @@ async def run(args: argparse.Namespace) -> Report:
     results = {kind: pooled(rounds) for kind, rounds in runs.items()}
     api = f" ({args.create_api_workers} API processes)" if args.create_api_workers > 1 else ""
     shipped = Settings(env="test")
-    labels = {"scheduler": f"scheduler POST /task/create, as shipped (tasks due "
+    what = f"cron tasks `{args.create_cron}`, " if args.create_cron else ""
+    labels = {"scheduler": f"scheduler POST /task/create, {what}as shipped (tasks due "
                            f"{shipped.hold_after_seconds:g} s or more ahead held "
                            f"{shipped.hold_at_most_seconds:g} s){api}",
               "held": f"scheduler, held until the first run (SCHEDULER_HOLD_AFTER_SECONDS="
