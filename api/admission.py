@@ -48,8 +48,9 @@ def check_task_limits(
     """Refuse a task's job headers or schedule past the tenant's limits. With ``before`` (an
     update), only the limits of the parts the update changes: a task that a later, tighter
     quota would refuse keeps working and can still be renamed or paused."""
-    job = spec.job_details
-    if isinstance(job, HttpJob) and (before is None or job != before.job_details):
+    job, old_job = spec.job_details, before.job_details if before is not None else None
+    old_headers = old_job.headers if isinstance(old_job, HttpJob) else None
+    if isinstance(job, HttpJob) and (before is None or job.headers != old_headers):
         size = sum(len(k) + len(v) for k, v in job.headers.items())
         if size > quota.max_header_bytes:
             raise InvalidTask(
@@ -57,14 +58,15 @@ def check_task_limits(
                 f"max_header_bytes={quota.max_header_bytes}",
                 field="job_details.headers",
             )
-    if before is not None and _schedule(spec) == _schedule(before):
-        return
-    if spec.cron is not None and len(spec.cron.split()) == 6 and not quota.allow_seconds_cron:
+    seconds_cron = spec.cron is not None and len(spec.cron.split()) == 6
+    if seconds_cron and not quota.allow_seconds_cron and (before is None or spec.cron != before.cron):
         raise InvalidTask(
             "cron: a 6-field cron (with seconds) is not allowed for this tenant "
             "(allow_seconds_cron=false)",
             field="cron",
         )
+    if before is not None and _pace(spec) == _pace(before):
+        return  # the dates only bound the runs; the gaps between them stay as they were
     gap = gaps.shortest_gap(spec, now)
     if gap is not None and gap < quota.min_interval_seconds:
         field = "interval_seconds" if spec.interval_seconds is not None else "cron"
@@ -75,6 +77,6 @@ def check_task_limits(
         )
 
 
-def _schedule(spec: TaskSpec) -> tuple[object, ...]:
-    return (spec.schedule_type, spec.cron, spec.timezone, spec.interval_seconds, spec.start_date,
-            spec.end_date)
+def _pace(spec: TaskSpec) -> tuple[object, ...]:
+    """What sets the gaps between a schedule's runs."""
+    return (spec.schedule_type, spec.cron, spec.timezone, spec.interval_seconds)

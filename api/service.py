@@ -245,10 +245,11 @@ class TaskService:
             new_spec = changes.apply_to(spec)
         except ValidationError as exc:
             raise InvalidTask(_first_error(exc)) from exc
+        # The task's own tenant: an admin's key may change another tenant's task.
+        quota = await point_read(self.engine, quota_for, row.tenant_id, self.quota_defaults)
+        check_body_size(quota, body_size)
         now = datetime.now(UTC)
         await self._check(new_spec, now)
-        quota = await point_read(self.engine, quota_for, who.tenant_id, self.quota_defaults)
-        check_body_size(quota, body_size)
         check_task_limits(quota, new_spec, now, gaps=self.gaps, before=spec)
         return TaskOut.from_state(await self.temporal.update(task_id, changes))
 

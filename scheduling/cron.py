@@ -15,7 +15,7 @@ from datetime import UTC, datetime, timedelta
 from functools import lru_cache
 from zoneinfo import ZoneInfo
 
-from croniter import croniter
+from croniter import CroniterBadDateError, croniter
 
 
 class CronError(ValueError):
@@ -33,6 +33,12 @@ def parse_cron(expression: str) -> int:
         valid = False
     if not valid:
         raise CronError(f"invalid cron expression {expression!r}")
+    try:
+        # A walk from a fixed base, not the clock (this runs inside workflows too): croniter
+        # looks 50 years ahead, past every cycle of weekdays and leap days.
+        copy.copy(_parsed(expression, len(fields) == 6)).get_next(datetime)
+    except CroniterBadDateError:
+        raise CronError(f"cron {expression!r} names no date that exists (e.g. 30 February)") from None
     return len(fields)
 
 
@@ -71,8 +77,9 @@ def next_cron_fire(expression: str, zone: ZoneInfo, after: datetime) -> datetime
 @lru_cache(maxsize=1024)
 def _parsed(expression: str, six: bool) -> croniter:
     """croniter's parse of an expression, made once: parsing took half of each next fire's time,
-    and a create samples 50 fires of a cron task for its minimum-interval quota. Only read and
-    copied, never walked, so workflows on several threads may share it."""
+    and a create samples 50 fires of a cron task for its minimum-interval quota. Never walked
+    itself, only copied, so workflows on several threads may share it: a walk of croniter 7
+    copies the parsed fields it changes (tests/scheduling/test_cron.py checks they stay put)."""
     # croniter needs an explicit base; without one it would read the real clock.
     return croniter(expression, _EPOCH, second_at_beginning=six)
 

@@ -117,7 +117,26 @@ async def test_updates_are_held_to_the_quota_too(stack: Stack) -> None:
         assert renamed.status_code == 202, renamed.text
         task = renamed.json()  # the workflow's state after the change
         assert task["task_name"] == "renamed" and task["schedule"]["interval_seconds"] == 7200, task
+        ends = await update(end_date="2099-01-01T00:00:00Z")  # bounds only: the gaps stay
+        assert ends.status_code == 202, ends.text
         assert (await update(interval_seconds=9000)).status_code == 422
+
+
+async def test_an_admin_update_is_held_to_the_quota_of_the_task_s_tenant(stack: Stack) -> None:
+    tenant = f"quota-own-{uuid.uuid4().hex[:6]}"
+    set_quota(stack.engine, tenant, allow_seconds_cron=True, min_interval_seconds=120)
+    _, admin_key = create_key(stack.engine, f"ops-{uuid.uuid4().hex[:6]}", admin=True)
+    async with _tenant_client(stack, tenant) as api:
+        task_id = (await api.post("/task/create", json=BODY)).json()["task_id"]
+    async with httpx.AsyncClient(base_url=stack.base_url, timeout=60,
+                                 headers={"Authorization": f"Bearer {admin_key}"}) as admin:
+        fast = await admin.post("/task/update", json={"task_id": task_id, "interval_seconds": 60})
+        assert fast.status_code == 422 and "min_interval_seconds=120" in fast.json()["detail"]
+        # The owner may have seconds in its crons; the admin's own tenant may not.
+        seconds = await admin.post("/task/update", json={
+            "task_id": task_id, "schedule_type": "cron", "cron": "0 */5 * * * *"})
+        assert seconds.status_code == 202, seconds.text
+        assert seconds.json()["schedule"]["cron"] == "0 */5 * * * *"
 
 
 async def test_rate_limit_answers_429_with_retry_after(stack: Stack) -> None:

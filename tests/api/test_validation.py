@@ -27,6 +27,7 @@ def with_(**changes: Any) -> dict[str, Any]:
 BAD_BODIES = [
     ("bad cron", with_(cron="61 25 * * *"), "cron"),
     ("cron with 4 fields", with_(cron="* * * *"), "cron"),
+    ("cron on 30 February", with_(cron="0 0 30 2 *"), "cron"),
     ("unknown time zone", with_(timezone="Mars/Olympus_Mons"), "timezone"),
     ("end before start", with_(start_date="2030-01-02T00:00:00Z", end_date="2030-01-01T00:00:00Z"), "end_date"),
     ("run_at in the past", {**with_(cron=...), "schedule_type": "once",
@@ -98,7 +99,7 @@ async def test_recurring_endpoint_refuses_once(stack: Stack) -> None:
 async def test_bad_update_changes_nothing(stack: Stack) -> None:
     async with stack.client("t1") as api:
         task = (await api.post("/task/recurring", json=GOOD)).json()
-        for change, field in (({"timezone": "Nowhere/Land"}, "timezone"), ({"cron": "x"}, "cron"),
+        for change, field in (({"timezone": "Nowhere/Land"}, "timezone"), ({"cron": "x"}, "cron"), ({"cron": "0 0 31 4 *"}, "cron"),
                               ({"end_date": "2001-01-01T00:00:00Z"}, "end_date"), ({"bogus": 1}, "bogus"),
                               ({"interval_seconds": 5}, "interval_seconds")):
             response = await api.post("/task/update", json={"task_id": task["task_id"], **change})

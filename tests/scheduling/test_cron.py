@@ -4,6 +4,7 @@ Sunday of October, 03:00 CEST -> 02:00 CET)."""
 
 from __future__ import annotations
 
+import copy
 import itertools
 import re
 import sys
@@ -13,7 +14,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from scheduling.cron import CronError, next_cron_fire, parse_cron
+from scheduling.cron import CronError, _parsed, next_cron_fire, parse_cron
 
 BERLIN = ZoneInfo("Europe/Berlin")
 SPRING = {2026: (3, 29), 2027: (3, 28)}
@@ -164,6 +165,25 @@ def test_threads_walking_one_expression_at_once_each_get_their_own_fires() -> No
                 assert got == expected
     finally:
         sys.setswitchinterval(interval)
+
+
+def test_walks_leave_the_shared_parse_as_it_was() -> None:
+    for expression in ("0 10 * * *", "*/7 9-17 * * 1-5", "0 0 L * *", "0 9 * * 1#2", "0 0 29 2 *",
+                       "*/20 * * * * *"):
+        parsed = _parsed(expression, len(expression.split()) == 6)
+        before = copy.deepcopy((parsed.expanded, parsed.nth_weekday_of_month, parsed.expressions,
+                                parsed.nearest_weekday, parsed.cur))
+        after = datetime(2026, 1, 1, tzinfo=UTC)
+        for _ in range(30):
+            after = next_cron_fire(expression, BERLIN, after)
+        assert (parsed.expanded, parsed.nth_weekday_of_month, parsed.expressions,
+                parsed.nearest_weekday, parsed.cur) == before, expression
+
+
+@pytest.mark.parametrize("expression", ["0 0 30 2 *", "0 0 31 4,6,9,11 *", "0 12 30,31 2 *"])
+def test_expressions_that_name_no_real_date_are_refused(expression: str) -> None:
+    with pytest.raises(CronError, match="names no date that exists"):
+        parse_cron(expression)
 
 
 def test_six_fields_have_seconds_first() -> None:
