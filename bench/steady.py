@@ -14,7 +14,7 @@ import math
 import time
 from typing import Any
 
-from bench.firing import Fired, Plan, fire_scheduler
+from bench.firing import HISTORY_LABEL, Fired, Plan, fire_scheduler
 from bench.firing_baselines import fire_apscheduler, fire_bare
 from bench.measure import Report, Target, fmt, percentile, summary, table, targets_table
 from bench.stack import TOPOLOGIES, WORKER_TOPOLOGY
@@ -112,11 +112,11 @@ async def run(args: argparse.Namespace) -> Report:
             history = result.cross_check.get("job_start_lateness", [])
             if history:
                 s = summary(history)
-                rows.append([f"{system} (job start, history)", "both", str(len(history)),
+                rows.append([f"{system} ({HISTORY_LABEL})", "both", str(len(history)),
                              fmt(s["p50"] * 1000, " ms"), fmt(percentile(history, 90) * 1000, " ms"),
                              fmt(s["p99"] * 1000, " ms"), fmt(s["max"] * 1000, " ms"),
                              str(sum(late > TARGET_P99_S for late in history)), ""])
-                samples[f"{system} job start"] = history
+                samples[f"{system} job activity picked up"] = history
                 entry["job_start_history_s"] = s
         data[system] = entry
     targets = []
