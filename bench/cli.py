@@ -20,8 +20,9 @@ def parser(workloads: Sequence[str]) -> argparse.ArgumentParser:
     if len(workloads) > 1:
         root.add_argument("--only", default=",".join(workloads), help="workloads to run, comma separated")
     root.add_argument("--history-sample", type=int, default=2000,
-                      help="scheduler workflows whose Temporal history is read to cross-check job start "
-                           "times (0: skip)")
+                      help="scheduler workflows whose Temporal history is read for when a worker picked "
+                           "up each job activity (a run's start without a lead, its dispatch with one; "
+                           "0: skip)")
     root.add_argument("--no-plot", action="store_true")
     for name in workloads:
         WORKLOADS[name].add_arguments(root.add_argument_group(name))

@@ -257,7 +257,7 @@ async def wait_scheduler(stack: SchedulerStack, plan: Plan, expected: int, fired
 
 # The row of the history cross-check. A run dispatched ahead is picked up by a worker before
 # its instant and waits there, so for it this is the dispatch, not the job's start: the row is
-# shown, and no target is judged on it.
+# shown, not plotted as lateness, and no target is judged on it.
 HISTORY_LABEL = "job activity picked up, history"
 
 
@@ -265,8 +265,9 @@ async def history_cross_check(stack: SchedulerStack, ids: dict[str, str], sample
     """When a worker picked up each run's job activity (`ActivityTaskStarted`), from each
     workflow's Temporal history, minus the scheduled instant.
 
-    The executions table holds the job's own start; for a run sent without a lead this is the
-    same run measured the way the bare baseline is (job activity start − scheduled instant).
+    The executions table holds the job's own start. For a run sent without a lead, the pick-up
+    is the same start, measured the way the bare baseline is (job activity start − scheduled
+    instant); for a run sent ahead it is the dispatch.
     Only the latest run of each workflow is read (a continued-as-new task shows its recent
     fires).
     """

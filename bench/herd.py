@@ -90,7 +90,6 @@ async def run(args: argparse.Namespace) -> Report:
             rows.append([f"scheduler ({HISTORY_LABEL})", str(size), str(len(history)), "", "",
                          fmt(s["p50"] * 1000, " ms"), fmt(s["p99"] * 1000, " ms"), fmt(s["max"] * 1000, " ms"),
                          "", "", ""])
-            samples[f"scheduler job activity picked up n={size}"] = history
             data[f"{size}/scheduler"]["job_start_history"] = s
         targets += herd_targets(size, p99)
     text = "\n".join([
