@@ -39,7 +39,9 @@ from activities.instant import (
 from activities.run_rows import RunRows
 from activities.series import RunRegistry, SeriesRunner
 from scheduling.spec import HandlerJob, HttpJob, WorkflowJob, redact_url
+from scheduling.workflow_jobs import WorkflowJobRules, refusal
 from store.batch import BatchWriter
+from store.quotas import Quota, quota_for
 from store.records import ExecutionRecord
 
 log = structlog.get_logger("task_scheduler.jobs")
@@ -57,7 +59,7 @@ class JobActivities:
         http: httpx.AsyncClient,
         handlers: Mapping[str, Handler],
         client: Client | None,
-        default_task_queue: str,
+        workflow_jobs: WorkflowJobRules | None = None,
         max_response_bytes: int = 1024,
         engine: Engine | None = None,
         writer: BatchWriter | None = None,
@@ -68,7 +70,9 @@ class JobActivities:
         self._http = http
         self._handlers = dict(handlers)
         self._client = client
-        self._default_task_queue = default_task_queue
+        self._engine = engine
+        # None: no workflow job may start anything.
+        self._workflow_jobs = workflow_jobs or WorkflowJobRules()
         self._max_response_bytes = max_response_bytes
         self._runs = RunRegistry(self._rows.status_of if self._rows is not None else None)
 
@@ -288,6 +292,7 @@ class JobActivities:
     async def _run_workflow(self, job: WorkflowJob, job_input: JobInput, attempt: int) -> JobResult:
         if self._client is None:
             raise ApplicationError("this worker has no Temporal client for workflow jobs")
+        await self._refuse_forbidden_workflow(job, job_input, attempt)
         # The run's workflow id is derived from the execution id: a retried attempt attaches to
         # the same workflow instead of starting a second one; a failed one may start again.
         workflow_id = f"{job_input.execution_id}/workflow"
@@ -297,10 +302,14 @@ class JobActivities:
                 job.workflow_type,
                 args=job.args,
                 id=workflow_id,
-                task_queue=job.task_queue or self._default_task_queue,
+                task_queue=job.task_queue or "",  # always named: the rule refuses a job without
                 id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
                 id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE_FAILED_ONLY,
                 execution_timeout=timedelta(seconds=timeout) if timeout else None,
+                # Who started it, for an operator looking at the workflow. A memo, not the
+                # TaskId / TenantId search attributes: those find the tasks' own workflows.
+                memo={"tenant_id": job_input.tenant_id, "task_id": job_input.task_id,
+                      "execution_id": job_input.execution_id},
             )
         except WorkflowAlreadyStartedError:
             handle = self._client.get_workflow_handle(workflow_id)
@@ -316,6 +325,26 @@ class JobActivities:
                 type="WorkflowFailed",
             ) from exc
         return JobResult(attempt=attempt, output=_jsonable(output))
+
+    async def _refuse_forbidden_workflow(self, job: WorkflowJob, job_input: JobInput, attempt: int) -> None:
+        """Refuse, for good, a workflow job that may not start its workflow now: its task was
+        checked when created or updated, but the grant may have been withdrawn since, and an
+        input that never passed the API must not start anything either."""
+        granted = Quota()
+        if self._engine is not None:  # without a database, nothing is granted
+            granted = await asyncio.to_thread(quota_for, self._engine, job_input.tenant_id, Quota())
+        refused = refusal(job, self._workflow_jobs, granted_types=granted.workflow_types,
+                          granted_queues=granted.workflow_task_queues)
+        if refused is not None:
+            log.warning("job.workflow_refused", task_id=job_input.task_id, tenant=job_input.tenant_id,
+                        execution_id=job_input.execution_id, workflow_type=job.workflow_type,
+                        task_queue=job.task_queue, reason=str(refused))
+            raise ApplicationError(
+                f"workflow job refused: {refused}",
+                JobFailureDetails(attempt=attempt).model_dump(),
+                type="WorkflowJobRefused",
+                non_retryable=True,
+            )
 
 
 def _with_start(exc: ApplicationError, started: datetime) -> ApplicationError:

@@ -22,6 +22,7 @@ from api.service import TaskService
 from api.temporal import TemporalGateway
 from store.engine import make_engine, migrate
 from store.quotas import Quota
+from worker.build import workflow_job_rules
 from worker.settings import Settings
 from worker.tracing import setup_tracing, temporal_interceptors
 
@@ -74,6 +75,7 @@ def create_app(
                 max_header_bytes=settings.quota_max_header_bytes,
             ),
             failpoint=settings.failpoint,
+            workflow_jobs=workflow_job_rules(settings),
         )
         app.state.rate_limiter = TenantRateLimiter(
             settings.rate_limit_storage, settings.rate_limit_writes, settings.rate_limit_reads

@@ -39,7 +39,16 @@ from api.store_calls import in_thread, point_read
 from api.temporal import TemporalGateway
 from scheduling.fire import first_fire
 from scheduling.spacing import ShortestGaps
-from scheduling.spec import HandlerJob, HttpJob, ScheduleType, TaskChanges, TaskSpec, check_timing
+from scheduling.spec import (
+    HandlerJob,
+    HttpJob,
+    ScheduleType,
+    TaskChanges,
+    TaskSpec,
+    WorkflowJob,
+    check_timing,
+)
+from scheduling.workflow_jobs import WorkflowJobRules, refusal
 from store.batch import BatchWriter
 from store.idempotency import claim_key, complete_key
 from store.models import Task, TaskExecution
@@ -81,8 +90,11 @@ class TaskService:
         egress: EgressPolicy | None = None,
         quota_defaults: Quota | None = None,
         failpoint: str | None = None,
+        workflow_jobs: WorkflowJobRules | None = None,
     ) -> None:
         self.failpoint = failpoint
+        # None: workflow jobs may start nothing.
+        self.workflow_jobs = workflow_jobs or WorkflowJobRules()
         self.engine = engine
         self.temporal = temporal
         self.handlers = frozenset(handlers)
@@ -128,6 +140,7 @@ class TaskService:
             )
             usage = TenantUsage(quota, active)
         check_quota(usage, spec, now, body_size=body_size, gaps=self.gaps)
+        self._check_workflow_job(spec, usage.quota)
         task_id = uuid.uuid4().hex
         if idempotency_key is not None:
             task_id = await self._claim_idempotency_key(who, idempotency_key, spec, recurring_only)
@@ -223,10 +236,11 @@ class TaskService:
 
     async def executions(self, who: Principal, task_id: str, *, limit: int, cursor: str | None) -> ExecutionPage:
         """A task's run history, newest first."""
-        await self._row(who, task_id)
+        task = await self._row(who, task_id)
         try:
             rows, next_cursor = await in_thread(
-                list_executions, self.engine, task_id=task_id, limit=limit, cursor=cursor
+                list_executions, self.engine, task_id=task_id, limit=limit, cursor=cursor,
+                tenant_id=task.tenant_id,
             )
         except ValueError as exc:
             raise InvalidTask(f"cursor: {exc}", field="cursor") from exc
@@ -251,6 +265,7 @@ class TaskService:
         now = datetime.now(UTC)
         await self._check(new_spec, now)
         check_task_limits(quota, new_spec, now, gaps=self.gaps, before=spec)
+        self._check_workflow_job(new_spec, quota)
         return TaskOut.from_state(await self.temporal.update(task_id, changes))
 
     async def cancel(self, who: Principal, task_id: str, task_name: str | None, reason: str | None) -> TaskOut:
@@ -346,6 +361,17 @@ class TaskService:
                 f"job_details.name: no handler named {job.name!r} is registered (known: {known})",
                 field="job_details.name",
             )
+
+    def _check_workflow_job(self, spec: TaskSpec, quota: Quota) -> None:
+        """Refuse a workflow job that may not start its workflow, for the task's own tenant
+        (its grant is in ``quota``); the job activity checks the same again before it starts."""
+        job = spec.job_details
+        if not isinstance(job, WorkflowJob):
+            return
+        refused = refusal(job, self.workflow_jobs, granted_types=quota.workflow_types,
+                          granted_queues=quota.workflow_task_queues)
+        if refused is not None:
+            raise InvalidTask(str(refused), field=refused.field)
 
     async def _row(self, who: Principal, task_id: str) -> Task:
         tenant = None if who.is_admin else who.tenant_id

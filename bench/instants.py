@@ -61,7 +61,7 @@ async def run(series_count: int, fires: int, directory: Path) -> list[SeriesResu
     try:
         async with httpx.AsyncClient() as http:
             jobs = JobActivities(http=http, handlers=load_handlers(), client=None,
-                                 default_task_queue="bench", engine=engine, writer=writer)
+                                 engine=engine, writer=writer)
             return list(await asyncio.gather(
                 *(ActivityEnvironment().run(jobs.run_series, s) for s in every)
             ))

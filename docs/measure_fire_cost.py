@@ -243,7 +243,7 @@ async def measure(interval: float, runs: int) -> tuple[list[Scenario], dict[str,
         counter = StatementCounter(engine, {s.task_id for s in plan if not s.bare})
         async with guarded_client(EgressPolicy.from_list(["127.0.0.1"])) as http:
             activities = build_activities(engine=engine, http=http, client=client,
-                                          task_queue=queue, extra_handlers={"flaky": flaky})
+                                          extra_handlers={"flaky": flaky})
             main, jobs = build_workers(client, task_queue=queue, activities=activities,
                                        executor=executor)
             bare_worker = Worker(bare_client, task_queue=f"{queue}-bare",

@@ -137,6 +137,9 @@ class TenantQuota(SQLModel, table=True):
     allow_seconds_cron: bool | None = None
     max_body_bytes: int | None = None
     max_header_bytes: int | None = None
+    # What the tenant's workflow jobs may start, within what the deployment allows.
+    workflow_types: list[str] | None = Field(default=None, sa_column=Column(JSON, nullable=True))
+    workflow_task_queues: list[str] | None = Field(default=None, sa_column=Column(JSON, nullable=True))
     updated_at: datetime = _ts(default_factory=utcnow)
 
 

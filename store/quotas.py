@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, cast
 
 from sqlalchemy import Connection, Engine, Table, bindparam, func, select
 from sqlalchemy.orm import Session
@@ -14,7 +15,8 @@ from store.models import TASK_TABLE, TenantQuota, utcnow
 
 ACTIVE_STATUSES = ("PENDING", "RUNNING", "PAUSED")
 LIMITS = ("max_active_tasks", "min_interval_seconds", "allow_seconds_cron", "max_body_bytes",
-          "max_header_bytes")
+          "max_header_bytes", "workflow_types", "workflow_task_queues")
+GRANTS = ("workflow_types", "workflow_task_queues")  # lists of names, stored as JSON
 QUOTA_TABLE: Table = TenantQuota.__table__  # type: ignore[attr-defined]
 # Built once: every create reads both.
 _OVERRIDES = select(*(QUOTA_TABLE.c[name] for name in LIMITS)).where(
@@ -34,6 +36,9 @@ class Quota:
     allow_seconds_cron: bool = False
     max_body_bytes: int = 64 * 1024
     max_header_bytes: int = 8 * 1024
+    # Granted workflow types and task queues for workflow jobs ("*": all the deployment allows).
+    workflow_types: tuple[str, ...] = ()
+    workflow_task_queues: tuple[str, ...] = ()
 
 
 def quota_for(engine: Engine, tenant_id: str, defaults: Quota) -> Quota:
@@ -47,7 +52,8 @@ def _quota(connection: Connection, tenant_id: str, defaults: Quota) -> Quota:
     if row is None:
         return defaults
     overrides: dict[str, Any] = {
-        name: value for name, value in row._mapping.items() if value is not None
+        name: tuple(value) if name in GRANTS else value
+        for name, value in row._mapping.items() if value is not None
     }
     return replace(defaults, **overrides)
 
@@ -57,6 +63,8 @@ def set_quota(engine: Engine, tenant_id: str, **limits: object) -> None:
     with Session(engine) as session:
         row = session.get(TenantQuota, tenant_id) or TenantQuota(tenant_id=tenant_id)
         for name, value in limits.items():
+            if name in GRANTS and value is not None:
+                value = sorted(cast(Iterable[str], value))
             setattr(row, name, value)
         row.updated_at = utcnow()
         session.add(row)

@@ -8,7 +8,19 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any, Protocol, TypeVar, cast
 
-from sqlalchemy import Connection, Engine, Integer, Select, and_, bindparam, or_, tuple_, update
+import structlog
+from sqlalchemy import (
+    Connection,
+    Engine,
+    Integer,
+    Select,
+    Table,
+    and_,
+    bindparam,
+    or_,
+    tuple_,
+    update,
+)
 from sqlalchemy import select as core_select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
@@ -23,6 +35,7 @@ RUN_OUTCOMES = ("COMPLETED", "FAILED", "CANCELLED")  # how a run that ran can en
 # replaces it, or the row would keep it against every later write. Versions now reach it only
 # for runs started after the year 2453.
 LEGACY_STATE_VERSION = 10**18
+log = structlog.get_logger("task_scheduler.store")
 
 
 def _insert(engine: Engine, table: Any) -> Any:
@@ -34,15 +47,17 @@ def _dialect_insert(dialect: str, table: Any) -> Any:
 
 
 def save_snapshot(engine: Engine, snapshot: TaskSnapshot) -> None:
-    """Insert or update a task row; an older state_version never overwrites a newer one."""
+    """Insert or update a task row; an older state_version never overwrites a newer one, and
+    no write changes the row of another tenant."""
     with engine.begin() as connection:
-        connection.execute(*_snapshot_upsert(engine, snapshot))
+        _upsert(connection, TASK_TABLE, _snapshot_upsert(engine, snapshot))
 
 
 def save_execution(engine: Engine, record: ExecutionRecord, *, reopen: bool = False) -> None:
-    """Insert or update an execution row by its id; retries of the same run record it once."""
+    """Insert or update an execution row by its id; retries of the same run record it once,
+    and no write changes a row of another tenant or task."""
     with engine.begin() as connection:
-        connection.execute(*_execution_upsert(engine, record, reopen=reopen))
+        _upsert(connection, EXECUTION_TABLE, _execution_upsert(engine, record, reopen=reopen))
 
 
 def save_run(engine: Engine, record: ExecutionRecord, snapshot: TaskSnapshot | None) -> None:
@@ -55,9 +70,9 @@ def write_run(engine: Engine, record: ExecutionRecord, snapshot: TaskSnapshot | 
     """The writes of a finished run, for a batch."""
 
     def write(connection: Connection) -> None:
-        connection.execute(*_execution_upsert(engine, record))
+        _upsert(connection, EXECUTION_TABLE, _execution_upsert(engine, record))
         if snapshot is not None:
-            connection.execute(*_snapshot_upsert(engine, snapshot))
+            _upsert(connection, TASK_TABLE, _snapshot_upsert(engine, snapshot))
 
     return write
 
@@ -66,7 +81,7 @@ def write_snapshot(engine: Engine, snapshot: TaskSnapshot) -> Callable[[Connecti
     """A task row write, for a batch."""
 
     def write(connection: Connection) -> None:
-        connection.execute(*_snapshot_upsert(engine, snapshot))
+        _upsert(connection, TASK_TABLE, _snapshot_upsert(engine, snapshot))
 
     return write
 
@@ -81,10 +96,12 @@ def write_started(engine: Engine, record: ExecutionRecord) -> Callable[[Connecti
     """The writes of a run that has started, for a batch."""
 
     def write(connection: Connection) -> None:
-        connection.execute(*_execution_upsert(engine, record, reopen=record.trigger == "replay"))
+        _upsert(connection, EXECUTION_TABLE,
+                _execution_upsert(engine, record, reopen=record.trigger == "replay"))
         connection.execute(
             update(Task)
-            .where(col(Task.id) == record.task_id, col(Task.status) == "PENDING")
+            .where(col(Task.id) == record.task_id, col(Task.tenant_id) == record.tenant_id,
+                   col(Task.status) == "PENDING")
             .values(status="RUNNING")
         )
 
@@ -92,6 +109,34 @@ def write_started(engine: Engine, record: ExecutionRecord) -> Callable[[Connecti
 
 
 Upsert = tuple[Any, dict[str, Any]]
+
+
+# The columns that say whose a row is: never changed by an upsert, and a write must match them.
+_OWNERS = {TASK_TABLE.name: ("tenant_id",), EXECUTION_TABLE.name: ("tenant_id", "task_id")}
+_OWNER_OF = {
+    table.name: core_select(*(table.c[name] for name in _OWNERS[table.name])).where(
+        table.c.id == bindparam("row_id")
+    )
+    for table in (TASK_TABLE, EXECUTION_TABLE)
+}
+_COUNTED = {"preserve_rowcount": True}
+
+
+def _upsert(connection: Connection, table: Table, upsert: Upsert) -> None:
+    """Run an upsert; when it changed nothing, a row it found of another tenant (or, for an
+    execution, of another task) is logged: the statement refused to touch it."""
+    statement, values = upsert
+    # An INSERT's row count is kept only when asked for (psycopg's is dropped otherwise).
+    if connection.execute(statement, values, execution_options=_COUNTED).rowcount:
+        return
+    owner = connection.execute(_OWNER_OF[table.name], {"row_id": values["id"]}).first()
+    claimed = tuple(values[name] for name in _OWNERS[table.name])
+    if owner is not None and tuple(owner) != claimed:
+        log.warning(
+            "store.foreign_write_refused", table=table.name, row_id=values["id"],
+            tenant=values["tenant_id"], owner_tenant=owner.tenant_id,
+            task_id=values.get("task_id"), owner_task_id=getattr(owner, "task_id", None),
+        )
 
 
 def _snapshot_upsert(engine: Engine, snapshot: TaskSnapshot) -> Upsert:
@@ -116,17 +161,25 @@ def _snapshot_statement(dialect: str, columns: tuple[str, ...]) -> Any:
     current = TASK_TABLE.c.state_version
     newer = or_(stmt.excluded.state_version >= current, current >= LEGACY_STATE_VERSION)
     changed = {k: stmt.excluded[k] for k in columns if k not in ("id", "tenant_id", "created_at")}
-    return stmt.on_conflict_do_update(index_elements=["id"], set_=changed, where=newer)
+    return stmt.on_conflict_do_update(
+        index_elements=["id"], set_=changed, where=and_(_same_owner(stmt, TASK_TABLE), newer)
+    )
+
+
+def _same_owner(stmt: Any, table: Table) -> Any:
+    """The write's owner columns are the row's: a write for another tenant's row changes nothing."""
+    return and_(*(table.c[name] == stmt.excluded[name] for name in _OWNERS[table.name]))
 
 
 @functools.cache
 def _execution_statement(dialect: str, columns: tuple[str, ...], known: tuple[str, ...], reopen: bool) -> Any:
     table = EXECUTION_TABLE
     stmt = _dialect_insert(dialect, table)
-    changed = {k: stmt.excluded[k] for k in known}
+    changed = {k: stmt.excluded[k] for k in known if k not in _OWNERS[table.name]}
+    same_owner = _same_owner(stmt, table)
     if reopen:
         # A replayed dead letter runs again under its own id: the row is reopened.
-        return stmt.on_conflict_do_update(index_elements=["id"], set_=changed)
+        return stmt.on_conflict_do_update(index_elements=["id"], set_=changed, where=same_owner)
     # A finished run's outcome always lands; a late RUNNING write never resurrects a finished
     # row; and a skip never replaces a run: a timed-out workflow task's local activity may still
     # write the skip its discarded decision made after the retried task ran the fire.
@@ -134,11 +187,11 @@ def _execution_statement(dialect: str, columns: tuple[str, ...], known: tuple[st
     return stmt.on_conflict_do_update(
         index_elements=["id"],
         set_=changed,
-        where=or_(
+        where=and_(same_owner, or_(
             new.in_(RUN_OUTCOMES),
             and_(new == "RUNNING", current.in_(("RUNNING", "SKIPPED"))),
             and_(new == "SKIPPED", current == "SKIPPED"),
-        ),
+        )),
     )
 
 
@@ -274,10 +327,14 @@ def _after(moment: Any, row_id: Any, after: Any) -> Any:
 
 
 def list_executions(
-    engine: Engine, *, task_id: str, limit: int, cursor: str | None = None
+    engine: Engine, *, task_id: str, limit: int, cursor: str | None = None,
+    tenant_id: str | None = None,
 ) -> tuple[Sequence[TaskExecution], str | None]:
-    """A task's executions, newest scheduled first, and the next page's cursor."""
+    """A task's executions, newest scheduled first, and the next page's cursor; with
+    ``tenant_id``, only the rows of that tenant (the task's own)."""
     query = select(TaskExecution).where(col(TaskExecution.task_id) == task_id)
+    if tenant_id is not None:
+        query = query.where(col(TaskExecution.tenant_id) == tenant_id)
     query = _newest_first(
         query, col(TaskExecution.scheduled_at), col(TaskExecution.id), cursor, limit
     )
@@ -336,7 +393,9 @@ def list_dead_letters(
     """Open dead letters (runs that exhausted their retries) with their task's name, newest first."""
     query = (
         select(TaskExecution, Task.name)
-        .join(Task, col(Task.id) == col(TaskExecution.task_id))
+        # A run is listed only under its own task's tenant.
+        .join(Task, and_(col(Task.id) == col(TaskExecution.task_id),
+                         col(Task.tenant_id) == col(TaskExecution.tenant_id)))
         .where(col(TaskExecution.dead_letter) == "open")
     )
     if tenant_id is not None:

@@ -28,6 +28,7 @@ from temporalio.worker import Worker
 
 from activities.egress import EgressPolicy, guarded_client
 from activities.handlers import Handler
+from scheduling.workflow_jobs import WorkflowJobRules
 from store.engine import make_engine, migrate
 from tests.target import TargetServer
 from worker.build import build_activities, build_workers
@@ -196,18 +197,20 @@ async def new_worker(
     task_queue: str | None = None,
     handlers: Mapping[str, Handler] | None = None,
     egress: EgressPolicy | None = None,
+    workflow_jobs: WorkflowJobRules | None = None,
     **options: Any,
 ) -> AsyncIterator[Worker]:
     """A worker on a fresh task queue with exactly the production activities.
 
     HTTP jobs go through the egress guard; by default it allowlists loopback only, for the
-    local target server."""
+    local target server. Workflow jobs start nothing unless ``workflow_jobs`` allows it."""
     queue = task_queue or f"tq-{uuid.uuid4()}"
     executor = ThreadPoolExecutor(max_workers=16)
     policy = egress or EgressPolicy.from_list(["127.0.0.1"])
     async with guarded_client(policy) as http:
         activities = build_activities(
-            engine=engine, http=http, client=client, task_queue=queue, extra_handlers=handlers
+            engine=engine, http=http, client=client, extra_handlers=handlers,
+            workflow_jobs=workflow_jobs,
         )
         main, jobs = build_workers(client, task_queue=queue, activities=activities, executor=executor, **options)
         async with main, jobs:

@@ -14,6 +14,7 @@ from typing import Any
 
 import httpx
 from sqlalchemy import Engine
+from temporalio import workflow
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.runtime import Runtime
@@ -33,11 +34,25 @@ from activities.contracts import jobs_queue
 from activities.handlers import Handler, load_handlers
 from activities.jobs import JobActivities
 from activities.notify import NotifyActivities
+from scheduling.workflow_jobs import WorkflowJobRules, names
 from store.batch import BatchWriter
+from worker.settings import Settings
 from worker.tracing import temporal_interceptors
 from workflows.task import TaskWorkflow
 
 WORKFLOWS: Sequence[type] = (TaskWorkflow,)
+
+
+def workflow_job_rules(settings: Settings) -> WorkflowJobRules:
+    """What workflow jobs may start in this deployment, and what never: the workflow types
+    these workers run and their task queues."""
+    own = frozenset(workflow._Definition.must_from_class(cls).name or "" for cls in WORKFLOWS)
+    queue = settings.task_queue
+    return WorkflowJobRules(
+        allowed_types=names(settings.workflow_job_types),
+        allowed_queues=names(settings.workflow_job_task_queues),
+        own_types=own - {""}, own_queues=frozenset({queue, jobs_queue(queue)}),
+    )
 
 
 async def connect(
@@ -65,17 +80,18 @@ def build_activities(
     engine: Engine,
     http: httpx.AsyncClient,
     client: Client | None,
-    task_queue: str,
     extra_handlers: Mapping[str, Handler] | None = None,
     max_response_bytes: int = 1024,
+    workflow_jobs: WorkflowJobRules | None = None,
 ) -> ActivitySet:
-    """Every activity the task workflow calls, bound to its dependencies."""
+    """Every activity the task workflow calls, bound to its dependencies (``workflow_jobs``:
+    what workflow jobs may start; none by default)."""
     writer = BatchWriter(engine)
     jobs = JobActivities(
         http=http,
         handlers=load_handlers(extra_handlers),
         client=client,
-        default_task_queue=task_queue,
+        workflow_jobs=workflow_jobs,
         max_response_bytes=max_response_bytes,
         engine=engine,
         writer=writer,

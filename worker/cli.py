@@ -109,7 +109,7 @@ def _keys(settings: Settings, args: argparse.Namespace) -> int:
 
 
 QUOTA_FIELDS = ("max_active_tasks", "min_interval_seconds", "allow_seconds_cron",
-                "max_body_bytes", "max_header_bytes")
+                "max_body_bytes", "max_header_bytes", "workflow_types", "workflow_task_queues")
 
 
 def _quotas(settings: Settings, args: argparse.Namespace) -> int:
@@ -131,7 +131,8 @@ def _quotas(settings: Settings, args: argparse.Namespace) -> int:
     if args.quotas_command == "set":
         kinds: dict[str, Callable[[str], object]] = {"max_active_tasks": int, "min_interval_seconds": float, "max_body_bytes": int,
                  "max_header_bytes": int,
-                 "allow_seconds_cron": lambda v: {"true": True, "false": False}[v.lower()]}
+                 "allow_seconds_cron": lambda v: {"true": True, "false": False}[v.lower()],
+                 "workflow_types": _granted, "workflow_task_queues": _granted}
         changes: dict[str, object] = {}
         for name in QUOTA_FIELDS:
             raw = getattr(args, name)
@@ -144,8 +145,19 @@ def _quotas(settings: Settings, args: argparse.Namespace) -> int:
                 return 2
         set_quota(engine, args.tenant, **changes)
     for name, value in asdict(quota_for(engine, args.tenant, defaults)).items():
-        print(f"{name:22} {value}")
+        shown = (",".join(value) or "(none)") if isinstance(value, tuple) else value
+        print(f"{name:22} {shown}")
     return 0
+
+
+def _granted(value: str) -> list[str]:
+    """A comma-separated grant of workflow types or task queues ('*': all the deployment allows)."""
+    from scheduling.workflow_jobs import names
+
+    granted = names(value)
+    if not granted:
+        raise ValueError("name at least one, or 'default' for none")
+    return sorted(granted)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -186,7 +198,12 @@ def parser() -> argparse.ArgumentParser:
     )
     show = quotas.add_parser("show", help="a tenant's quotas (defaults where not set)")
     show.add_argument("--tenant", required=True)
-    setter = quotas.add_parser("set", help="set a tenant's quotas ('default' clears one)")
+    setter = quotas.add_parser(
+        "set", help="set a tenant's quotas ('default' clears one)",
+        epilog="--workflow-types and --workflow-task-queues take comma-separated names ('*': all "
+               "that the deployment allows); a tenant's workflow jobs start only what both the "
+               "deployment (SCHEDULER_WORKFLOW_JOB_TYPES, _TASK_QUEUES) and its grant allow",
+    )
     setter.add_argument("--tenant", required=True)
     for name in QUOTA_FIELDS:
         setter.add_argument(f"--{name.replace('_', '-')}", dest=name)

@@ -15,7 +15,13 @@ from temporalio.runtime import Runtime
 
 from activities.egress import EgressPolicy, guarded_client
 from store.engine import make_engine, migrate
-from worker.build import build_activities, build_jobs_worker, build_workflow_worker, connect
+from worker.build import (
+    build_activities,
+    build_jobs_worker,
+    build_workflow_worker,
+    connect,
+    workflow_job_rules,
+)
 from worker.collector import QuietCollector
 from worker.reconcile import Reconciler
 from worker.settings import Settings
@@ -75,8 +81,8 @@ async def run_worker(settings: Settings) -> None:
             engine=engine,
             http=http,
             client=client,
-            task_queue=settings.task_queue,
             max_response_bytes=settings.http_max_response_bytes,
+            workflow_jobs=workflow_job_rules(settings),
         )
         workers = []
         if runs_workflows:

@@ -91,6 +91,18 @@ class Settings(BaseSettings):
         description="comma-separated hosts, IPs or CIDRs that HTTP jobs may reach although "
         "they are not public (loopback, private, link-local...)",
     )
+    workflow_job_types: str = Field(
+        default="",
+        description="comma-separated workflow types that workflow jobs may start; empty (the "
+        "default): workflow jobs are off. The scheduler's own are never allowed, and a tenant "
+        "starts only those it was granted (`task-scheduler quotas set --workflow-types`)",
+    )
+    workflow_job_task_queues: str = Field(
+        default="",
+        description="comma-separated task queues that workflow jobs may start workflows on; "
+        "empty: workflow jobs are off. The scheduler's own queues are never allowed, and a "
+        "tenant uses only those it was granted (`quotas set --workflow-task-queues`)",
+    )
 
     rate_limit_storage: str = Field(
         default="memory://", description="limits storage URI; redis://... to share across replicas"
@@ -172,6 +184,16 @@ class Settings(BaseSettings):
                 "SCHEDULER_DEV_API_KEY is a development convenience and is refused when "
                 "SCHEDULER_ENV=production; create keys with `task-scheduler keys create`"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _workflow_jobs_named(self) -> Settings:
+        for name in ("workflow_job_types", "workflow_job_task_queues"):
+            if "*" in (entry.strip() for entry in getattr(self, name).split(",")):
+                raise ValueError(
+                    f"SCHEDULER_{name.upper()}: name what workflow jobs may start; '*' is "
+                    "not a wildcard here"
+                )
         return self
 
     @property

@@ -57,7 +57,7 @@ async def test_create_time_check_passes_public_and_unresolvable() -> None:
 
 async def _run(policy: EgressPolicy, url: str) -> None:
     async with guarded_client(policy) as http:
-        jobs = JobActivities(http=http, handlers={}, client=None, default_task_queue="q")
+        jobs = JobActivities(http=http, handlers={}, client=None)
         await ActivityEnvironment().run(jobs.run_job, JobInput(
             execution_id="t:1", task_id="t", tenant_id="x", scheduled_at=datetime.now(UTC),
             job=HttpJob(type="http", url=url, method="GET"),

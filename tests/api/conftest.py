@@ -20,7 +20,9 @@ from temporalio.testing import WorkflowEnvironment
 from api.app import create_app
 from store.engine import make_engine, migrate
 from store.keys import create_key
+from store.quotas import set_quota
 from tests.conftest import new_worker
+from worker.build import workflow_job_rules
 from worker.cli import SERVER_OPTIONS
 from worker.settings import Settings
 
@@ -32,6 +34,8 @@ class Stack:
     task_queue: str
     keys: dict[str, str]
     env: WorkflowEnvironment
+    # The one task queue (and EchoWorkflow the one type) workflow jobs may use; t1 is granted it.
+    workflow_queue: str = ""
 
     def client(self, tenant: str | None = "t1") -> httpx.AsyncClient:
         headers = {"Authorization": f"Bearer {self.keys[tenant]}"} if tenant else {}
@@ -56,11 +60,15 @@ async def stack(dev_env: WorkflowEnvironment, tmp_path_factory: pytest.TempPathF
         "admin": create_key(engine, "ops", admin=True)[1],
     }
     queue = f"api-{uuid.uuid4()}"
-    async with new_worker(dev_env.client, engine, task_queue=queue):
+    allowed: dict[str, Any] = {"task_queue": queue, "workflow_job_types": "EchoWorkflow",
+                               "workflow_job_task_queues": f"{queue}-echo"}
+    set_quota(engine, "t1", workflow_types=["EchoWorkflow"], workflow_task_queues=[f"{queue}-echo"])
+    rules = workflow_job_rules(Settings(env="test", **allowed))
+    async with new_worker(dev_env.client, engine, task_queue=queue, workflow_jobs=rules):
         # New tasks are held as shipped (due a minute or more ahead), for 2 s instead of 30, so
         # that tests which watch a workflow's first steps do not wait out the hold.
-        async with serve_api(dev_env, engine, task_queue=queue, hold_at_most_seconds=2) as base_url:
-            yield Stack(base_url, engine, queue, keys, dev_env)
+        async with serve_api(dev_env, engine, hold_at_most_seconds=2, **allowed) as base_url:
+            yield Stack(base_url, engine, queue, keys, dev_env, f"{queue}-echo")
     engine.dispose()
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import uuid
 from datetime import UTC, datetime
 
 from temporalio import workflow
@@ -23,7 +22,7 @@ class EchoWorkflow:
 
 
 async def test_workflow_job_runs_existing_workflow_and_waits_for_it(stack: Stack) -> None:
-    queue = f"echo-{uuid.uuid4()}"
+    queue = stack.workflow_queue  # the one the stack lets workflow jobs use, granted to t1
     async with Worker(stack.env.client, task_queue=queue, workflows=[EchoWorkflow]):
         async with stack.client() as api:
             created = await api.post("/task/create", json={

@@ -39,3 +39,27 @@ def test_quotas_cli_sets_shows_and_clears(tmp_path: Path, monkeypatch: pytest.Mo
     assert quota_for(make_engine(url), "growth", Quota()).max_active_tasks == Quota().max_active_tasks
     assert main(["quotas", "set", "--tenant", "growth", "--max-body-bytes", "lots"]) == 2
     assert "not a valid value" in capsys.readouterr().err
+
+
+def test_workflow_job_settings_name_what_may_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert Settings().workflow_job_types == "" and Settings().workflow_job_task_queues == ""
+    monkeypatch.setenv("SCHEDULER_WORKFLOW_JOB_TYPES", "Report, *")
+    with pytest.raises(ValidationError, match="not a wildcard"):
+        Settings()
+
+
+def test_quotas_cli_grants_and_withdraws_workflow_jobs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    url = f"sqlite:///{tmp_path / 'q.db'}"
+    monkeypatch.setenv("SCHEDULER_DATABASE_URL", url)
+    assert main(["quotas", "show", "--tenant", "growth"]) == 0
+    assert "workflow_types         (none)" in capsys.readouterr().out
+    assert main(["quotas", "set", "--tenant", "growth", "--workflow-types", "Report,Sync",
+                 "--workflow-task-queues", "partner"]) == 0
+    out = capsys.readouterr().out
+    assert "workflow_types         Report,Sync" in out and "workflow_task_queues   partner" in out
+    quota = quota_for(make_engine(url), "growth", Quota())
+    assert quota.workflow_types == ("Report", "Sync") and quota.workflow_task_queues == ("partner",)
+    assert main(["quotas", "set", "--tenant", "growth", "--workflow-types", " , "]) == 2
+    assert main(["quotas", "set", "--tenant", "growth", "--workflow-types", "default"]) == 0
+    assert quota_for(make_engine(url), "growth", Quota()).workflow_types == ()

@@ -1,0 +1,175 @@
+"""A write carrying one tenant never changes another tenant's task or execution rows, by any
+writer (direct, batched, the jobs worker's run rows); each refusal is logged. SQLite and
+PostgreSQL alike."""
+
+from __future__ import annotations
+
+from collections.abc import MutableMapping
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sqlalchemy import Engine
+from structlog.testing import capture_logs
+
+from activities.contracts import JobInput, JobResult
+from activities.run_rows import RunRows
+from scheduling.spec import HandlerJob
+from store.batch import BatchWriter
+from store.records import ExecutionRecord, TaskSnapshot
+from store.tasks import (
+    get_execution,
+    get_task,
+    list_dead_letters,
+    list_executions,
+    mark_started,
+    save_execution,
+    save_run,
+    save_snapshot,
+    write_run,
+    write_snapshot,
+)
+
+T0 = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
+VICTIM, ATTACKER = "tenant-b", "tenant-a"
+
+
+def snapshot(task_id: str, tenant: str, *, version: int, name: str, status: str = "PENDING") -> TaskSnapshot:
+    return TaskSnapshot(
+        task_id=task_id, tenant_id=tenant, name=name, schedule_type="cron",
+        spec={"cron": "0 10 * * *"}, status=status, next_run_at=T0 + timedelta(hours=1),
+        created_at=T0, updated_at=T0, state_version=version,
+    )
+
+
+def execution(execution_id: str, task_id: str, tenant: str, **fields: Any) -> ExecutionRecord:
+    return ExecutionRecord(id=execution_id, task_id=task_id, tenant_id=tenant, scheduled_at=T0,
+                           **{"status": "RUNNING", **fields})
+
+
+def refusals(logs: list[MutableMapping[str, Any]]) -> list[MutableMapping[str, Any]]:
+    return [entry for entry in logs if entry["event"] == "store.foreign_write_refused"]
+
+
+def victim_rows(engine: Engine) -> None:
+    save_snapshot(engine, snapshot("b-task", VICTIM, version=5, name="payroll"))
+    save_execution(engine, execution("b-task:1", "b-task", VICTIM, status="COMPLETED", attempts=1,
+                                     response_snippet="secret answer"))
+
+
+def assert_victim_unchanged(engine: Engine) -> None:
+    task = get_task(engine, "b-task", VICTIM)
+    assert task is not None
+    assert (task.tenant_id, task.name, task.status, task.state_version) == (VICTIM, "payroll", "PENDING", 5)
+    run = get_execution(engine, "b-task:1")
+    assert run is not None
+    assert (run.tenant_id, run.task_id, run.status, run.dead_letter, run.response_snippet) == (
+        VICTIM, "b-task", "COMPLETED", None, "secret answer")
+
+
+def test_a_task_row_of_another_tenant_is_not_overwritten(any_engine: Engine) -> None:
+    victim_rows(any_engine)
+    forged = snapshot("b-task", ATTACKER, version=10**12, name="mine now", status="PAUSED")
+    with capture_logs() as logs:
+        save_snapshot(any_engine, forged)
+    assert_victim_unchanged(any_engine)
+    assert get_task(any_engine, "b-task", ATTACKER) is None
+    [entry] = refusals(logs)
+    assert entry["log_level"] == "warning"
+    assert (entry["table"], entry["row_id"], entry["tenant"], entry["owner_tenant"]) == (
+        "task", "b-task", ATTACKER, VICTIM)
+    # The victim's own later write still lands: its version was never raised by the forgery.
+    save_snapshot(any_engine, snapshot("b-task", VICTIM, version=6, name="payroll", status="RUNNING"))
+    task = get_task(any_engine, "b-task", VICTIM)
+    assert task is not None and task.status == "RUNNING"
+
+
+def test_an_execution_row_of_another_tenant_is_not_moved_or_changed(any_engine: Engine) -> None:
+    victim_rows(any_engine)
+    # A final outcome always lands on its own row: here it must not land on B's.
+    dead = execution("b-task:1", "a-task", ATTACKER, status="FAILED", attempts=3, dead_letter="open",
+                     error="forged")
+    same_task = execution("b-task:1", "b-task", ATTACKER, status="FAILED", dead_letter="open")
+    other_task = execution("b-task:1", "a-task", VICTIM, status="FAILED", dead_letter="open")
+    with capture_logs() as logs:
+        save_execution(any_engine, dead)
+        save_execution(any_engine, same_task)
+        save_execution(any_engine, other_task)  # the right tenant, but the row is another task's
+        save_execution(any_engine, dead, reopen=True)  # a replay reopens only its own row
+    assert_victim_unchanged(any_engine)
+    assert list_dead_letters(any_engine, tenant_id=ATTACKER, limit=10)[0] == []
+    assert [(e["table"], e["tenant"], e["task_id"]) for e in refusals(logs)] == [
+        ("task_execution", ATTACKER, "a-task"), ("task_execution", ATTACKER, "b-task"),
+        ("task_execution", VICTIM, "a-task"), ("task_execution", ATTACKER, "a-task")]
+
+
+def test_a_run_and_its_task_row_written_together_change_neither(any_engine: Engine) -> None:
+    victim_rows(any_engine)
+    with capture_logs() as logs:
+        save_run(any_engine, execution("b-task:1", "b-task", ATTACKER, status="FAILED", dead_letter="open"),
+                 snapshot("b-task", ATTACKER, version=10**12, name="x", status="FAILED"))
+    assert_victim_unchanged(any_engine)
+    assert {e["table"] for e in refusals(logs)} == {"task", "task_execution"}
+
+
+def test_a_started_run_of_another_tenant_does_not_touch_its_task(any_engine: Engine) -> None:
+    victim_rows(any_engine)
+    mark_started(any_engine, execution("b-task:2", "b-task", ATTACKER, trigger="manual"))
+    assert_victim_unchanged(any_engine)  # still PENDING: not shown RUNNING by A's run
+    # The row inserted under A's name is not B's: it is listed neither in B's history nor,
+    # joined with B's task, among A's dead letters.
+    rows, _ = list_executions(any_engine, task_id="b-task", limit=10, tenant_id=VICTIM)
+    assert [r.id for r in rows] == ["b-task:1"]
+    save_execution(any_engine, execution("b-task:2", "b-task", ATTACKER, status="FAILED", dead_letter="open"))
+    assert list_dead_letters(any_engine, tenant_id=ATTACKER, limit=10)[0] == []
+
+
+async def test_batched_writes_refuse_the_foreign_one_and_commit_the_rest(any_engine: Engine) -> None:
+    victim_rows(any_engine)
+    writer = BatchWriter(any_engine)
+    try:
+        with capture_logs() as logs:
+            for write in (
+                write_snapshot(any_engine, snapshot("a-task", ATTACKER, version=1, name="own")),
+                write_snapshot(any_engine, snapshot("b-task", ATTACKER, version=10**12, name="x")),
+                write_run(any_engine, execution("b-task:1", "b-task", ATTACKER, status="FAILED",
+                                                dead_letter="open"), None),
+                write_run(any_engine, execution("a-task:1", "a-task", ATTACKER, status="COMPLETED"), None),
+            ):
+                await writer.submit(write)
+    finally:
+        await writer.aclose()
+    assert_victim_unchanged(any_engine)
+    own = get_task(any_engine, "a-task", ATTACKER)
+    assert own is not None and own.name == "own"
+    own_run = get_execution(any_engine, "a-task:1")
+    assert own_run is not None and own_run.status == "COMPLETED"
+    assert len(refusals(logs)) == 2
+
+
+async def test_the_jobs_workers_run_rows_refuse_another_tenants_row(any_engine: Engine) -> None:
+    victim_rows(any_engine)
+    writer = BatchWriter(any_engine)
+    rows = RunRows(any_engine, writer)
+    forged = JobInput(execution_id="b-task:1", task_id="b-task", tenant_id=ATTACKER, scheduled_at=T0,
+                      job=HandlerJob(type="handler", name="noop"))
+    try:
+        with capture_logs() as logs:
+            await rows.outcome(execution("b-task:1", "b-task", ATTACKER, status="FAILED",
+                                         dead_letter="open", response_snippet="overwritten"))
+            rows.completed(forged, JobResult(attempt=1, started_at=T0, response_snippet="x"), _Log())
+            rows.started(forged, T0, 1, _Log())
+            for _ in range(100):  # the RUNNING rows are written beside the job, not awaited
+                if len(refusals(logs)) == 3:
+                    break
+                await writer.submit(lambda connection: None)
+    finally:
+        await writer.aclose()
+    assert_victim_unchanged(any_engine)
+    assert len(refusals(logs)) == 3
+
+
+class _Log:
+    """A bound logger stand-in for the run rows' failure lines (none are expected here)."""
+
+    def warning(self, event: str, **fields: Any) -> None:
+        raise AssertionError(f"a run row write failed: {event} {fields}")
