@@ -1,46 +1,84 @@
-"""Egress guard for HTTP jobs: a scheduler that calls URLs its users give must not become a
-way into the private network (SSRF).
+"""Egress guard for HTTP jobs and notification webhooks: a scheduler that calls URLs its
+users give must not become a way into the private network (SSRF).
 
-Targets that resolve to loopback, private, link-local (cloud metadata 169.254.169.254
-included), multicast, reserved or unspecified addresses are refused unless an operator
-allowlists the host or network. The check runs when a task is created and again at connect
-time, on the address actually connected to, for every connection, redirects included, so a
-DNS answer that changes after creation (rebinding) is caught.
+Targets that resolve to an address that is not globally reachable (``special_addresses``: the
+IANA special-purpose registries, cloud metadata addresses included) are refused unless an
+operator allowlists the host or network. The ports the scheduler's own parts listen on (API,
+Temporal, metrics) are refused on every such address, allowlisted or not. The check runs
+when a task is created and again at connect time, on the address actually connected to, for
+every connection, redirects included, so a DNS answer that changes after creation
+(rebinding) is caught.
+
+Host names are checked before anything resolves them: ASCII labels (IDNA for others) of 1 to
+63 characters, 253 in all. A host that ends in a number is an IPv4 address and must be
+written as four decimal numbers: the octal, hex and short forms (``0177.0.0.1``, ``0x7f.1``,
+``2130706433``) that resolvers accept are refused, as are IPv6 zone ids.
 """
 
 from __future__ import annotations
 
 import asyncio
 import ipaddress
+import re
 import socket
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpcore
 import httpx
 
-Address = ipaddress.IPv4Address | ipaddress.IPv6Address
-Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+from activities.special_addresses import Address, Network, non_public
+
 Resolver = Callable[[str, int], Awaitable[list[str]]]
+RESOLVE_TIMEOUT_SECONDS = 5.0
+_LABEL = re.compile(r"[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9_])?")
+_NUMBER = re.compile(r"[0-9]+|0x[0-9a-f]*")
 
 
 class EgressRefused(Exception):
-    """The target host or address is not allowed."""
+    """The target URL, host or address is not allowed."""
 
 
-def _blocked(ip: Address) -> bool:
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
-    return (
-        ip.is_loopback
-        or ip.is_private
-        or ip.is_link_local
-        or ip.is_multicast
-        or ip.is_reserved
-        or ip.is_unspecified
-        or (isinstance(ip, ipaddress.IPv4Address) and ip in ipaddress.ip_network("100.64.0.0/10"))
-    )
+def target_host(host: str) -> str:
+    """The host as it is resolved and compared: a canonical IP address or a lowercase ASCII
+    name (raises EgressRefused for anything else)."""
+    if not host.isascii():
+        raise EgressRefused(f"host {host!r} is not ASCII (write a unicode name in IDNA)")
+    name = host.lower()
+    if name.startswith("[") and name.endswith("]"):
+        name = name[1:-1]
+    if ":" in name:
+        if "%" in name:
+            raise EgressRefused(f"host {host!r}: an IPv6 zone id names a local interface")
+        try:
+            return str(ipaddress.IPv6Address(name))
+        except ValueError:
+            raise EgressRefused(f"host {host!r} is not a valid IPv6 address") from None
+    labels = name.removesuffix(".").split(".")
+    if _NUMBER.fullmatch(labels[-1]):
+        try:
+            return str(ipaddress.IPv4Address(".".join(labels)))
+        except ValueError:
+            raise EgressRefused(
+                f"host {host!r} ends in a number but is not an IPv4 address written as four "
+                "decimal numbers (octal, hex and short forms are refused)"
+            ) from None
+    if len(name) > 253 or not all(_LABEL.fullmatch(label) for label in labels):
+        raise EgressRefused(
+            f"host {host!r} is not a valid host name (ASCII or IDNA labels of 1 to 63 letters, "
+            "digits, '-' or '_')"
+        )
+    for label in labels:
+        if label.startswith("xn--"):
+            try:
+                decoded = label[4:].encode("ascii").decode("punycode")
+            except UnicodeError:
+                decoded = ""
+            if not decoded:
+                raise EgressRefused(f"host {host!r} has a malformed IDNA label {label!r}")
+    return name
 
 
 async def system_resolver(host: str, port: int) -> list[str]:
@@ -63,15 +101,21 @@ def static_resolver(table: Mapping[str, list[str]]) -> Resolver:
 
 @dataclass
 class EgressPolicy:
-    """Which hosts and networks HTTP jobs may reach beyond the public internet."""
+    """Which hosts and networks jobs and webhooks may reach beyond the public internet, and
+    the ports of the scheduler's own services that they may never reach off it."""
 
     allow_hosts: frozenset[str] = frozenset()
     allow_networks: tuple[Network, ...] = ()
     resolver: Resolver = field(default=system_resolver)
+    own_ports: frozenset[int] = frozenset()
 
     @classmethod
-    def from_list(cls, entries: Iterable[str], resolver: Resolver = system_resolver) -> EgressPolicy:
-        """Build from operator entries: host names, IP addresses or CIDR networks."""
+    def from_list(
+        cls, entries: Iterable[str], resolver: Resolver = system_resolver,
+        own_ports: Iterable[int] = (),
+    ) -> EgressPolicy:
+        """Build from operator entries (host names, IP addresses or CIDR networks) and the
+        ports the scheduler's own services listen on."""
         hosts: set[str] = set()
         networks: list[Network] = []
         for raw in entries:
@@ -81,41 +125,81 @@ class EgressPolicy:
             try:
                 networks.append(ipaddress.ip_network(entry, strict=False))
             except ValueError:
-                hosts.add(entry)
-        return cls(frozenset(hosts), tuple(networks), resolver)
+                hosts.add(entry.removesuffix("."))
+        return cls(frozenset(hosts), tuple(networks), resolver, frozenset(own_ports))
 
-    def check_address(self, host: str, address: str) -> None:
-        """Refuse a blocked address unless its host or network is allowlisted."""
-        ip = ipaddress.ip_address(address.split("%", 1)[0])
-        if not _blocked(ip) or host.lower() in self.allow_hosts:
+    def check_address(self, host: str, address: str, port: int | None = None) -> None:
+        """Refuse an address that is not globally reachable unless its host or network is
+        allowlisted, and one on a port of the scheduler's own services in any case."""
+        try:
+            ip: Address = ipaddress.ip_address(address.split("%", 1)[0])
+        except ValueError:
+            raise EgressRefused(f"{host} resolves to {address!r}, not an IP address") from None
+        found = non_public(ip)
+        if found is None:
             return
-        if any(ip in network for network in self.allow_networks):
+        what = str(found) if host == str(ip) else f"{host} resolves to {found}, which"
+        if port is not None and port in self.own_ports:
+            raise EgressRefused(
+                f"{what} is not a public address, and port {port} is one of the scheduler's own "
+                "services (API, Temporal, metrics): no job or webhook may call it"
+            )
+        name = host.lower().removesuffix(".")
+        if name in self.allow_hosts:
+            return
+        # An IPv4-mapped address is the IPv4 address to the socket layer; other carriers go
+        # through a relay or translator, so only their own network allowlists them.
+        judged = found.judged if found.carrier in ("", "IPv4-mapped") else ip
+        if any(judged in network or ip in network for network in self.allow_networks):
             return
         raise EgressRefused(
-            f"{host} resolves to {ip}, a non-public address; an operator must allowlist it "
+            f"{what} is not a public address; an operator must allowlist it "
             "(SCHEDULER_EGRESS_ALLOW)"
         )
 
     async def resolve_checked(self, host: str, port: int) -> list[str]:
         """The host's addresses, all of them allowed (raises EgressRefused otherwise)."""
+        name = target_host(host)
         try:
-            ipaddress.ip_address(host)
-            addresses = [host]
+            ipaddress.ip_address(name)
+            addresses = [name]
         except ValueError:
-            addresses = await self.resolver(host, port)
+            addresses = await self.resolver(name, port)
+        if not addresses:
+            raise socket.gaierror(f"{name} has no address")
         for address in addresses:
-            self.check_address(host, address)
+            self.check_address(name, address, port)
         return addresses
 
     async def check_url(self, url: str) -> None:
-        """Check a job URL when a task is created; a name that does not resolve yet passes
-        (it is checked again at every connect)."""
-        parsed = httpx.URL(url)
-        port = parsed.port or (443 if parsed.scheme == "https" else 80)
+        """Refuse a URL no job or webhook may call (raises EgressRefused, never anything
+        else); a name that does not resolve yet passes (it is checked again at every
+        connect)."""
         try:
-            await self.resolve_checked(parsed.host, port)
-        except (socket.gaierror, OSError):
-            return
+            parsed = httpx.URL(url)
+            raw_host, host = parsed.raw_host.decode("ascii"), parsed.host
+            split = urlsplit(url)
+            split_host, split_port = split.hostname, split.port
+        except (httpx.InvalidURL, ValueError, UnicodeError) as exc:
+            raise EgressRefused(f"not a valid URL: {exc}") from None
+        if parsed.scheme not in ("http", "https") or not raw_host:
+            raise EgressRefused("must be an absolute http:// or https:// URL")
+        default = 443 if parsed.scheme == "https" else 80
+        port = parsed.port if parsed.port is not None else default
+        # The HTTP client sends the request, the standard library reads the URL for logs and
+        # summaries: a URL they read differently is refused rather than logged as another.
+        if (split_host or "") != host.lower() or (split_port or default) != (port or default):
+            raise EgressRefused(
+                "host or port reads differently to different URL parsers (write the host in "
+                "lowercase, the port in decimal digits)"
+            )
+        if not 0 < port < 65536:
+            raise EgressRefused(f"port {port} is not a TCP port (1 to 65535)")
+        try:
+            async with asyncio.timeout(RESOLVE_TIMEOUT_SECONDS):
+                await self.resolve_checked(raw_host, port)
+        except (OSError, UnicodeError):
+            return  # not resolvable now (TimeoutError is an OSError)
 
 
 class GuardedBackend(httpcore.AsyncNetworkBackend):
@@ -133,7 +217,10 @@ class GuardedBackend(httpcore.AsyncNetworkBackend):
         local_address: str | None = None,
         socket_options: Iterable[Any] | None = None,
     ) -> httpcore.AsyncNetworkStream:
-        addresses = await self._policy.resolve_checked(host, port)
+        try:
+            addresses = await self._policy.resolve_checked(host, port)
+        except OSError as exc:
+            raise httpcore.ConnectError(f"{host} does not resolve: {exc}") from exc
         # TLS still verifies against the host name: only the TCP target is pinned.
         return await self._inner.connect_tcp(
             addresses[0], port, timeout=timeout, local_address=local_address,

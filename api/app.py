@@ -66,7 +66,7 @@ def create_app(
                 hold_wakes_per_second=settings.hold_wakes_per_second,
             ),
             load_handlers().keys(),
-            EgressPolicy.from_list(settings.egress_allow_list),
+            EgressPolicy.from_list(settings.egress_allow_list, own_ports=settings.own_ports),
             Quota(
                 max_active_tasks=settings.quota_max_active_tasks,
                 min_interval_seconds=settings.quota_min_interval_seconds,

@@ -355,6 +355,11 @@ class TaskService:
                 await self.egress.check_url(job.url)
             except EgressRefused as exc:
                 raise InvalidTask(f"job_details.url: {exc}", field="job_details.url") from exc
+        if spec.notify is not None:
+            try:
+                await self.egress.check_url(spec.notify.url)
+            except EgressRefused as exc:
+                raise InvalidTask(f"notify.url: {exc}", field="notify.url") from exc
         if isinstance(job, HandlerJob) and job.name not in self.handlers:
             known = ", ".join(sorted(self.handlers))
             raise InvalidTask(

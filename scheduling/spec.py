@@ -351,6 +351,9 @@ def redact_url(url: str) -> str:
     carry their secret in the path or the query."""
     parts = urlsplit(url)
     host = parts.hostname or "?"
-    port = f":{parts.port}" if parts.port else ""
+    try:
+        port = f":{parts.port}" if parts.port else ""
+    except ValueError:  # a port the standard library cannot read: never fail a log line
+        port = ":?"
     tail = "/…" if (parts.path not in ("", "/") or parts.query) else "/"
     return f"{parts.scheme}://{host}{port}{tail}"

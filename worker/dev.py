@@ -62,9 +62,9 @@ SQLITE_PRAGMA_FLAGS = [
 ]
 
 
-def dev_server_command(settings: Settings) -> list[str]:
+def dev_server_command(settings: Settings, side_ports: tuple[int, int] | None = None) -> list[str]:
     """The dev server with a SQLite file in WAL mode, its cache sized for herds and the task
-    search attributes."""
+    search attributes; ``side_ports`` are its HTTP API and metrics ports (else random)."""
     host, _, port = settings.temporal_address.rpartition(":")
     command = [
         temporal_binary(), "server", "start-dev",
@@ -76,6 +76,8 @@ def dev_server_command(settings: Settings) -> list[str]:
         "--log-level", "warn",
         *SERVER_CACHE_FLAGS,
     ]
+    if side_ports is not None:
+        command += ["--http-port", str(side_ports[0]), "--metrics-port", str(side_ports[1])]
     for name, kind in DEFINITIONS.items():
         command += ["--search-attribute", f"{name}={kind}"]
     return command
@@ -129,6 +131,20 @@ def worker_roles(settings: Settings) -> list[tuple[str, str, int]]:
             ("jobs worker", "jobs", settings.dev_jobs_metrics_port or port + 1)]
 
 
+def deny_ports(settings: Settings, workers: list[tuple[str, str, int]], side_ports: tuple[int, int]) -> str:
+    """SCHEDULER_EGRESS_DENY_PORTS for the children, so that no job calls them on loopback
+    (which dev allows): every worker's metrics port (each process knows only its own) and the
+    dev server's HTTP API and metrics ports."""
+    ports = [str(port) for port in (*(port for _, _, port in workers), *side_ports)]
+    return ",".join(filter(None, [settings.egress_deny_ports.strip(), *ports]))
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
 def run_dev(settings: Settings) -> int:
     """Start the whole stack in the foreground; returns the exit code."""
     settings.data_dir.mkdir(parents=True, exist_ok=True)
@@ -142,6 +158,9 @@ def run_dev(settings: Settings) -> int:
            "SCHEDULER_DATABASE_URL": settings.resolved_database_url, "SCHEDULER_AUTO_MIGRATE": "false"}
     cli = [sys.executable, "-m", "worker.cli"]
     workers = worker_roles(settings)
+    # Fixed here rather than left to the dev server's choice, so that they can be denied.
+    side_ports = (_free_port(), _free_port())
+    env["SCHEDULER_EGRESS_DENY_PORTS"] = deny_ports(settings, workers, side_ports)
     children: list[tuple[str, subprocess.Popen[bytes]]] = []
     stopping = False
 
@@ -160,7 +179,7 @@ def run_dev(settings: Settings) -> int:
                 command, env=env, start_new_session=True, preexec_fn=_die_with_parent
             )
 
-        server = spawn(dev_server_command(settings))
+        server = spawn(dev_server_command(settings, side_ports))
         children.append(("temporal", server))
         wait_for_port(settings.temporal_address, 60, server)
         for name, role, port in workers:

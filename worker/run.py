@@ -76,7 +76,8 @@ async def run_worker(settings: Settings) -> None:
     if client is None:
         return
     executor = ThreadPoolExecutor(max_workers=32, thread_name_prefix="bookkeeping")
-    async with guarded_client(EgressPolicy.from_list(settings.egress_allow_list)) as http:
+    egress = EgressPolicy.from_list(settings.egress_allow_list, own_ports=settings.own_ports)
+    async with guarded_client(egress) as http:
         activities = build_activities(
             engine=engine,
             http=http,

@@ -91,6 +91,12 @@ class Settings(BaseSettings):
         description="comma-separated hosts, IPs or CIDRs that HTTP jobs may reach although "
         "they are not public (loopback, private, link-local...)",
     )
+    egress_deny_ports: str = Field(
+        default="", pattern=r"^\s*(\d+\s*(,\s*\d+\s*)*)?$",
+        description="comma-separated ports that jobs and webhooks may never call on an address "
+        "that is not public, allowlisted or not; the scheduler's own (API, Temporal gRPC and "
+        "UI, worker metrics) are always among them",
+    )
     workflow_job_types: str = Field(
         default="",
         description="comma-separated workflow types that workflow jobs may start; empty (the "
@@ -202,6 +208,18 @@ class Settings(BaseSettings):
         if self.database_url:
             return self.database_url
         return f"sqlite:///{(self.data_dir / 'scheduler.db').resolve()}"
+
+    @property
+    def own_ports(self) -> frozenset[int]:
+        """The ports jobs and webhooks may never call off the public internet: the API's,
+        Temporal's, the worker metrics' and the listed ones."""
+        _, _, temporal = self.temporal_address.rpartition(":")
+        listed = (entry.strip() for entry in self.egress_deny_ports.split(","))
+        ports = {self.api_port, self.temporal_ui_port, self.worker_metrics_port,
+                 self.dev_jobs_metrics_port, *(int(port) for port in listed if port)}
+        if temporal.isdigit():
+            ports.add(int(temporal))
+        return frozenset(port for port in ports if port)
 
     @property
     def egress_allow_list(self) -> list[str]:

@@ -105,3 +105,98 @@ async def test_dns_rebinding_is_caught_at_connect(target: TargetServer) -> None:
         await _run(policy, url)
     assert failure.value.type == "EgressRefused"
     assert target.received == []
+
+
+# ------------------------------------------------------------- host forms and own ports
+
+@pytest.mark.parametrize("url", [
+    "http://0177.0.0.1/", "http://0x7f.0.0.1/", "http://0x7f000001/", "http://2130706433/",
+    "http://127.1/", "http://127.0.1/", "http://017700000001/", "http://1.2.3.4.5/",
+    "http://08.8.8.8/", "http://8.8.8.010/",
+])
+async def test_numeric_hosts_in_other_forms_are_refused_before_resolving(url: str) -> None:
+    asked: list[str] = []
+
+    async def resolver(host: str, port: int) -> list[str]:
+        asked.append(host)
+        return ["93.184.215.14"]
+
+    with pytest.raises(EgressRefused):
+        await EgressPolicy(resolver=resolver).check_url(url)
+    assert asked == []  # refused on its form, not on what a resolver made of it
+
+
+@pytest.mark.parametrize(("url", "why"), [
+    ("http://a..b/", "not a valid host name"),
+    ("http://xn--/", "not a valid"),
+    ("http://xn--zz-/", "not a valid"),
+    ("http://-a.example/", "not a valid host name"),
+    ("http://" + "a" * 64 + ".example/", "not a valid host name"),
+    ("http://" + ".".join(["a" * 60] * 5) + "/", "not a valid host name"),
+    ("http://exa%41mple.com/", "not a valid host name"),
+    ("http://[fe80::1%25eth0]/", "zone id"),
+    ("http://[::1/", "not a valid URL"),
+    ("http://a:99999/", "(?i)port"),
+    ("http://a:0/", "not a TCP port"),
+    ("http://a:+80/", "not a valid URL"),
+    ("http://ＥＸＡＭＰＬＥ.com/", "not a valid URL"),
+    ("ftp://example.com/", "http"),
+])
+async def test_malformed_urls_are_refused_with_a_reason(url: str, why: str) -> None:
+    with pytest.raises(EgressRefused, match=why):
+        await EgressPolicy(resolver=static_resolver(HOSTS)).check_url(url)
+
+
+async def test_usual_urls_pass() -> None:
+    policy = EgressPolicy(resolver=static_resolver({**HOSTS, "xn--bcher-kva.example": ["93.184.215.14"]}))
+    for url in ("https://public.test/hook", "https://PUBLIC.test:8443/a?b=c", "http://public.test./",
+                "https://bücher.example/", "http://user:pw@public.test/", "http://[2606:2800:220:1::1]:8080/",
+                "http://93.184.215.14/", "http://a_b.public.test/"):
+        await policy.check_url(url)
+
+
+OWN = frozenset({8000, 7233, 8233, 9464, 9465})
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:8000/task/create", "http://localhost:7233/",
+                                 "http://[::1]:8233/", "http://127.0.0.1:9464/metrics",
+                                 "http://loopback.test:9465/metrics", "http://[::ffff:127.0.0.1]:8000/"])
+async def test_own_ports_are_refused_even_where_loopback_is_allowed(url: str) -> None:
+    dev = EgressPolicy.from_list(["127.0.0.0/8", "::1/128", "localhost", "loopback.test"],
+                                 resolver=static_resolver({**HOSTS, "localhost": ["127.0.0.1"]}),
+                                 own_ports=OWN)
+    with pytest.raises(EgressRefused, match="scheduler's own"):
+        await dev.check_url(url)
+    await dev.check_url("http://127.0.0.1:8001/")  # loopback itself stays allowed
+
+
+def test_own_ports_on_public_addresses_are_just_ports() -> None:
+    EgressPolicy(own_ports=OWN).check_address("h", "93.184.215.14", 8000)
+
+
+async def test_own_port_is_refused_at_connect_without_sending(target: TargetServer) -> None:
+    # The target stands for the API: loopback is allowlisted, its port is the scheduler's own.
+    dev = EgressPolicy.from_list(["127.0.0.1", "allowed.test"], resolver=static_resolver(HOSTS),
+                                 own_ports={target.port})
+    for url in (f"http://allowed.test:{target.port}/task/create", target.url("/task/create")):
+        with pytest.raises(ApplicationError) as failure:
+            await _run(dev, url)
+        assert failure.value.type == "EgressRefused" and "own" in str(failure.value)
+    assert target.received == []
+
+
+async def test_redirect_to_an_own_port_is_refused(target: TargetServer) -> None:
+    dev = EgressPolicy.from_list(["127.0.0.1", "allowed.test"], resolver=static_resolver(HOSTS),
+                                 own_ports={8000})
+    with pytest.raises(ApplicationError) as failure:
+        await _run(dev, f"http://allowed.test:{target.port}/redirect?to=http://127.0.0.1:8000/x")
+    assert failure.value.type == "EgressRefused"
+    assert [r.path for r in target.received] == ["/redirect"]
+
+
+async def test_malformed_host_at_connect_is_refused_not_resolved(target: TargetServer) -> None:
+    # A redirect's Location is parsed by the client, not by the create-time check.
+    with pytest.raises(ApplicationError) as failure:
+        await _run(EgressPolicy.from_list(["allowed.test"], resolver=static_resolver(HOSTS)),
+                   f"http://allowed.test:{target.port}/redirect?to=http://a..b/")
+    assert failure.value.type == "EgressRefused"

@@ -73,11 +73,12 @@ async def stack(dev_env: WorkflowEnvironment, tmp_path_factory: pytest.TempPathF
 
 
 @asynccontextmanager
-async def serve_api(env: WorkflowEnvironment, engine: Engine, **settings: Any) -> AsyncIterator[str]:
+async def serve_api(env: WorkflowEnvironment, engine: Engine, /, **settings: Any) -> AsyncIterator[str]:
     """Serve the API with the given settings on a free port; yields its base URL."""
     port = _free_port()
     settings.setdefault("egress_allow", "127.0.0.1")
-    app = create_app(Settings(env="test", api_port=port, **settings), engine=engine, client=env.client)
+    settings.setdefault("env", "test")
+    app = create_app(Settings(api_port=port, **settings), engine=engine, client=env.client)
     server = uvicorn.Server(uvicorn.Config(
         app, host="127.0.0.1", port=port, log_level="warning", lifespan="on", **SERVER_OPTIONS
     ))

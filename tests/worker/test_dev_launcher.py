@@ -100,6 +100,13 @@ def test_dev_stack_survives_a_restart(dev_stack: DevStack) -> None:
         assert "temporal_" in worker_metrics  # the SDK's own worker metrics are served
     with dev_stack.api() as api:
         assert api.get("/checkHealth").status_code == 200
+        for port in (dev_stack.api_port, dev_stack.temporal_port, dev_stack.ui_port,
+                     dev_stack.metrics_port, dev_stack.jobs_metrics_port):
+            aimed = api.post("/task/create", json={  # loopback is a target in dev, these ports not
+                "task_name": "own-port", "job_details": {"type": "http", "url": f"http://127.0.0.1:{port}/"},
+                "schedule_type": "cron", "cron": "0 10 * * *", "timezone": "UTC",
+            })
+            assert aimed.status_code == 422 and "own" in aimed.json()["detail"], (port, aimed.text)
         run_at = datetime.now(UTC) + timedelta(seconds=25)
         created = api.post("/task/create", json={
             "task_name": "after-restart", "job_details": {"type": "handler", "name": "noop"},
