@@ -65,7 +65,7 @@ class RateLimited(ApiError):
 
 
 class IdempotencyConflict(ApiError):
-    status, slug, title = 409, "idempotency-conflict", "Idempotency-Key reused with another request"
+    status, slug, title = 422, "idempotency-conflict", "Idempotency-Key reused with another request"
 
 
 class OutcomeUnknown(ApiError):

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import uuid
-from collections.abc import Collection
+from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import anyio
 import structlog
@@ -21,12 +19,12 @@ from sqlalchemy.exc import SQLAlchemyError
 from activities.egress import EgressPolicy, EgressRefused
 from api.admission import TenantUsage, check_body_size, check_quota, check_task_limits
 from api.errors import (
-    IdempotencyConflict,
     InvalidTask,
     NotFound,
     TaskConflict,
     TaskNotFound,
 )
+from api.idempotency import claim_create, create_request, once, task_of_key
 from api.schemas import (
     DeadLetterOut,
     DeadLetterPage,
@@ -50,7 +48,7 @@ from scheduling.spec import (
 )
 from scheduling.workflow_jobs import WorkflowJobRules, refusal
 from store.batch import BatchWriter
-from store.idempotency import claim_key, complete_key
+from store.idempotency import complete_key
 from store.models import Task, TaskExecution
 from store.quotas import ActiveCounts, Quota, quota_and_active, quota_for
 from store.records import TaskSnapshot
@@ -68,7 +66,6 @@ from workflows.state import TaskState, TaskStatus
 
 log = structlog.get_logger("task_scheduler.api")
 T = TypeVar("T")
-IDEMPOTENCY_NAMESPACE = uuid.UUID("6f1c2a8e-3b7d-4e55-9a41-2d0c7b9e8f10")
 
 
 @dataclass(frozen=True)
@@ -132,6 +129,14 @@ class TaskService:
                 "for a one-time task",
                 field="schedule_type",
             )
+        if idempotency_key is not None:
+            # A create seen before answers with its stored task, whatever Temporal still knows:
+            # past the namespace's retention a start under the same workflow id would succeed.
+            request = create_request(spec, recurring_only)
+            known = await task_of_key(self.engine, who.tenant_id, idempotency_key, request)
+            row = None if known is None else await point_read(self.engine, read_task, known, who.tenant_id)
+            if row is not None:
+                return TaskOut.from_row(row), False
         await self._check(spec, now)
         if usage is None:
             quota, active = await point_read(
@@ -143,7 +148,9 @@ class TaskService:
         self._check_workflow_job(spec, usage.quota)
         task_id = uuid.uuid4().hex
         if idempotency_key is not None:
-            task_id = await self._claim_idempotency_key(who, idempotency_key, spec, recurring_only)
+            task_id = await claim_create(
+                self.engine, who.tenant_id, idempotency_key, create_request(spec, recurring_only), task_id
+            )
         started = await self.temporal.start_task(
             task_id=task_id, tenant_id=who.tenant_id, spec=spec, created_at=now
         )
@@ -178,24 +185,6 @@ class TaskService:
             log.warning("task.row_write_deferred", task_id=task_id, error=type(exc).__name__)
         log.info("task.created", task_id=task_id, tenant=who.tenant_id, schedule=spec.schedule_type.value)
         return _out_of_snapshot(snapshot), True
-
-    async def _claim_idempotency_key(
-        self, who: Principal, key: str, spec: TaskSpec, recurring_only: bool
-    ) -> str:
-        canonical = json.dumps(
-            {"recurring": recurring_only, "spec": spec.model_dump(mode="json")}, sort_keys=True
-        )
-        request_hash = hashlib.sha256(canonical.encode()).hexdigest()
-        # The task id follows from tenant and key, so concurrent retries of one request all
-        # try to start the same workflow id and Temporal lets exactly one of them win.
-        task_id = uuid.uuid5(IDEMPOTENCY_NAMESPACE, f"{who.tenant_id}/{key}").hex
-        record = await in_thread(claim_key, self.engine, who.tenant_id, key, request_hash, task_id)
-        if record.request_hash != request_hash:
-            raise IdempotencyConflict(
-                "this Idempotency-Key was already used with a different request body",
-                field="Idempotency-Key",
-            )
-        return record.task_id
 
     async def _existing(self, who: Principal, task_id: str, spec: TaskSpec, now: datetime) -> TaskOut:
         for _ in range(40):
@@ -248,10 +237,21 @@ class TaskService:
 
     # ------------------------------------------------------------- changes
     async def update(
-        self, who: Principal, task_id: str, changes: TaskChanges, *, body_size: int = 0
+        self, who: Principal, task_id: str, changes: TaskChanges, *, body_size: int = 0,
+        idempotency_key: str | None = None,
     ) -> TaskOut:
         """Validate the change against the current task and the tenant's quota, then apply it
-        in the workflow."""
+        in the workflow (once per Idempotency-Key)."""
+        request = {"update": task_id, "changes": changes.model_dump(mode="json", exclude_unset=True)}
+        return await self._once(
+            who, idempotency_key, request, task_id,
+            lambda request_id: self._update(who, task_id, changes, body_size=body_size, request_id=request_id),
+        )
+
+    async def _update(
+        self, who: Principal, task_id: str, changes: TaskChanges, *, body_size: int,
+        request_id: str | None,
+    ) -> TaskOut:
         row = await self._row(who, task_id)
         self._refuse_final(row)
         spec = TaskSpec.model_validate(row.spec)
@@ -266,10 +266,23 @@ class TaskService:
         await self._check(new_spec, now)
         check_task_limits(quota, new_spec, now, gaps=self.gaps, before=spec)
         self._check_workflow_job(new_spec, quota)
-        return TaskOut.from_state(await self.temporal.update(task_id, changes))
+        return TaskOut.from_state(await self.temporal.update(task_id, changes, request_id=request_id))
 
-    async def cancel(self, who: Principal, task_id: str, task_name: str | None, reason: str | None) -> TaskOut:
+    async def cancel(
+        self, who: Principal, task_id: str, task_name: str | None, reason: str | None, *,
+        idempotency_key: str | None = None,
+    ) -> TaskOut:
         """Cancel a task; its running job is cancelled too."""
+        request = {"cancel": task_id, "task_name": task_name, "reason": reason}
+        return await self._once(
+            who, idempotency_key, request, task_id,
+            lambda request_id: self._cancel(who, task_id, task_name, reason, request_id),
+        )
+
+    async def _cancel(
+        self, who: Principal, task_id: str, task_name: str | None, reason: str | None,
+        request_id: str | None,
+    ) -> TaskOut:
         row = await self._row(who, task_id)
         if task_name is not None and task_name != row.name:
             raise TaskConflict(
@@ -278,22 +291,34 @@ class TaskService:
             )
         self._refuse_final(row)
         self.active_counts.forget(who.tenant_id)
-        return self._out(await self.temporal.cancel(task_id, reason))
+        return self._out(await self.temporal.cancel(task_id, reason, request_id=request_id))
 
-    async def pause(self, who: Principal, task_id: str, reason: str | None) -> TaskOut:
+    async def pause(
+        self, who: Principal, task_id: str, reason: str | None, *, idempotency_key: str | None = None
+    ) -> TaskOut:
         """Pause a task."""
-        self._refuse_final(await self._row(who, task_id))
-        return self._out(await self.temporal.pause(task_id, reason))
+        async def act(request_id: str | None) -> TaskOut:
+            self._refuse_final(await self._row(who, task_id))
+            return self._out(await self.temporal.pause(task_id, reason, request_id=request_id))
 
-    async def resume(self, who: Principal, task_id: str) -> TaskOut:
+        request = {"pause": task_id, "reason": reason}
+        return await self._once(who, idempotency_key, request, task_id, act)
+
+    async def resume(self, who: Principal, task_id: str, *, idempotency_key: str | None = None) -> TaskOut:
         """Resume a paused task."""
-        self._refuse_final(await self._row(who, task_id))
-        return self._out(await self.temporal.resume(task_id))
+        async def act(request_id: str | None) -> TaskOut:
+            self._refuse_final(await self._row(who, task_id))
+            return self._out(await self.temporal.resume(task_id, request_id=request_id))
 
-    async def trigger(self, who: Principal, task_id: str) -> TaskOut:
+        return await self._once(who, idempotency_key, {"resume": task_id}, task_id, act)
+
+    async def trigger(self, who: Principal, task_id: str, *, idempotency_key: str | None = None) -> TaskOut:
         """Run a task's job now, outside its schedule."""
-        self._refuse_final(await self._row(who, task_id))
-        return self._out(await self.temporal.trigger(task_id))
+        async def act(request_id: str | None) -> TaskOut:
+            self._refuse_final(await self._row(who, task_id))
+            return self._out(await self.temporal.trigger(task_id, request_id=request_id))
+
+        return await self._once(who, idempotency_key, {"trigger": task_id}, task_id, act)
 
     # ------------------------------------------------------------- dead letters
     async def dead_letters(self, who: Principal, *, limit: int, cursor: str | None) -> DeadLetterPage:
@@ -311,8 +336,19 @@ class TaskService:
         ]
         return DeadLetterPage(items=items, next_cursor=next_cursor)
 
-    async def replay(self, who: Principal, execution_id: str) -> ExecutionOut:
-        """Run a dead letter again under the same execution id (same Idempotency-Key)."""
+    async def replay(
+        self, who: Principal, execution_id: str, *, idempotency_key: str | None = None
+    ) -> ExecutionOut:
+        """Run a dead letter again under the same execution id (same Idempotency-Key on the
+        job); once per Idempotency-Key of the request."""
+        task_id = execution_id.split(":", 1)[0]
+        return await once(
+            self.engine, who.tenant_id, idempotency_key, {"replay": execution_id},
+            lambda request_id: self._replay(who, execution_id, request_id), ExecutionOut,
+            task_id=task_id,
+        )
+
+    async def _replay(self, who: Principal, execution_id: str, request_id: str | None) -> ExecutionOut:
         row = await self._dead_letter(who, execution_id)
         task = await self._row(who, row.task_id)
         if task.status == TaskStatus.CANCELLED:
@@ -321,9 +357,9 @@ class TaskService:
             raise TaskConflict(f"dead letter {execution_id} is being replayed already")
         try:
             if task.status in (TaskStatus.COMPLETED, TaskStatus.FAILED):
-                await self.temporal.replay_ended(task, execution_id, row.scheduled_at)
+                await self.temporal.replay_ended(task, execution_id, row.scheduled_at, request_id=request_id)
             else:
-                await self.temporal.replay(row.task_id, execution_id, row.scheduled_at)
+                await self.temporal.replay(row.task_id, execution_id, row.scheduled_at, request_id=request_id)
         except Exception:
             await in_thread(set_dead_letter, self.engine, execution_id, state="open", expect="replayed")
             raise
@@ -343,6 +379,12 @@ class TaskService:
         return row
 
     # ------------------------------------------------------------- helpers
+    async def _once(
+        self, who: Principal, key: str | None, request: dict[str, Any], task_id: str,
+        act: Callable[[str | None], Awaitable[TaskOut]],
+    ) -> TaskOut:
+        return await once(self.engine, who.tenant_id, key, request, act, TaskOut, task_id=task_id)
+
     async def _check(self, spec: TaskSpec, now: datetime) -> None:
         try:
             check_timing(spec, now)

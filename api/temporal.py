@@ -124,32 +124,36 @@ class TemporalGateway:
                 hold_at_most_seconds=self.hold_at_most_seconds, wakes=self.wakes,
             )
 
-    async def update(self, task_id: str, changes: TaskChanges) -> TaskState:
+    async def update(self, task_id: str, changes: TaskChanges, *, request_id: str | None = None) -> TaskState:
         """Apply changes through the workflow's validated update."""
-        return await self._update(task_id, TaskWorkflow.update_task, changes)
+        return await self._update(task_id, TaskWorkflow.update_task, changes, request_id=request_id)
 
-    async def cancel(self, task_id: str, reason: str | None) -> TaskState:
+    async def cancel(self, task_id: str, reason: str | None, *, request_id: str | None = None) -> TaskState:
         """Cancel the task (a running job is cancelled through its heartbeats)."""
-        return await self._update(task_id, TaskWorkflow.cancel_update, reason)
+        return await self._update(task_id, TaskWorkflow.cancel_update, reason, request_id=request_id)
 
-    async def pause(self, task_id: str, reason: str | None) -> TaskState:
+    async def pause(self, task_id: str, reason: str | None, *, request_id: str | None = None) -> TaskState:
         """Pause the task."""
-        return await self._update(task_id, TaskWorkflow.pause_update, reason)
+        return await self._update(task_id, TaskWorkflow.pause_update, reason, request_id=request_id)
 
-    async def resume(self, task_id: str) -> TaskState:
+    async def resume(self, task_id: str, *, request_id: str | None = None) -> TaskState:
         """Resume the task."""
-        return await self._update(task_id, TaskWorkflow.resume_update)
+        return await self._update(task_id, TaskWorkflow.resume_update, request_id=request_id)
 
-    async def trigger(self, task_id: str) -> TaskState:
+    async def trigger(self, task_id: str, *, request_id: str | None = None) -> TaskState:
         """Run the task's job now."""
-        return await self._update(task_id, TaskWorkflow.trigger_update)
+        return await self._update(task_id, TaskWorkflow.trigger_update, request_id=request_id)
 
-    async def replay(self, task_id: str, execution_id: str, scheduled_at: datetime) -> TaskState:
+    async def replay(
+        self, task_id: str, execution_id: str, scheduled_at: datetime, *, request_id: str | None = None
+    ) -> TaskState:
         """Run a dead-lettered execution again."""
         request = ReplayRequest(execution_id=execution_id, scheduled_at=scheduled_at)
-        return await self._update(task_id, TaskWorkflow.replay_update, request)
+        return await self._update(task_id, TaskWorkflow.replay_update, request, request_id=request_id)
 
-    async def replay_ended(self, row: Task, execution_id: str, scheduled_at: datetime) -> None:
+    async def replay_ended(
+        self, row: Task, execution_id: str, scheduled_at: datetime, *, request_id: str | None = None
+    ) -> None:
         """Replay a dead letter of a task whose workflow has ended: a new run of the task's
         workflow does just that run, then ends by the same rules."""
         replay = QueuedRun(scheduled_at=scheduled_at, trigger=Trigger.REPLAY, execution_id=execution_id)
@@ -160,12 +164,16 @@ class TemporalGateway:
                 spec=state.spec, created_at=row.created_at, state=state, reuse_closed_id=True,
             )
         if not started:  # a workflow of the task runs already (e.g. another replay): ask it
-            await self.replay(row.id, execution_id, scheduled_at)
+            await self.replay(row.id, execution_id, scheduled_at, request_id=request_id)
 
-    async def _update(self, task_id: str, update: Any, *args: Any) -> TaskState:
+    async def _update(
+        self, task_id: str, update: Any, *args: Any, request_id: str | None = None
+    ) -> TaskState:
         handle = self.client.get_workflow_handle_for(TaskWorkflow.run, workflow_id(task_id))
-        # An explicit update id: a retried request cannot apply the same change twice.
-        update_id = f"{update.__name__}-{uuid.uuid4()}"
+        # An explicit update id: Temporal applies an id once per workflow run and answers a
+        # repeat with the first outcome. A request sent again under its Idempotency-Key has the
+        # same ``request_id``, so a retry after a timeout cannot apply the change twice.
+        update_id = f"{update.__name__}-{request_id or uuid.uuid4()}"
         async with _temporal_errors(task_id):
             result: TaskState = await handle.execute_update(
                 update, *args, id=update_id, rpc_timeout=UPDATE_TIMEOUT

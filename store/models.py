@@ -114,15 +114,17 @@ class ApiKey(SQLModel, table=True):
 
 
 class IdempotencyRecord(SQLModel, table=True):
-    """A create request seen with an Idempotency-Key: same key and body, same task."""
+    """A request seen with an Idempotency-Key: a create's task, or another operation's answer."""
 
     __tablename__ = "idempotency_record"
 
     tenant_id: str = Field(primary_key=True, max_length=128)
     key: str = Field(primary_key=True, max_length=255)
     request_hash: str = Field(max_length=64)
-    task_id: str = Field(max_length=64)
+    task_id: str = Field(max_length=64)  # the task created, or the task the operation acted on
     completed: bool = False
+    # The first answer of an operation (not a create: its task row is its answer).
+    response: dict[str, Any] | None = Field(default=None, sa_column=Column(JSON, nullable=True))
     created_at: datetime = _ts(default_factory=utcnow)
 
 

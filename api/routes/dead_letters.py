@@ -8,7 +8,7 @@ from fastapi import APIRouter, Path, Query, Response, status
 
 from api.deps import ServiceDep
 from api.ratelimit import ReaderDep, WriterDep
-from api.routes.tasks import ERRORS
+from api.routes.tasks import ERRORS, OPERATION_RESPONSES, OperationKeyHeader
 from api.schemas import DeadLetterPage, ExecutionOut
 
 router = APIRouter(tags=["dead letters"])
@@ -26,10 +26,14 @@ async def list_dead_letters(
     return await service.dead_letters(who, limit=limit, cursor=cursor)
 
 
-@router.post("/dead-letters/{execution_id}/replay", status_code=status.HTTP_202_ACCEPTED, responses=ERRORS)
-async def replay_dead_letter(execution_id: ExecutionIdPath, who: WriterDep, service: ServiceDep) -> ExecutionOut:
-    """Run the failed run again under the same execution id (same Idempotency-Key)."""
-    return await service.replay(who, execution_id)
+@router.post("/dead-letters/{execution_id}/replay", status_code=status.HTTP_202_ACCEPTED,
+             responses=OPERATION_RESPONSES)
+async def replay_dead_letter(
+    execution_id: ExecutionIdPath, who: WriterDep, service: ServiceDep,
+    idempotency_key: OperationKeyHeader = None,
+) -> ExecutionOut:
+    """Run the failed run again under the same execution id (same Idempotency-Key on the job)."""
+    return await service.replay(who, execution_id, idempotency_key=idempotency_key)
 
 
 @router.delete("/dead-letters/{execution_id}", status_code=status.HTTP_204_NO_CONTENT, responses=ERRORS,

@@ -47,15 +47,24 @@ IdempotencyHeader = Annotated[
         description="retries with the same key and body return the same task (200)",
     ),
 ]
+OperationKeyHeader = Annotated[
+    str | None,
+    Header(
+        alias="Idempotency-Key",
+        min_length=1,
+        max_length=255,
+        description="a retry with the same key and body acts once and gets the first answer; "
+        "the key is the tenant's own",
+    ),
+]
+KEY_REUSED = "invalid input, or the Idempotency-Key was used with another request; the message names the field"
 CREATE_RESPONSES = {
     **ERRORS,
-    **problem_responses({
-        403: "a tenant quota is exceeded",
-        409: "the Idempotency-Key was used with another body",
-    }),
+    **problem_responses({403: "a tenant quota is exceeded", 422: KEY_REUSED}),
     200: {"description": "the same Idempotency-Key and body were seen before: the same task",
           "model": TaskOut},
 }
+OPERATION_RESPONSES = {**ERRORS, **problem_responses({422: KEY_REUSED})}
 
 
 async def _create(
@@ -89,17 +98,20 @@ async def create_recurring_task(
     return await _create(request, response, body, caller, service, idempotency_key, True)
 
 
-@router.patch("/task/cancel", status_code=status.HTTP_202_ACCEPTED, responses=ERRORS)
+@router.patch("/task/cancel", status_code=status.HTTP_202_ACCEPTED, responses=OPERATION_RESPONSES)
 async def cancel_task(
     body: Annotated[TaskCancel, Body(openapi_examples={"cancel": {"value": {"task_id": "0f1e..."}}})],
     who: WriterDep,
     service: ServiceDep,
+    idempotency_key: OperationKeyHeader = None,
 ) -> TaskOut:
     """Cancel a task; a running job is cancelled through its heartbeats."""
-    return await service.cancel(who, body.task_id, body.task_name, body.reason)
+    return await service.cancel(
+        who, body.task_id, body.task_name, body.reason, idempotency_key=idempotency_key
+    )
 
 
-@router.post("/task/update", status_code=status.HTTP_202_ACCEPTED, responses=ERRORS)
+@router.post("/task/update", status_code=status.HTTP_202_ACCEPTED, responses=OPERATION_RESPONSES)
 async def update_task(
     request: Request,
     body: Annotated[
@@ -108,9 +120,13 @@ async def update_task(
     ],
     who: WriterDep,
     service: ServiceDep,
+    idempotency_key: OperationKeyHeader = None,
 ) -> TaskOut:
     """Change a task; the workflow re-plans at once. Answers with the new state."""
-    return await service.update(who, body.task_id, body.changes(), body_size=len(await request.body()))
+    return await service.update(
+        who, body.task_id, body.changes(), body_size=len(await request.body()),
+        idempotency_key=idempotency_key,
+    )
 
 
 @router.get("/tasks/{task_id}", responses=ERRORS)
@@ -149,22 +165,27 @@ async def list_executions(
     return await service.executions(who, task_id, limit=limit, cursor=cursor)
 
 
-@router.post("/tasks/{task_id}/pause", status_code=status.HTTP_202_ACCEPTED, responses=ERRORS)
+@router.post("/tasks/{task_id}/pause", status_code=status.HTTP_202_ACCEPTED, responses=OPERATION_RESPONSES)
 async def pause_task(
     task_id: TaskIdPath, who: WriterDep, service: ServiceDep,
     body: Annotated[PauseRequest | None, Body()] = None,
+    idempotency_key: OperationKeyHeader = None,
 ) -> TaskOut:
     """Stop starting runs until resumed (a running job finishes)."""
-    return await service.pause(who, task_id, body.reason if body else None)
+    return await service.pause(who, task_id, body.reason if body else None, idempotency_key=idempotency_key)
 
 
-@router.post("/tasks/{task_id}/resume", status_code=status.HTTP_202_ACCEPTED, responses=ERRORS)
-async def resume_task(task_id: TaskIdPath, who: WriterDep, service: ServiceDep) -> TaskOut:
+@router.post("/tasks/{task_id}/resume", status_code=status.HTTP_202_ACCEPTED, responses=OPERATION_RESPONSES)
+async def resume_task(
+    task_id: TaskIdPath, who: WriterDep, service: ServiceDep, idempotency_key: OperationKeyHeader = None
+) -> TaskOut:
     """Start runs again; fires that fell inside the pause are recorded as skipped."""
-    return await service.resume(who, task_id)
+    return await service.resume(who, task_id, idempotency_key=idempotency_key)
 
 
-@router.post("/tasks/{task_id}/trigger", status_code=status.HTTP_202_ACCEPTED, responses=ERRORS)
-async def trigger_task(task_id: TaskIdPath, who: WriterDep, service: ServiceDep) -> TaskOut:
+@router.post("/tasks/{task_id}/trigger", status_code=status.HTTP_202_ACCEPTED, responses=OPERATION_RESPONSES)
+async def trigger_task(
+    task_id: TaskIdPath, who: WriterDep, service: ServiceDep, idempotency_key: OperationKeyHeader = None
+) -> TaskOut:
     """Run the task's job now, outside its schedule."""
-    return await service.trigger(who, task_id)
+    return await service.trigger(who, task_id, idempotency_key=idempotency_key)
