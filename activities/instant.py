@@ -11,8 +11,8 @@ from typing import Any
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.agenda import Agenda
-from activities.contracts import MISSED, WITHDRAWN, JobInput
+from activities.contracts import JobInput
+from scheduling.status import JobFailure
 from scheduling.waiting import beat_every
 
 # The heartbeat detail of a job that has started: its retry is a retry, not a late start.
@@ -36,30 +36,26 @@ async def sleep_until_instant(instant: datetime) -> None:
         time.sleep(delay)  # noqa: ASYNC251 - on purpose, see above
 
 
-async def wait_for_instant(job_input: JobInput, agenda: Agenda) -> None:
-    """Sleep until the run's instant, on the agenda; a cancel before it withdraws the run
-    (nothing ran)."""
-    if job_input.not_before is None:
-        return
-    if job_input.not_before <= datetime.now(UTC):
+async def wait_for_instant(job_input: JobInput) -> None:
+    """Sleep until the run's instant; a cancel before it withdraws the run (nothing ran)."""
+    if job_input.not_before is None or job_input.not_before <= datetime.now(UTC):
         return
     try:
-        with agenda.waiting(job_input.not_before):
-            await sleep_until_instant(job_input.not_before)
+        await sleep_until_instant(job_input.not_before)
     except asyncio.CancelledError:
         raise ApplicationError(
-            "withdrawn before its instant: the job did not run", type=WITHDRAWN, non_retryable=True
+            "withdrawn before its instant: the job did not run",
+            type=JobFailure.WITHDRAWN, non_retryable=True,
         ) from None
 
 
 async def heartbeat_while_waiting(not_before: datetime | None, timeout: timedelta | None) -> None:
-    """Heartbeat while waiting for the instant, a few times over the whole wait
-    (scheduling/waiting.py); one that arrives later meets a run that starts on time."""
-    remaining = (not_before - datetime.now(UTC)).total_seconds() if not_before else 0.0
-    every = beat_every(remaining, timeout.total_seconds() if timeout else None)
+    """Heartbeat while waiting for the instant, a few times over the remaining wait and more
+    often as it nears (scheduling/waiting.py), so a withdrawal reaches the run in time."""
     while True:
         activity.heartbeat()
-        await asyncio.sleep(every)
+        remaining = (not_before - datetime.now(UTC)).total_seconds() if not_before else 0.0
+        await asyncio.sleep(beat_every(remaining, timeout.total_seconds() if timeout else None))
 
 
 async def heartbeat_forever(
@@ -76,15 +72,16 @@ async def heartbeat_forever(
         await asyncio.sleep(every)
 
 
-def refuse_if_missed(job_input: JobInput, info: activity.Info) -> None:
-    """A run dispatched ahead whose worker died before it started, retried only now, long
-    after its instant: under the skip policy that is a missed run, not a late one."""
-    limit = job_input.skip_if_late_seconds
-    if limit is None or info.attempt == 1 or STARTED in info.heartbeat_details:
+def refuse_if_late(job_input: JobInput, *, started_before: bool) -> None:
+    """A scheduled run that would start past its grace (its worker was down or backlogged)
+    does not run: it reports Late, and the workflow's missed-run policy decides the fire.
+    A retry of a job that had started is a retry, not a late start."""
+    limit = job_input.late_after_seconds
+    if limit is None or started_before:
         return
     late = (datetime.now(UTC) - (job_input.not_before or job_input.scheduled_at)).total_seconds()
     if late > limit:
         raise ApplicationError(
-            f"missed: its worker stopped before it started and it is now {late:.0f}s late",
-            type=MISSED, non_retryable=True,
+            f"not started: it reached its worker {late:.0f}s after its instant",
+            type=JobFailure.LATE, non_retryable=True,
         )

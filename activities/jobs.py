@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -17,36 +17,26 @@ from temporalio.client import Client, WorkflowFailureError
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 
-from activities.agenda import Agenda
-from activities.contracts import (
-    RUN_JOB,
-    RUN_SERIES,
-    JobFailureDetails,
-    JobInput,
-    JobResult,
-    SeriesInput,
-    SeriesResult,
-)
+from activities.contracts import RUN_JOB, JobFailureDetails, JobInput, JobResult
 from activities.egress import EgressRefused
 from activities.handlers import Handler, HandlerContext, call_handler
 from activities.instant import (
     STARTED,
     heartbeat_forever,
     heartbeat_while_waiting,
-    refuse_if_missed,
+    refuse_if_late,
     wait_for_instant,
 )
-from activities.run_rows import RunRows
-from activities.series import RunRegistry, SeriesRunner
+from activities.run_rows import RunRows, completed_result
+from scheduling.policy import retryable_http_status
 from scheduling.spec import HandlerJob, HttpJob, WorkflowJob, redact_url
+from scheduling.status import JobFailure
 from scheduling.workflow_jobs import WorkflowJobRules, refusal
 from store.batch import BatchWriter
 from store.quotas import Quota, quota_for
-from store.records import ExecutionRecord
 
 log = structlog.get_logger("task_scheduler.jobs")
 
-RETRYABLE_4XX = {408, 429}
 _tracer = trace.get_tracer("task_scheduler.jobs")
 
 
@@ -63,9 +53,7 @@ class JobActivities:
         max_response_bytes: int = 1024,
         engine: Engine | None = None,
         writer: BatchWriter | None = None,
-        agenda: Agenda | None = None,
     ) -> None:
-        self.agenda = agenda or Agenda()
         self._rows = RunRows(engine, writer) if engine is not None else None
         self._http = http
         self._handlers = dict(handlers)
@@ -74,7 +62,6 @@ class JobActivities:
         # None: no workflow job may start anything.
         self._workflow_jobs = workflow_jobs or WorkflowJobRules()
         self._max_response_bytes = max_response_bytes
-        self._runs = RunRegistry(self._rows.status_of if self._rows is not None else None)
 
     @activity.defn(name=RUN_JOB)
     async def run_job(self, job_input: JobInput) -> JobResult:
@@ -89,23 +76,23 @@ class JobActivities:
             attempt=info.attempt,
         )
         # The server retries an attempt whose completion it never got: the job ran already.
-        done = await self._rows.completed_before(job_input) if info.attempt > 1 and self._rows else None
+        previous = await self._rows.previous(job_input) if info.attempt > 1 and self._rows else None
+        done = completed_result(previous)
         if done is not None:
             bound.info("job.already_completed", completed_attempt=done.attempt)
             return done
+        started_before = STARTED in info.heartbeat_details or (
+            previous is not None and previous.started_at is not None)
         # Once running, it heartbeats at a third of the heartbeat timeout.
         heartbeats = asyncio.create_task(
             heartbeat_while_waiting(job_input.not_before, info.heartbeat_timeout)
         )
         try:
-            await wait_for_instant(job_input, self.agenda)
-            refuse_if_missed(job_input, info)
+            await wait_for_instant(job_input)
+            refuse_if_late(job_input, started_before=started_before)
             heartbeats.cancel()
             # From here the job has started: a retry after a crash is a retry, not a late start.
-            # A job done within a second costs the server no heartbeat.
-            heartbeats = asyncio.create_task(
-                heartbeat_forever(info.heartbeat_timeout, STARTED, first_after=1.0)
-            )
+            heartbeats = asyncio.create_task(heartbeat_forever(info.heartbeat_timeout, STARTED))
             async with asyncio.timeout(job_input.run_timeout_seconds):
                 result = await self._attempt(job_input, info.attempt, bound)
             if self._rows is not None:
@@ -120,54 +107,27 @@ class JobActivities:
         finally:
             heartbeats.cancel()
 
-    @activity.defn(name=RUN_SERIES)
-    async def run_series(self, series: SeriesInput) -> SeriesResult:
-        """Run consecutive fires of one task, each at its instant on this worker's clock."""
-        info = activity.info()
-        bound = log.bind(
-            task_id=series.task_id, tenant=series.tenant_id, workflow_id=info.workflow_id,
-            series_attempt=info.attempt,
-        )
-
-        async def attempt(job_input: JobInput, number: int) -> JobResult:
-            return await self._attempt(
-                job_input, number, bound.bind(execution_id=job_input.execution_id, attempt=number)
-            )
-
-        return await SeriesRunner(
-            series, attempt=attempt, write=self._rows.outcome if self._rows else _unrecorded,
-            runs=self._runs, agenda=self.agenda,
-        ).run()
-
     async def _attempt(self, job_input: JobInput, attempt: int, bound: Any) -> JobResult:
         # The later of the server's start of this attempt and this worker's clock: the same
         # clock as the scheduled time on a real server, and still right where the server's
         # time is skipped (tests) or the job waited here for its instant.
         started = max(datetime.now(UTC), activity.info().started_time.astimezone(UTC))
-        labels = {"job_type": job_input.job.type, "trigger": job_input.trigger}
-        # Nothing but the start time comes before the job: its log line, lateness metric and
-        # RUNNING row follow from the event loop, so runs due at one instant are not each held
-        # up by the bookkeeping of the runs before them. Announced at the latest before the
-        # outcome is logged, so the log still reads start, then outcome.
-        announce = _Once(lambda: self._announce(job_input, started, attempt, labels, bound))
-        asyncio.get_running_loop().call_soon(announce)
+        labels = {"job_type": job_input.job.type, "trigger": job_input.trigger.value}
+        self._announce(job_input, started, attempt, labels, bound)
         try:
             result = await self._run(job_input, attempt)
         except asyncio.CancelledError:
-            announce()
             _record_duration(datetime.now(UTC) - started, labels, "cancelled")
             bound.info("job.cancelled")
             raise
         except Exception as exc:
             ended = datetime.now(UTC)
-            await announce.settle()
             _record_duration(ended - started, labels, "failed")
             if isinstance(exc, ApplicationError):
                 bound.warning("job.failed", error=str(exc), retryable=not exc.non_retryable)
                 raise _with_start(exc, started) from exc.__cause__
             raise
         ended = datetime.now(UTC)
-        await announce.settle()
         _record_duration(ended - started, labels, "completed")
         bound.info("job.completed")
         return result.model_copy(update={"started_at": started})
@@ -243,7 +203,7 @@ class JobActivities:
         if 200 <= status < 300:
             return JobResult(attempt=attempt, http_status=status, response_snippet=snippet)
         details = JobFailureDetails(attempt=attempt, http_status=status, response_snippet=snippet)
-        retryable = status >= 500 or status in RETRYABLE_4XX
+        retryable = retryable_http_status(status)
         raise ApplicationError(
             f"{job.method} {redact_url(job.url)} answered HTTP {status}",
             details.model_dump(),
@@ -342,7 +302,7 @@ class JobActivities:
             raise ApplicationError(
                 f"workflow job refused: {refused}",
                 JobFailureDetails(attempt=attempt).model_dump(),
-                type="WorkflowJobRefused",
+                type=JobFailure.WORKFLOW_REFUSED,
                 non_retryable=True,
             )
 
@@ -354,33 +314,10 @@ def _with_start(exc: ApplicationError, started: datetime) -> ApplicationError:
     return ApplicationError(str(exc.message), details, type=exc.type, non_retryable=exc.non_retryable)
 
 
-class _Once:
-    """Calls a function at most once, whoever asks first: the event loop or the caller."""
-
-    def __init__(self, fn: Callable[[], None]) -> None:
-        self._fn: Callable[[], None] | None = fn
-
-    def __call__(self) -> None:
-        fn, self._fn = self._fn, None
-        if fn is not None:
-            fn()
-
-    async def settle(self) -> None:
-        """Call it, after letting the event loop do so first: a job that ended at once then
-        does its bookkeeping behind the runs that were due with it, not before they start."""
-        if self._fn is not None:
-            await asyncio.sleep(0)
-        self()
-
-
 def _record_duration(duration: timedelta, labels: dict[str, str], outcome: str) -> None:
     activity.metric_meter().create_histogram_timedelta(
         "scheduler_job_duration", "duration of one job attempt", "duration"
     ).record(duration, {**labels, "outcome": outcome})
-
-
-async def _unrecorded(record: ExecutionRecord) -> None:
-    """A series fire's outcome on a worker without a database (tests): the series result has it."""
 
 
 def _jsonable(value: Any) -> Any:

@@ -59,11 +59,6 @@ def create_app(
             TemporalGateway(
                 temporal, settings.task_queue, lead_seconds=settings.dispatch_lead_seconds,
                 max_lead_seconds=settings.dispatch_max_lead_seconds,
-                dispatch_rate=settings.dispatch_rate_per_second,
-                hold_after_seconds=settings.hold_after_seconds,
-                hold_at_most_seconds=settings.hold_at_most_seconds,
-                max_concurrent_starts=settings.api_max_concurrent_starts,
-                hold_wakes_per_second=settings.hold_wakes_per_second,
             ),
             load_handlers().keys(),
             EgressPolicy.from_list(settings.egress_allow_list, own_ports=settings.own_ports),
@@ -74,7 +69,6 @@ def create_app(
                 max_body_bytes=settings.quota_max_body_bytes,
                 max_header_bytes=settings.quota_max_header_bytes,
             ),
-            failpoint=settings.failpoint,
             workflow_jobs=workflow_job_rules(settings),
         )
         app.state.rate_limiter = TenantRateLimiter(

@@ -11,7 +11,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from api.admission import TenantUsage
 from api.errors import Unauthorized
 from api.service import Principal, TaskService
-from api.store_calls import point_read
+from api.store_calls import in_thread
 from store.keys import find_active_key
 from store.quotas import key_with_usage
 
@@ -51,7 +51,7 @@ def _unknown_key() -> Unauthorized:
 async def get_principal(request: Request, credentials: CredentialsDep) -> Principal:
     """The tenant of the presented API key; 401 when missing, unknown or revoked."""
     key = _presented_key(credentials)
-    row = await point_read(service_of(request).engine, find_active_key, key)
+    row = await in_thread(find_active_key, service_of(request).engine, key)
     if row is None:
         raise _unknown_key()
     return Principal(tenant_id=row.tenant_id, is_admin=row.is_admin)
@@ -70,8 +70,7 @@ async def get_creator(request: Request, credentials: CredentialsDep) -> Creator:
     are read in one trip to the database (the key afresh, as for every request)."""
     key = _presented_key(credentials)
     service = service_of(request)
-    found = await point_read(
-        service.engine, key_with_usage, key, service.quota_defaults, service.active_counts
+    found = await in_thread(key_with_usage, service.engine, key, service.quota_defaults, service.active_counts
     )
     if found is None:
         raise _unknown_key()

@@ -13,7 +13,7 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from api.errors import ApiError, IdempotencyConflict, ServiceUnavailable
-from api.store_calls import in_thread, point_read
+from api.store_calls import in_thread
 from scheduling.spec import TaskSpec
 from store.idempotency import answer_key, claim_key, find_key, release_key
 
@@ -90,7 +90,7 @@ def create_request(spec: TaskSpec, recurring_only: bool) -> dict[str, Any]:
 async def task_of_key(engine: Engine, tenant_id: str, key: str, request: dict[str, Any]) -> str | None:
     """The task a create seen under the tenant's key made (None: the key is new); a 422 when
     the key was used for another request."""
-    record = await point_read(engine, find_key, tenant_id, key)
+    record = await in_thread(find_key, engine, tenant_id, key)
     if record is None:
         return None
     if record.request_hash != request_hash(request):

@@ -10,6 +10,7 @@ from sqlalchemy.orm import Session
 from sqlmodel import col, select
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from scheduling.status import TaskStatus
 from store.models import Task, TaskExecution
 
 
@@ -37,36 +38,12 @@ class ApiMetrics:
             registry=self.registry,
         )
 
-        self.starts = Gauge(
-            "scheduler_api_workflow_starts",
-            "Creates' workflow starts in this API process: in flight to Temporal, or waiting "
-            "for one of SCHEDULER_API_MAX_CONCURRENT_STARTS",
-            ["state"], registry=self.registry,
-        )
-
-        self.wakes_booked = Gauge(
-            "scheduler_api_held_wakes_booked_seconds",
-            "Seconds until the last wake this API process has booked for a held task "
-            "(SCHEDULER_HOLD_WAKES_PER_SECOND): how long the deferred first workflow tasks of "
-            "its creates go on",
-            registry=self.registry,
-        )
-
-    def refresh_starts(self, in_flight: int, waiting: int) -> None:
-        """The start slots' use right now (called when /metrics is scraped)."""
-        self.starts.labels(state="in_flight").set(in_flight)
-        self.starts.labels(state="waiting").set(waiting)
-
-    def refresh_wakes(self, booked_seconds: float) -> None:
-        """How far ahead held tasks' wakes are booked (called when /metrics is scraped)."""
-        self.wakes_booked.set(booked_seconds)
-
     def refresh_task_counts(self, engine: Engine) -> None:
         """Count tasks by status (called when /metrics is scraped)."""
         with Session(engine) as session:
             counts = dict(session.execute(select(Task.status, func.count()).group_by(Task.status)).all())
-        for status in ("PENDING", "RUNNING", "PAUSED", "COMPLETED", "FAILED", "CANCELLED"):
-            self.tasks.labels(status=status).set(counts.get(status, 0))
+        for task_status in TaskStatus:
+            self.tasks.labels(status=task_status).set(counts.get(task_status, 0))
         with Session(engine) as session:
             rows = session.execute(
                 select(TaskExecution.status, TaskExecution.reason, func.count()).group_by(

@@ -7,7 +7,6 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from scheduling.jitter import jitter_offset
 from scheduling.spec import TaskChanges, TaskSpec
 from store.models import TaskExecution
 from store.tasks import TaskView
@@ -183,12 +182,9 @@ class TaskOut(BaseModel):
             schedule_type=state.spec.schedule_type.value,
             schedule=spec,
             job_details=job,
-            next_run_at=None if state.paused or state.next_fire_at is None else (
-                state.next_fire_at
-                + jitter_offset(state.task_id, state.next_fire_at, state.spec.jitter_seconds)
-            ),
+            next_run_at=state.next_instant(),
             last_run=last,
-            run_count=state.run_count + state.manual_count,
+            run_count=state.run_count,
             success_count=state.success_count,
             failure_count=state.failure_count,
             skipped_count=state.skipped_count,

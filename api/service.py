@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import uuid
 from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass
@@ -33,7 +32,7 @@ from api.schemas import (
     TaskOut,
     TaskPage,
 )
-from api.store_calls import in_thread, point_read
+from api.store_calls import in_thread
 from api.temporal import TemporalGateway
 from scheduling.fire import first_fire
 from scheduling.spacing import ShortestGaps
@@ -46,6 +45,7 @@ from scheduling.spec import (
     WorkflowJob,
     check_timing,
 )
+from scheduling.status import DeadLetter, TaskStatus
 from scheduling.workflow_jobs import WorkflowJobRules, refusal
 from store.batch import BatchWriter
 from store.idempotency import complete_key
@@ -62,7 +62,7 @@ from store.tasks import (
     set_dead_letter,
     write_snapshot,
 )
-from workflows.state import TaskState, TaskStatus
+from workflows.state import TaskState
 
 log = structlog.get_logger("task_scheduler.api")
 T = TypeVar("T")
@@ -86,10 +86,8 @@ class TaskService:
         handlers: Collection[str],
         egress: EgressPolicy | None = None,
         quota_defaults: Quota | None = None,
-        failpoint: str | None = None,
         workflow_jobs: WorkflowJobRules | None = None,
     ) -> None:
-        self.failpoint = failpoint
         # None: workflow jobs may start nothing.
         self.workflow_jobs = workflow_jobs or WorkflowJobRules()
         self.engine = engine
@@ -134,13 +132,12 @@ class TaskService:
             # past the namespace's retention a start under the same workflow id would succeed.
             request = create_request(spec, recurring_only)
             known = await task_of_key(self.engine, who.tenant_id, idempotency_key, request)
-            row = None if known is None else await point_read(self.engine, read_task, known, who.tenant_id)
+            row = None if known is None else await in_thread(read_task, self.engine, known, who.tenant_id)
             if row is not None:
                 return TaskOut.from_row(row), False
         await self._check(spec, now)
         if usage is None:
-            quota, active = await point_read(
-                self.engine, quota_and_active, who.tenant_id, self.quota_defaults,
+            quota, active = await in_thread(quota_and_active, self.engine, who.tenant_id, self.quota_defaults,
                 self.active_counts,
             )
             usage = TenantUsage(quota, active)
@@ -154,8 +151,6 @@ class TaskService:
         started = await self.temporal.start_task(
             task_id=task_id, tenant_id=who.tenant_id, spec=spec, created_at=now
         )
-        if self.failpoint == "after_workflow_start":
-            os._exit(70)  # test-only: die between the two writes
         if not started:
             # Same key, same body: the task exists already (or is being created right now).
             return await self._existing(who, task_id, spec, now), False
@@ -188,7 +183,7 @@ class TaskService:
 
     async def _existing(self, who: Principal, task_id: str, spec: TaskSpec, now: datetime) -> TaskOut:
         for _ in range(40):
-            row = await point_read(self.engine, read_task, task_id, who.tenant_id)
+            row = await in_thread(read_task, self.engine, task_id, who.tenant_id)
             if row is not None:
                 return TaskOut.from_row(row)
             await anyio.sleep(0.05)
@@ -203,7 +198,7 @@ class TaskService:
     async def get(self, who: Principal, task_id: str) -> TaskOut:
         """A task of the caller's tenant (404 for anyone else's)."""
         tenant = None if who.is_admin else who.tenant_id
-        row = await point_read(self.engine, read_task, task_id, tenant)
+        row = await in_thread(read_task, self.engine, task_id, tenant)
         if row is None:
             raise TaskNotFound(f"no task {task_id}")
         return TaskOut.from_row(row)
@@ -260,7 +255,7 @@ class TaskService:
         except ValidationError as exc:
             raise InvalidTask(_first_error(exc)) from exc
         # The task's own tenant: an admin's key may change another tenant's task.
-        quota = await point_read(self.engine, quota_for, row.tenant_id, self.quota_defaults)
+        quota = await in_thread(quota_for, self.engine, row.tenant_id, self.quota_defaults)
         check_body_size(quota, body_size)
         now = datetime.now(UTC)
         await self._check(new_spec, now)
@@ -353,7 +348,7 @@ class TaskService:
         task = await self._row(who, row.task_id)
         if task.status == TaskStatus.CANCELLED:
             raise TaskConflict(f"task {task.id} is CANCELLED; its dead letters cannot be replayed")
-        if not await in_thread(set_dead_letter, self.engine, execution_id, state="replayed"):
+        if not await in_thread(set_dead_letter, self.engine, execution_id, state=DeadLetter.REPLAYED):
             raise TaskConflict(f"dead letter {execution_id} is being replayed already")
         try:
             if task.status in (TaskStatus.COMPLETED, TaskStatus.FAILED):
@@ -361,20 +356,20 @@ class TaskService:
             else:
                 await self.temporal.replay(row.task_id, execution_id, row.scheduled_at, request_id=request_id)
         except Exception:
-            await in_thread(set_dead_letter, self.engine, execution_id, state="open", expect="replayed")
+            await in_thread(set_dead_letter, self.engine, execution_id, state=DeadLetter.OPEN, expect=DeadLetter.REPLAYED)
             raise
-        row.dead_letter = "replayed"
+        row.dead_letter = DeadLetter.REPLAYED
         return ExecutionOut.from_row(row)
 
     async def dismiss(self, who: Principal, execution_id: str) -> None:
         """Drop a dead letter from the list; its execution row stays."""
         await self._dead_letter(who, execution_id)
-        if not await in_thread(set_dead_letter, self.engine, execution_id, state="dismissed"):
+        if not await in_thread(set_dead_letter, self.engine, execution_id, state=DeadLetter.DISMISSED):
             raise TaskConflict(f"dead letter {execution_id} is no longer open")
 
     async def _dead_letter(self, who: Principal, execution_id: str) -> TaskExecution:
-        row = await point_read(self.engine, get_execution, execution_id)
-        if row is None or (not who.is_admin and row.tenant_id != who.tenant_id) or row.dead_letter != "open":
+        row = await in_thread(get_execution, self.engine, execution_id)
+        if row is None or (not who.is_admin and row.tenant_id != who.tenant_id) or row.dead_letter != DeadLetter.OPEN:
             raise NotFound(f"no open dead letter {execution_id}")
         return row
 
@@ -422,7 +417,7 @@ class TaskService:
 
     async def _row(self, who: Principal, task_id: str) -> Task:
         tenant = None if who.is_admin else who.tenant_id
-        row = await point_read(self.engine, get_task, task_id, tenant)
+        row = await in_thread(get_task, self.engine, task_id, tenant)
         if row is None:
             raise TaskNotFound(f"no task {task_id}")
         return row

@@ -1,5 +1,5 @@
-"""Calls into the task database from the event loop: on a thread, or in place for a point read
-on SQLite. A database outage becomes 503 either way."""
+"""Calls into the task database from the event loop, on a bounded pool of threads. A database
+outage becomes 503."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ from typing import Any, TypeVar
 import anyio
 from anyio import to_thread
 from anyio.lowlevel import RunVar
-from sqlalchemy import Engine
 from sqlalchemy.exc import OperationalError
 
 from api.errors import ServiceUnavailable
@@ -32,20 +31,5 @@ async def in_thread(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         _db_threads.set(limiter)
     try:
         return await to_thread.run_sync(lambda: fn(*args, **kwargs), limiter=limiter)
-    except OperationalError as exc:
-        raise ServiceUnavailable("the database is unavailable") from exc
-
-
-async def point_read(engine: Engine, fn: Callable[..., T], *args: Any) -> T:
-    """``fn(engine, *args)``: a read of a few rows by key (the API key, a tenant's quota, one
-    task or one run), as most requests make.
-
-    On SQLite it runs in place: about 0.07 ms of CPU, where the trip to a thread and back cost
-    0.3-0.6 ms under a burst of requests (the hand-offs of the interpreter lock), and a read in
-    WAL mode does not wait for writers. A server database answers over the network: a thread."""
-    if engine.dialect.name != "sqlite":
-        return await in_thread(fn, engine, *args)
-    try:
-        return fn(engine, *args)
     except OperationalError as exc:
         raise ServiceUnavailable("the database is unavailable") from exc

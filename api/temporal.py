@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -22,13 +21,12 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from activities.contracts import jobs_queue
 from api.errors import InvalidTask, OutcomeUnknown, ServiceUnavailable, TaskConflict
-from scheduling.fire import first_fire
-from scheduling.herd import HerdGauge
+from scheduling.policy import Run
 from scheduling.spec import TaskChanges, TaskSpec
-from scheduling.wake import WakePacer
+from scheduling.status import Trigger, workflow_id
 from store.models import Task
 from workflows.starter import start_task_workflow, state_from_row
-from workflows.state import QueuedRun, ReplayRequest, TaskState, Trigger, workflow_id
+from workflows.state import ReplayRequest, TaskState
 from workflows.task import TaskWorkflow
 
 UPDATE_TIMEOUT = timedelta(seconds=20)
@@ -60,68 +58,27 @@ async def _temporal_errors(task_id: str | None = None) -> AsyncIterator[None]:
         raise ServiceUnavailable("Temporal is unavailable") from exc
 
 
-class StartSlots:
-    """At most ``limit`` workflow starts in flight (0: no limit); the rest wait in arrival order.
-
-    At 32 concurrent creates against the embedded server, sending every start at once left
-    some of them waiting on the engine far longer than others: p99 was 1.8 to 2.0 times p50.
-    With 8 in flight and the rest queued here, first come first served, it was 1.5 to 1.7
-    times, at the same rate (bench/README.md, "The API's start slots")."""
-
-    def __init__(self, limit: int) -> None:
-        self.in_flight = 0
-        self.waiting = 0
-        self._free = asyncio.Semaphore(limit) if limit > 0 else None
-
-    @asynccontextmanager
-    async def slot(self) -> AsyncIterator[None]:
-        """Hold one slot for the duration of a start."""
-        if self._free is not None:
-            self.waiting += 1
-            try:
-                await self._free.acquire()
-            finally:
-                self.waiting -= 1
-        self.in_flight += 1
-        try:
-            yield
-        finally:
-            self.in_flight -= 1
-            if self._free is not None:
-                self._free.release()
-
-
 class TemporalGateway:
     """Starts task workflows and sends them updates, signals and queries."""
 
     def __init__(
         self, client: Client, task_queue: str, *, lead_seconds: float = 0.0,
-        max_lead_seconds: float = 60.0, dispatch_rate: float = 0.0,
-        hold_after_seconds: float = 0.0, hold_at_most_seconds: float = 0.0,
-        max_concurrent_starts: int = 0, hold_wakes_per_second: float = 0.0,
+        max_lead_seconds: float = 60.0,
     ) -> None:
         self.client = client
         self.task_queue = task_queue
         self.lead_seconds = lead_seconds
         self.max_lead_seconds = max_lead_seconds
-        self.hold_after_seconds = hold_after_seconds
-        self.hold_at_most_seconds = hold_at_most_seconds
-        self.herd = HerdGauge(lead_seconds, max_lead_seconds, dispatch_rate)
-        self.starts = StartSlots(max_concurrent_starts)
-        self.wakes = WakePacer(hold_wakes_per_second)
 
     async def start_task(
         self, *, task_id: str, tenant_id: str, spec: TaskSpec, created_at: datetime
     ) -> bool:
         """Start the task's workflow (id derived from the task id); False if it exists."""
-        # A task joining many due at the same instant is dispatched further ahead.
-        lead = self.herd.lead_for(first_fire(spec, created_at), created_at)
-        async with self.starts.slot(), _temporal_errors(task_id):
+        async with _temporal_errors(task_id):
             return await start_task_workflow(
                 self.client, task_queue=self.task_queue, task_id=task_id, tenant_id=tenant_id,
-                spec=spec, created_at=created_at, lead_seconds=lead,
-                max_lead_seconds=self.max_lead_seconds, hold_after_seconds=self.hold_after_seconds,
-                hold_at_most_seconds=self.hold_at_most_seconds, wakes=self.wakes,
+                spec=spec, created_at=created_at, lead_seconds=self.lead_seconds,
+                max_lead_seconds=self.max_lead_seconds,
             )
 
     async def update(self, task_id: str, changes: TaskChanges, *, request_id: str | None = None) -> TaskState:
@@ -156,7 +113,7 @@ class TemporalGateway:
     ) -> None:
         """Replay a dead letter of a task whose workflow has ended: a new run of the task's
         workflow does just that run, then ends by the same rules."""
-        replay = QueuedRun(scheduled_at=scheduled_at, trigger=Trigger.REPLAY, execution_id=execution_id)
+        replay = Run(scheduled_at=scheduled_at, trigger=Trigger.REPLAY, execution_id=execution_id)
         state = state_from_row(row, next_fire_at=None, queue=[replay], reason="replaying a dead letter")
         async with _temporal_errors(row.id):
             started = await start_task_workflow(

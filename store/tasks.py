@@ -17,6 +17,7 @@ from sqlalchemy import (
     Table,
     and_,
     bindparam,
+    func,
     or_,
     tuple_,
     update,
@@ -26,10 +27,12 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 from sqlmodel import col, select
 
+from scheduling.status import DeadLetter, ExecutionStatus, Trigger
 from store.models import EXECUTION_TABLE, TASK_TABLE, Task, TaskExecution, utcnow
 from store.records import ExecutionRecord, TaskSnapshot
 
-RUN_OUTCOMES = ("COMPLETED", "FAILED", "CANCELLED")  # how a run that ran can end
+# How a run that ran can end.
+RUN_OUTCOMES = (ExecutionStatus.COMPLETED, ExecutionStatus.FAILED, ExecutionStatus.CANCELLED)
 # A state_version from here up is the encoding before migration 0006 (ms × 10**6, any run since
 # 2001), written by a worker of the release before still running after the migration: any write
 # replaces it, or the row would keep it against every later write. Versions now reach it only
@@ -77,6 +80,19 @@ def write_run(engine: Engine, record: ExecutionRecord, snapshot: TaskSnapshot | 
     return write
 
 
+def write_record(engine: Engine, executions: Sequence[ExecutionRecord],
+                 snapshot: TaskSnapshot | None) -> Callable[[Connection], None]:
+    """Execution rows and the task row after them, for a batch (one transaction)."""
+
+    def write(connection: Connection) -> None:
+        for record in executions:
+            _upsert(connection, EXECUTION_TABLE, _execution_upsert(engine, record))
+        if snapshot is not None:
+            _upsert(connection, TASK_TABLE, _snapshot_upsert(engine, snapshot))
+
+    return write
+
+
 def write_snapshot(engine: Engine, snapshot: TaskSnapshot) -> Callable[[Connection], None]:
     """A task row write, for a batch."""
 
@@ -87,23 +103,17 @@ def write_snapshot(engine: Engine, snapshot: TaskSnapshot) -> Callable[[Connecti
 
 
 def mark_started(engine: Engine, record: ExecutionRecord) -> None:
-    """A run's job has started: its RUNNING row (real start time) and the task shown RUNNING."""
+    """A run's job has started: its RUNNING row with the real start time."""
     with engine.begin() as connection:
         write_started(engine, record)(connection)
 
 
 def write_started(engine: Engine, record: ExecutionRecord) -> Callable[[Connection], None]:
-    """The writes of a run that has started, for a batch."""
+    """The RUNNING row of a run that has started, for a batch (the task row is the workflow's)."""
 
     def write(connection: Connection) -> None:
         _upsert(connection, EXECUTION_TABLE,
-                _execution_upsert(engine, record, reopen=record.trigger == "replay"))
-        connection.execute(
-            update(Task)
-            .where(col(Task.id) == record.task_id, col(Task.tenant_id) == record.tenant_id,
-                   col(Task.status) == "PENDING")
-            .values(status="RUNNING")
-        )
+                _execution_upsert(engine, record, reopen=record.trigger == Trigger.REPLAY))
 
     return write
 
@@ -189,8 +199,9 @@ def _execution_statement(dialect: str, columns: tuple[str, ...], known: tuple[st
         set_=changed,
         where=and_(same_owner, or_(
             new.in_(RUN_OUTCOMES),
-            and_(new == "RUNNING", current.in_(("RUNNING", "SKIPPED"))),
-            and_(new == "SKIPPED", current == "SKIPPED"),
+            and_(new == ExecutionStatus.RUNNING,
+                 current.in_((ExecutionStatus.RUNNING, ExecutionStatus.SKIPPED))),
+            and_(new == ExecutionStatus.SKIPPED, current == ExecutionStatus.SKIPPED),
         )),
     )
 
@@ -377,6 +388,17 @@ def get_execution(engine: Engine, execution_id: str) -> TaskExecution | None:
         return row
 
 
+def scheduled_runs_executed(engine: Engine, task_id: str) -> int:
+    """How many of a task's scheduled runs ran (max_runs counts these, not manual ones)."""
+    with Session(engine) as session:
+        query = select(func.count()).select_from(TaskExecution).where(
+            col(TaskExecution.task_id) == task_id,
+            col(TaskExecution.trigger).in_((Trigger.SCHEDULE, Trigger.CATCHUP)),
+            col(TaskExecution.status).in_(RUN_OUTCOMES),
+        )
+        return int(session.scalar(query) or 0)
+
+
 def mark_task(engine: Engine, task_id: str, *, status: str, reason: str) -> None:
     """Set a task's status directly (used when its workflow cannot be reached)."""
     with Session(engine) as session:
@@ -396,7 +418,7 @@ def list_dead_letters(
         # A run is listed only under its own task's tenant.
         .join(Task, and_(col(Task.id) == col(TaskExecution.task_id),
                          col(Task.tenant_id) == col(TaskExecution.tenant_id)))
-        .where(col(TaskExecution.dead_letter) == "open")
+        .where(col(TaskExecution.dead_letter) == DeadLetter.OPEN)
     )
     if tenant_id is not None:
         query = query.where(col(TaskExecution.tenant_id) == tenant_id)
@@ -410,7 +432,8 @@ def list_dead_letters(
     return rows[:limit], _next_cursor(rows, limit, lambda r: (r[0].scheduled_at, r[0].id))
 
 
-def set_dead_letter(engine: Engine, execution_id: str, *, state: str, expect: str = "open") -> bool:
+def set_dead_letter(engine: Engine, execution_id: str, *, state: DeadLetter,
+                    expect: DeadLetter = DeadLetter.OPEN) -> bool:
     """Move a dead letter from ``expect`` to ``state``; False when it was not in ``expect``."""
     with engine.begin() as connection:
         result = connection.execute(

@@ -21,14 +21,12 @@ from temporalio.runtime import Runtime
 from temporalio.worker import (
     PollerBehavior,
     PollerBehaviorAutoscaling,
-    PollerBehaviorSimpleMaximum,
     UnsandboxedWorkflowRunner,
     Worker,
     WorkflowRunner,
 )
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
-from activities.agenda import Agenda
 from activities.bookkeeping import BookkeepingActivities
 from activities.contracts import jobs_queue
 from activities.handlers import Handler, load_handlers
@@ -71,8 +69,6 @@ class ActivitySet:
 
     workflow_side: list[Any]
     jobs: list[Any]
-    # The instants the jobs wait for (worker/collector.py keeps clear of them).
-    agenda: Agenda
 
 
 def build_activities(
@@ -99,22 +95,15 @@ def build_activities(
     books = BookkeepingActivities(engine, writer)
     notes = NotifyActivities(http)
     return ActivitySet(
-        workflow_side=[books.save_task, books.save_execution, books.record_run, notes.notify],
-        jobs=[jobs.run_job, jobs.run_series],
-        agenda=jobs.agenda,
+        workflow_side=[books.record, notes.notify],
+        jobs=[jobs.run_job],
     )
 
 
-# Activity polls of the jobs worker, as many as the backlog of its queue calls for: a herd
-# dispatched ahead arrives as thousands of activity tasks within seconds, and with a fixed
-# number of polls in flight, each waiting a server round trip, they queued up on the server
-# (in a herd of 10,000, 20 polls left runs there minutes past their instant). A fixed number
-# (`fixed`) suits steady fast schedules better: with 20 fixed polls, 100 tasks firing every
-# second started with a p99 of 11-26 ms, against 20-36 ms autoscaled (docs/capacity.md).
-def jobs_polls(slots: int, fixed: int = 0) -> PollerBehavior:
-    """5 to 100 autoscaled polls, or `fixed` ones; never more than the worker has slots."""
-    if fixed:
-        return PollerBehaviorSimpleMaximum(maximum=min(fixed, slots))
+# Activity polls of the jobs worker, as many as the backlog of its queue calls for (the SDK's
+# poller autoscaling): a herd dispatched ahead arrives as thousands of activity tasks at once.
+def jobs_polls(slots: int) -> PollerBehavior:
+    """5 to 100 autoscaled polls; never more than the worker has slots."""
     return PollerBehaviorAutoscaling(
         minimum=min(5, slots), initial=min(20, slots), maximum=min(100, slots)
     )
@@ -171,16 +160,14 @@ def build_jobs_worker(
     task_queue: str,
     activities: ActivitySet,
     max_concurrent_activities: int = 2000,
-    fixed_polls: int = 0,
 ) -> Worker:
-    """The worker of ``<task queue>-jobs``: job runs, each waiting in its slot for its instant
-    (polled autoscaled, or by ``fixed_polls`` polls)."""
+    """The worker of ``<task queue>-jobs``: job runs, each waiting in its slot for its instant."""
     return Worker(
         client,
         task_queue=jobs_queue(task_queue),
         activities=activities.jobs,
         max_concurrent_activities=max_concurrent_activities,
-        activity_task_poller_behavior=jobs_polls(max_concurrent_activities, fixed_polls),
+        activity_task_poller_behavior=jobs_polls(max_concurrent_activities),
         **_HEARTBEATS,
     )
 
@@ -195,7 +182,6 @@ def build_workers(
     max_concurrent_workflow_tasks: int = 200,
     max_cached_workflows: int = 4000,
     sandboxed: bool = True,
-    job_polls: int = 0,
 ) -> list[Worker]:
     """The workflow worker and the jobs worker, for one process that runs both."""
     return [
@@ -206,6 +192,6 @@ def build_workers(
         ),
         build_jobs_worker(
             client, task_queue=task_queue, activities=activities,
-            max_concurrent_activities=max_concurrent_activities, fixed_polls=job_polls,
+            max_concurrent_activities=max_concurrent_activities,
         ),
     ]

@@ -20,23 +20,23 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 import structlog
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 from sqlmodel import col, select
-from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
+from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
 from scheduling.fire import next_fire
 from scheduling.spec import ScheduleType, TaskSpec
+from scheduling.status import workflow_id
 from store.models import Task
 from store.quotas import ACTIVE_STATUSES
 from store.records import TaskSnapshot
-from store.tasks import mark_task, save_snapshot
+from store.tasks import mark_task, save_snapshot, scheduled_runs_executed
 from workflows.starter import start_task_workflow, state_from_row
-from workflows.state import TaskState, TaskWorkflowInput, workflow_id
+from workflows.state import TaskState
 
 log = structlog.get_logger("task_scheduler.reconcile")
 
@@ -207,7 +207,9 @@ class Reconciler:
             upcoming = spec.run_at
         else:
             upcoming = next_fire(spec, anchor=row.created_at, after=now)
-        state = state_from_row(row, next_fire_at=upcoming, reason="restarted by the reconciler")
+        executed = await asyncio.to_thread(scheduled_runs_executed, self._engine, row.id)
+        state = state_from_row(row, next_fire_at=upcoming, executed=executed,
+                               reason="restarted by the reconciler")
         await start_task_workflow(
             self._client, task_queue=self._task_queue, task_id=row.id, tenant_id=row.tenant_id,
             spec=spec, created_at=row.created_at, state=state, lead_seconds=self._lead_seconds,
@@ -235,41 +237,21 @@ class Reconciler:
             try:
                 state: TaskState = await handle.query("state", result_type=TaskState)
             except RPCError as exc:
-                held = await self._held_state(handle, now)
-                if held is None:
-                    # No worker answers right now; once one runs, the workflow writes its own row.
-                    log.warning("reconcile.query_failed", task_id=task_id, error=exc.message)
-                    continue
-                state = held
+                # No worker answers right now; once one runs, the workflow writes its own row.
+                log.warning("reconcile.query_failed", task_id=task_id, error=exc.message)
+                continue
             snapshot = TaskSnapshot(
                 task_id=state.task_id, tenant_id=state.tenant_id, name=state.spec.task_name,
                 schedule_type=state.spec.schedule_type.value,
                 spec=state.spec.model_dump(mode="json"), status=state.status.value,
                 status_reason=state.status_reason,
-                next_run_at=None if state.paused else state.next_fire_at,
+                next_run_at=state.next_instant(),
                 run_count=state.run_count, success_count=state.success_count,
                 failure_count=state.failure_count, skipped_count=state.skipped_count,
                 created_at=state.created_at, updated_at=now, state_version=0,
             )
             await asyncio.to_thread(save_snapshot, self._engine, snapshot)
             report.rows_written.append(task_id)
-
-    async def _held_state(self, handle: WorkflowHandle[Any, Any], now: datetime) -> TaskState | None:
-        """The state of a workflow the server still holds before its first workflow task
-        (started with a start delay, `scheduling.wake`): it has run no code, so it cannot answer
-        a query, but its start input says everything its row holds. None for any other."""
-        try:
-            description = await handle.describe()
-            if description.execution_time is None or description.execution_time <= now:
-                return None
-            async for event in handle.fetch_history_events():
-                payloads = event.workflow_execution_started_event_attributes.input.payloads
-                (start,) = await self._client.data_converter.decode(payloads, [TaskWorkflowInput])
-                assert isinstance(start, TaskWorkflowInput)
-                return start.initial_state()
-        except RPCError:
-            pass
-        return None
 
 
 def _iso(moment: datetime) -> str:

@@ -22,7 +22,6 @@ from worker.build import (
     connect,
     workflow_job_rules,
 )
-from worker.collector import QuietCollector
 from worker.reconcile import Reconciler
 from worker.settings import Settings
 from worker.telemetry import make_runtime, watch_backlog
@@ -97,7 +96,6 @@ async def run_worker(settings: Settings) -> None:
             workers.append(build_jobs_worker(
                 client, task_queue=settings.task_queue, activities=activities,
                 max_concurrent_activities=settings.worker_max_concurrent_activities,
-                fixed_polls=settings.worker_job_polls,
             ))
         log.info("worker.started", role=role, task_queue=settings.task_queue,
                  address=settings.temporal_address)
@@ -120,8 +118,6 @@ async def run_worker(settings: Settings) -> None:
                     background.append(asyncio.create_task(
                         watch_backlog(client, runtime, settings.task_queue, stop)
                     ))
-            if runs_jobs and settings.worker_quiet_gc:
-                background.append(asyncio.create_task(QuietCollector(activities.agenda).run(stop)))
             if runtime is not None:
                 log.info("worker.metrics", address=f"http://{bind}/metrics")
             # What is loaded by now lives as long as the process: out of the collector's

@@ -61,18 +61,6 @@ class Settings(BaseSettings):
         description="activity slots per worker; a run dispatched ahead holds one while it waits "
         "for its instant (a few KiB each), so a herd of N needs N",
     )
-    worker_job_polls: int = Field(
-        default=0, ge=0,
-        description="activity polls of the jobs worker: 0 scales them with the backlog (5 to "
-        "100: herds dispatched ahead reach their slots at once); N keeps N, which gave steady "
-        "fast schedules a shorter tail (docs/capacity.md)",
-    )
-    worker_quiet_gc: bool = Field(
-        default=True,
-        description="collect garbage in the jobs worker only when no run is due within the time "
-        "a pass takes (worker/collector.py); off: the interpreter collects when allocations say "
-        "so, often as the runs due at one instant start",
-    )
     worker_max_concurrent_workflow_tasks: int = 200
     worker_max_cached_workflows: int = Field(
         default=4000, ge=0,
@@ -128,41 +116,9 @@ class Settings(BaseSettings):
         "worker (0 turns it off); grows with the backlog the task sees, up to the maximum",
     )
     dispatch_max_lead_seconds: float = Field(
-        default=600.0, ge=0,
-        description="the longest lead: a herd of N tasks due together is dispatched over up to "
-        "this long before its instant",
-    )
-    dispatch_rate_per_second: float = Field(
-        default=10.0, ge=0,
-        description="runs the deployment dispatches per second: a task created into a herd of "
-        "N due within 2 s of each other gets N / rate seconds more lead (0: no herd lead)",
-    )
-    hold_after_seconds: float = Field(
         default=60.0, ge=0,
-        description="hold a new task whose first run is dispatched at least this far ahead in "
-        "Temporal (a start delay: no workflow task at creation, so a burst of creates runs at "
-        "the engine's start rate). Updates (the API) and Temporal cancellation reach a held "
-        "task at once, a plain signal only at its wake; 0 starts every task at once",
-    )
-    hold_at_most_seconds: float = Field(
-        default=30.0, ge=0,
-        description="how long a held task is held: its first workflow task (row and timer) "
-        "runs this long after its creation; 0 holds it until its first run is dispatched, "
-        "which saves that workflow task but leaves a plain signal unhandled until then",
-    )
-    hold_wakes_per_second: float = Field(
-        default=10.0, ge=0,
-        description="held tasks one API process wakes per second at most: a burst of creates "
-        "longer than the hold meets its deferred first workflow tasks at this rate, not at the "
-        "rate it creates, and the rest wake after it (never past a task's first dispatch, where "
-        "a wake the pace cannot fit is held). 0: each wakes when its hold ends",
-    )
-    api_max_concurrent_starts: int = Field(
-        default=8, ge=0,
-        description="workflow starts one API process has in flight to Temporal at once; more "
-        "creates wait for a slot in arrival order, so a burst's latencies stay even instead of "
-        "some starts losing every race inside the engine (0: no limit). Raise it where a start "
-        "takes longer than on the embedded server (slots / start latency caps creates per second)",
+        description="the longest lead: a task whose timers fire late (a backlogged engine) "
+        "dispatches up to this long ahead",
     )
     otlp_endpoint: str | None = Field(
         default=None, description="OTLP/HTTP traces endpoint; unset: no tracing"
@@ -179,10 +135,6 @@ class Settings(BaseSettings):
     )
     reconcile_grace_seconds: float = 30.0
     reconcile_window_hours: float = 24.0
-    failpoint: str | None = Field(
-        default=None, description="test-only: crash the process at a named point"
-    )
-
     @model_validator(mode="after")
     def _refuse_dev_secrets_outside_dev(self) -> Settings:
         if self.env == "production" and self.dev_api_key is not None:

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 
 from temporalio.client import Client
 from temporalio.common import Priority, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
+from scheduling.fire import first_fire
+from scheduling.policy import Run
 from scheduling.spec import TaskSpec
-from scheduling.wake import WakePacer, first_wake_delay
+from scheduling.status import PRIORITY_KEYS, TaskStatus, workflow_id
 from store.models import Task
 from workflows import attributes
-from workflows.state import PRIORITY_KEYS, QueuedRun, TaskState, TaskWorkflowInput, workflow_id
+from workflows.state import TaskState, TaskWorkflowInput
 
 
 async def start_task_workflow(
@@ -27,27 +29,9 @@ async def start_task_workflow(
     lead_seconds: float = 0.0,
     max_lead_seconds: float = 60.0,
     reuse_closed_id: bool = False,
-    hold_after_seconds: float = 0.0,
-    hold_at_most_seconds: float = 0.0,
-    wakes: WakePacer | None = None,
 ) -> bool:
-    """Start ``task-<task_id>``; False when a workflow with that id exists or existed.
-
-    A new task (no ``state``) whose first dispatch is at least ``hold_after_seconds`` away is
-    held by the server for ``hold_at_most_seconds``, or until that dispatch when 0
-    (`scheduling.wake`), its wake paced by ``wakes``; ``hold_after_seconds`` 0 starts every
-    workflow at once."""
-    first = state.next_fire_at if state is not None else None
-    delay = None
-    if state is None:
-        from scheduling.fire import first_fire
-
-        first = first_fire(spec, created_at)
-        delay = first_wake_delay(
-            task_id=task_id, first_fire=first, jitter_seconds=spec.jitter_seconds,
-            lead_seconds=lead_seconds, now=datetime.now(UTC), minimum_seconds=hold_after_seconds,
-            maximum_seconds=hold_at_most_seconds, pacer=wakes,
-        )
+    """Start the task's workflow at once; False when a workflow with that id exists or existed."""
+    first = state.next_fire_at if state is not None else first_fire(spec, created_at)
     try:
         await client.start_workflow(
             "TaskWorkflow",
@@ -71,7 +55,6 @@ async def start_task_workflow(
             ),
             priority=Priority(priority_key=PRIORITY_KEYS[spec.priority]),
             static_summary=f"{spec.task_name} ({spec.schedule_type.value})",
-            start_delay=delay,
         )
     except WorkflowAlreadyStartedError:
         return False
@@ -79,14 +62,18 @@ async def start_task_workflow(
 
 
 def state_from_row(
-    row: Task, *, next_fire_at: datetime | None, queue: list[QueuedRun] | None = None,
-    reason: str,
+    row: Task, *, next_fire_at: datetime | None, queue: list[Run] | None = None,
+    executed: int = 0, reason: str,
 ) -> TaskState:
-    """A workflow state rebuilt from a task row (its workflow is gone or has ended)."""
+    """A workflow state rebuilt from a task row (its workflow is gone or has ended): a paused
+    task stays paused; ``executed`` is the scheduled runs that ran (max_runs counts them)."""
     spec = TaskSpec.model_validate(row.spec)
+    paused = row.status == TaskStatus.PAUSED
     return TaskState(
         task_id=row.id, tenant_id=row.tenant_id, spec=spec, created_at=row.created_at,
-        anchor=row.created_at, next_fire_at=next_fire_at, run_count=row.run_count,
+        anchor=row.created_at, next_fire_at=next_fire_at, executed=executed, paused=paused,
+        status=TaskStatus.PAUSED if paused else TaskStatus.PENDING,
+        status_reason=row.status_reason if paused else reason,
         success_count=row.success_count, failure_count=row.failure_count,
-        skipped_count=row.skipped_count, status_reason=reason, queue=queue or [],
+        skipped_count=row.skipped_count, queue=queue or [],
     )

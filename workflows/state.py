@@ -2,52 +2,15 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-from enum import StrEnum
+from datetime import datetime
 
 from pydantic import BaseModel, Field
 
+from activities.contracts import Notification
 from scheduling.fire import first_fire
+from scheduling.policy import Position, Run, instant_of
 from scheduling.spec import TaskSpec
-
-
-class TaskStatus(StrEnum):
-    PENDING = "PENDING"
-    RUNNING = "RUNNING"
-    PAUSED = "PAUSED"
-    COMPLETED = "COMPLETED"
-    FAILED = "FAILED"
-    CANCELLED = "CANCELLED"
-
-
-FINAL_STATUSES = frozenset({TaskStatus.COMPLETED, TaskStatus.FAILED, TaskStatus.CANCELLED})
-
-# Temporal priority keys of a task's workflow and runs: smaller runs first when a task queue is
-# backlogged.
-PRIORITY_KEYS = {"high": 1, "medium": 3, "low": 5}
-
-
-class ExecutionStatus(StrEnum):
-    RUNNING = "RUNNING"
-    COMPLETED = "COMPLETED"
-    FAILED = "FAILED"
-    CANCELLED = "CANCELLED"
-    SKIPPED = "SKIPPED"
-
-
-class Trigger(StrEnum):
-    SCHEDULE = "schedule"
-    CATCHUP = "catchup"
-    MANUAL = "manual"
-    REPLAY = "replay"
-
-
-class QueuedRun(BaseModel):
-    """A run waiting for the running one to finish (catch-up, buffered, manual or replay)."""
-
-    scheduled_at: datetime
-    trigger: Trigger = Trigger.SCHEDULE
-    execution_id: str | None = Field(default=None, description="set for a replayed run")
+from scheduling.status import ExecutionStatus, TaskStatus
 
 
 class ReplayRequest(BaseModel):
@@ -83,20 +46,40 @@ class TaskState(BaseModel):
         default=None, description="fires up to this instant fell inside a pause"
     )
     cancel_requested: bool = False
-    queue: list[QueuedRun] = Field(default_factory=list)
+    queue: list[Run] = Field(default_factory=list, description="runs waiting to start")
     last_run: LastRun | None = None
-    run_count: int = Field(default=0, description="scheduled runs started (max_runs counts these)")
-    manual_count: int = Field(default=0, description="manual and replayed runs started")
+    executed: int = Field(default=0, description="scheduled runs that ran (max_runs counts these)")
+    manual_runs: int = Field(default=0, description="manual runs asked for (numbers their ids)")
     success_count: int = 0
     failure_count: int = 0
     skipped_count: int = 0
     cancelled_count: int = 0
     consecutive_failures: int = 0
-    running: list[str] = Field(default_factory=list, description="execution ids in progress")
+    running: list[str] = Field(default_factory=list, description="execution ids in flight")
+    notifications: list[Notification] = Field(
+        default_factory=list, description="webhook deliveries not yet done (resent after a "
+        "continue-as-new)")
     continued_as_new: int = 0
     wake_lag_seconds: float = Field(
         default=0.0, description="how late the last timer fired: the dispatch lead grows with it"
     )
+
+    @property
+    def run_count(self) -> int:
+        """Runs that ran and ended, whatever started them."""
+        return self.success_count + self.failure_count + self.cancelled_count
+
+    def next_instant(self) -> datetime | None:
+        """When the next fire runs (its jitter included); None while paused."""
+        if self.paused or self.next_fire_at is None:
+            return None
+        return instant_of(self.spec, self.task_id, self.next_fire_at, self.spec.jitter_seconds)
+
+    def position(self) -> Position:
+        """Where the schedule stands, for the policy engine."""
+        return Position(spec=self.spec, task_id=self.task_id, anchor=self.anchor,
+                        next_fire_at=self.next_fire_at, executed=self.executed,
+                        resumed_at=self.resumed_at, queue=tuple(self.queue))
 
 
 class TaskWorkflowInput(BaseModel):
@@ -122,14 +105,3 @@ class TaskWorkflowInput(BaseModel):
             created_at=self.created_at, anchor=self.created_at,
             next_fire_at=first_fire(self.spec, self.created_at),
         )
-
-
-def workflow_id(task_id: str) -> str:
-    """The id of a task's workflow."""
-    return f"task-{task_id}"
-
-
-def execution_id(task_id: str, scheduled_at: datetime, trigger: Trigger = Trigger.SCHEDULE) -> str:
-    """The deterministic id of a run: ``<task_id>:<scheduled_at>`` (manual runs are marked)."""
-    stamp = scheduled_at.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-    return f"{task_id}:manual-{stamp}" if trigger is Trigger.MANUAL else f"{task_id}:{stamp}"

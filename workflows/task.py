@@ -1,8 +1,10 @@
-"""TaskWorkflow: one durable workflow per task; sleeps until the next fire, runs the job, obeys
-cancel, update, pause, resume and trigger.
+"""TaskWorkflow: one durable workflow per task. It sleeps until the next fire, runs the job,
+and obeys cancel, pause, resume, trigger, replay and update, by signal or by update.
 
-This module holds the main loop: when to wake, what is due, what to dispatch ahead. The rest
-comes from its layers (``core``, ``records``, ``runs``, ``series``, ``messages``).
+Every decision about a fire is the policy engine's (``scheduling.policy``); this class carries
+them out. Its helpers own their state: ``RunsInFlight`` every run between dispatch and end,
+``TaskRecord`` the rows, attributes and notifications. The main loop and the message handlers
+change the task only under one lock, so a handler never acts in the middle of a pass.
 
 Determinism: every time comes from ``workflow.now()``; schedule math is the pure code in
 ``scheduling`` (passed through the sandbox); side effects happen only in activities.
@@ -11,24 +13,39 @@ Determinism: every time comes from ``workflow.now()``; schedule math is the pure
 from __future__ import annotations
 
 import asyncio
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from temporalio import workflow
+from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
+    from scheduling import policy
     from scheduling.fire import next_fire
-    from scheduling.spec import NotifyEvent, ScheduleType
-    from workflows.plan import Decision, plan_due_fires
-    from workflows.state import QueuedRun, TaskState, TaskStatus, TaskWorkflowInput, Trigger
+    from scheduling.policy import Run
+    from scheduling.spec import NotifyEvent, ScheduleFields, ScheduleType, TaskChanges, check_timing
+    from scheduling.status import (
+        FINAL_STATUSES,
+        ExecutionStatus,
+        SkipReason,
+        TaskStatus,
+        Trigger,
+        execution_id,
+    )
+    from store.records import ExecutionRecord
+    from workflows.describe import describe_schedule
+    from workflows.inflight import Ended, RunsInFlight
+    from workflows.record import TaskRecord
+    from workflows.state import LastRun, ReplayRequest, TaskState, TaskWorkflowInput
 
-from workflows.core import DISPATCH_SLACK, describe_schedule
-from workflows.messages import TaskMessages
-from workflows.runs import TaskRuns
-from workflows.series import MAX_SERIES_IN_FLIGHT, SERIES_PATCH, TaskSeries
+# A timer may fire a few milliseconds before the wake it was set for: this slack keeps that
+# from costing a second, tiny timer before the dispatch.
+DISPATCH_SLACK = timedelta(seconds=1)
+# Withdrawn for these reasons, a run's fire goes back to the schedule and is decided again.
+GIVE_BACK = frozenset({"paused", "rebound"})
 
 
 @workflow.defn(name="TaskWorkflow")
-class TaskWorkflow(TaskMessages, TaskSeries, TaskRuns):
+class TaskWorkflow:
     """A task: a schedule, a job, and the record of every run."""
 
     @workflow.init
@@ -36,214 +53,422 @@ class TaskWorkflow(TaskMessages, TaskSeries, TaskRuns):
         self._input = start
         self._state = start.initial_state()
         self._state.running = []
-        # The attributes are declared, with what they hold, on TaskCore.
-        self._active = {}
-        self._runs = set()
-        self._in_flight = 0
+        self._runs = RunsInFlight()
+        self._record = TaskRecord(self._state)
+        self._lock = asyncio.Lock()
         self._wake = False
-        self._saved = None
-        self._version = 0
-        self._instants = {}
-        self._withdrawn = {}
-        self._notes = set()
-        self._series = {}
 
     @workflow.run
     async def run(self, start: TaskWorkflowInput) -> TaskState:
-        """Sleep until each fire time and run the job, until the task ends."""
-        state = self._state
+        """Sleep until each fire and run the job, until the task ends."""
+        self._record.resend()
         try:
-            await self._save()
             while True:
-                self._wake = False
-                if state.cancel_requested:
-                    await self._stop_runs()
-                    self._finish(TaskStatus.CANCELLED, state.status_reason or "cancelled")
-                    break
-                if not state.paused:
-                    await self._fire_due()
-                self._start_queued()
-                self._predispatch()
-                if self._schedule_exhausted():
-                    self._finish(self._final_status(), state.status_reason or self._end_reason())
-                    break
-                self._refresh_status()
-                if not self._in_flight or self._only_series():
-                    # A run in flight writes the task row with its own record when it ends:
-                    # dispatching it costs no write. A series records its runs itself.
-                    await self._save()
-                if self._should_continue_as_new():
-                    await workflow.wait_condition(
-                        lambda: not self._notes and workflow.all_handlers_finished()
-                    )
-                    state.continued_as_new += 1
-                    workflow.continue_as_new(self._input.model_copy(update={"state": state}))
+                async with self._lock:
+                    if await self._pass():
+                        break
+                if self._may_continue_as_new():
+                    await workflow.wait_condition(workflow.all_handlers_finished)
+                    if self._may_continue_as_new():
+                        self._state.continued_as_new += 1
+                        workflow.continue_as_new(self._input.model_copy(update={"state": self._state}))
                 await self._sleep()
         except asyncio.CancelledError:
-            # Cancelled through Temporal itself (e.g. `temporal workflow cancel`): stop the
-            # running job, record the end, then let the workflow end as cancelled.
-            await self._stop_runs()
-            self._finish(TaskStatus.CANCELLED, "workflow cancelled through Temporal")
-            await self._save()
+            # Cancelled through Temporal itself (`temporal workflow cancel`): stop the runs,
+            # record the end, then end as cancelled.
+            self._state.status_reason = "workflow cancelled through Temporal"
+            await self._stop()
             raise
-        await self._save()
-        if state.status is TaskStatus.COMPLETED:
-            self._notify(NotifyEvent.COMPLETED, None, state.status_reason or "the task has ended")
-        await workflow.wait_condition(lambda: not self._notes and workflow.all_handlers_finished())
-        return state
+        if self._state.status is TaskStatus.COMPLETED:
+            self._record.notify(NotifyEvent.COMPLETED, None, self._state.status_reason or "ended")
+        await self._record.delivered()
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        return self._state
 
-    async def _sleep(self) -> None:
+    # -- the main loop -------------------------------------------------------------------
+
+    async def _pass(self) -> bool:
+        """Act on everything that has happened; True once the task has ended."""
         state = self._state
-        # Read the clock now, not at the top of the loop: the bookkeeping in between takes time
-        # and a timer set from a stale "now" would fire that much late.
+        self._wake = False
+        self._absorb_ended()
+        if state.cancel_requested:
+            await self._stop()
+            return True
         now = workflow.now()
-        due = None if state.paused else state.next_fire_at
-        timeout = None
-        summary = None
-        if due is not None:
-            instant = due + self._offset(due)
-            # Wake a lead early to dispatch the run ahead of its instant, unless a run is in
-            # flight: then wake at the instant, where the overlap policy decides. The next
-            # series goes out beside the one running.
-            ahead = not self._in_flight or self._may_dispatch_beside()
-            wake_at = instant - self._lead() if ahead else instant
-            timeout = max(wake_at - now, timedelta(milliseconds=1))
-            summary = (
-                f"sleep until {instant.astimezone(state.spec.zone()).isoformat()} "
-                f"({describe_schedule(state.spec)})"
-            )
-        try:
-            await workflow.wait_condition(
-                lambda: self._wake, timeout=timeout, timeout_summary=summary
-            )
-        except TimeoutError:
-            # How late the timer fired is the backlog this task sees: lead further ahead.
-            assert timeout is not None
-            late = workflow.now() - (now + timeout)
-            state.wake_lag_seconds = max(0.0, late.total_seconds())
+        if not state.paused:
+            self._decide_due()
+        self._start_queued()
+        self._dispatch_ahead()
+        if policy.schedule_done(state.position(), self._runs.flight(now), paused=state.paused):
+            self._finish(self._final_status(), state.status_reason or self._end_reason())
+            await self._write()
+            return True
+        self._refresh_status()
+        await self._write()
+        return False
 
-    def _predispatch(self) -> None:
-        """Dispatch the next run ahead of its instant when nothing else is in flight."""
-        state = self._state
-        due = state.next_fire_at
-        lead = self._lead()
-        if (due is None or not lead or state.paused or state.cancel_requested or state.queue
-                or (self._in_flight and not self._may_dispatch_beside())):
-            return
-        instant = due + self._offset(due)
-        # A timer may fire a few milliseconds before the wake it was set for: a second of
-        # slack keeps that from costing a second, tiny timer.
-        if instant - workflow.now() > lead + DISPATCH_SLACK:
-            return
-        if self._series:
-            # Beside a series in flight: the next one (even of one fire) follows it.
-            fires = self._series_fires(due, lead)
-            if fires:
-                self._start_series(fires)
-            return
-        if self._series_eligible():
-            fires = self._series_fires(due, lead)
-            if len(fires) > 1 and workflow.patched(SERIES_PATCH):
-                # A new workflow run dispatches the series when this one's history is long.
-                if not self._should_continue_as_new():
-                    self._start_series(fires)
-                return
-        state.next_fire_at = (
-            None if self._fixed_delay()
-            else next_fire(state.spec, anchor=state.anchor, after=due)
-        )
-        self._start_run(QueuedRun(scheduled_at=due), instant=instant)
-        state.next_fire_at = self._limit_runs(state.next_fire_at)
-
-    async def _fire_due(self) -> None:
+    def _decide_due(self) -> None:
         state = self._state
         now = workflow.now()
-        plan = plan_due_fires(state, now, running=self._in_flight > 0, offset=self._offset)
-        state.next_fire_at = plan.next_fire_at
-        for decision in plan.decisions:
-            await self._apply(decision)
-
-    async def _apply(self, decision: Decision) -> None:
-        state = self._state
-        if decision.action == "skip":
-            await self._record_skip(decision.scheduled_at, decision.reason or "skipped")
-        elif decision.action == "queue":
-            state.queue.append(
-                QueuedRun(scheduled_at=decision.scheduled_at, trigger=decision.trigger)
-            )
-        elif decision.action == "buffer":
-            # buffer_one keeps only the newest waiting fire; the one it replaces is recorded.
-            await self._replace_waiting()
-            state.queue.append(QueuedRun(scheduled_at=decision.scheduled_at))
-        elif decision.action == "cancel_running":
-            for handle in self._active.values():
-                handle.cancel()
-            await self._replace_waiting()
-            state.queue.insert(0, QueuedRun(scheduled_at=decision.scheduled_at))
-        else:
-            # Its instant has come (the plan only decides due fires): no waiting.
-            self._start_run(QueuedRun(scheduled_at=decision.scheduled_at, trigger=decision.trigger))
-
-    async def _replace_waiting(self) -> None:
-        """Drop the scheduled fire waiting for the running one (recorded as skipped).
-
-        Catch-up and manual runs stay queued: the missed-run policy or a user asked for them.
-        """
-        state = self._state
-        for old in [q for q in state.queue if q.trigger is Trigger.SCHEDULE]:
-            state.queue.remove(old)
-            await self._record_skip(old.scheduled_at, "overlap")
+        due = policy.decide_due(state.position(), self._runs.flight(now), now)
+        state.next_fire_at, state.queue = due.next_fire_at, due.queue
+        for fire, reason in due.skipped:
+            self._skip(fire, reason)
+        if due.cancel_running:
+            self._runs.cancel_started()
+        for run in due.start:
+            if self._draining():
+                state.queue.insert(0, run)  # started by the next workflow run, at once
+            else:
+                self._start(run)
+        self._wake = self._wake or due.more
 
     def _start_queued(self) -> None:
         state = self._state
-        if not state.queue:
-            return
-        head = state.queue[0]
-        asked = head.trigger in (Trigger.MANUAL, Trigger.REPLAY)
-        # A run someone asked for does not wait behind one that only waits for its instant.
-        if not self._in_flight or (asked and self._only_waiting()):
-            self._start_run(state.queue.pop(0))
+        while not self._draining():
+            run = policy.next_from_queue(state.queue, self._runs.flight(workflow.now()))
+            if run is None:
+                return
+            state.queue.remove(run)
+            self._start(run)
 
-    def _only_waiting(self) -> bool:
-        now = workflow.now()
-        return all(
-            run_id in self._series or self._instants.get(run_id, now) > now
-            for run_id in self._active
-        ) and len(self._active) == self._in_flight
-
-    def _only_series(self) -> bool:
-        return bool(self._series) and len(self._series) == self._in_flight
-
-    def _may_dispatch_beside(self) -> bool:
-        """The next series may go out while the one in flight runs: its fires then start on
-        time after the last of the running one, with no workflow round trip between them."""
-        return (
-            self._only_series()
-            and len(self._series) < MAX_SERIES_IN_FLIGHT
-            and self._series_eligible()
-            and not self._history_long()
-        )
-
-    def _schedule_exhausted(self) -> bool:
+    def _dispatch_ahead(self) -> None:
+        """Send the next run a lead ahead of its instant; the job waits for it on the worker."""
         state = self._state
-        return (
-            state.next_fire_at is None
-            and not state.queue
-            and not self._in_flight
-            and not (state.paused and state.spec.schedule_type is ScheduleType.ONCE)
-            and not self._waiting_for_delay()
-        )
+        now = workflow.now()
+        instant, lead = state.next_instant(), self._lead()
+        if (instant is None or not lead or state.next_fire_at is None or instant - now > lead + DISPATCH_SLACK
+                or not policy.may_dispatch_ahead(self._runs.flight(now), state.queue,
+                                                 paused=state.paused, draining=self._draining())):
+            return
+        fire = state.next_fire_at
+        state.next_fire_at = None if policy.is_fixed_delay(state.spec) else next_fire(
+            state.spec, anchor=state.anchor, after=fire)
+        self._start(Run(scheduled_at=fire), instant=instant)
+        state.next_fire_at = policy.bounded(state.next_fire_at, state.position(),
+                                            self._runs.flight(now))
 
-    def _waiting_for_delay(self) -> bool:
-        # fixed_delay plans its next fire when the running one completes.
-        return self._fixed_delay() and self._in_flight > 0
+    def _start(self, run: Run, *, instant: datetime | None = None) -> None:
+        state = self._state
+        run_id = run.execution_id or execution_id(state.task_id, run.scheduled_at, run.trigger)
+        self._runs.dispatch(state.spec, task_id=state.task_id, tenant_id=state.tenant_id, run=run,
+                            run_id=run_id, instant=instant or workflow.now(), lead=self._lead())
+        state.running = self._runs.ids()
+
+    def _absorb_ended(self) -> None:
+        """Count and record the runs that ended; give back the fires of those that never ran."""
+        for ended in self._runs.take_ended():
+            if ended.record is None:
+                self._not_run(ended)
+            else:
+                self._ran(ended, ended.record)
+        self._state.running = self._runs.ids()
+
+    def _not_run(self, ended: Ended) -> None:
+        state = self._state
+        fire = ended.run.scheduled_at
+        if ended.reason in GIVE_BACK or ended.reason is None:
+            # Refused as late, or withdrawn by a pause or new bounds: the policy decides it again.
+            state.next_fire_at = policy.give_back(state.position(), self._runs.flight(workflow.now()), fire)
+        elif ended.run.trigger.scheduled or ended.run.trigger is Trigger.MANUAL:
+            reason = SkipReason.CANCELLED if ended.reason == "cancelled" else SkipReason.RESCHEDULED
+            self._skip(fire, reason, ended.run_id)
+
+    def _ran(self, ended: Ended, record: ExecutionRecord) -> None:
+        state, spec = self._state, self._state.spec
+        now = workflow.now()
+        record.finished_at = now
+        status = ExecutionStatus(record.status)
+        if record.started_at is not None:
+            lateness = record.started_at - record.scheduled_at
+            record.lateness_ms = max(0.0, lateness.total_seconds() * 1000)
+            record.drifted = policy.drifted(spec, ended.run.trigger, lateness)
+        record.dead_letter = policy.dead_letter_of(status)
+        if status is ExecutionStatus.COMPLETED:
+            state.success_count += 1
+            state.consecutive_failures = 0
+        elif status is ExecutionStatus.FAILED:
+            state.failure_count += 1
+            state.consecutive_failures += 1
+        else:
+            state.cancelled_count += 1
+        if ended.run.trigger.scheduled:
+            state.executed += 1
+        state.last_run = LastRun(execution_id=record.id, scheduled_at=record.scheduled_at,
+                                 status=status, finished_at=now, error=record.error)
+        if policy.is_fixed_delay(spec) and ended.run.trigger.scheduled and not state.cancel_requested:
+            state.next_fire_at = policy.after_finish(state.position(), self._runs.flight(now), now)
+        self._record.add(record)
+        if record.dead_letter is not None:
+            self._record.notify(NotifyEvent.FAILED, record.id, record.error)
+            self._record.notify(NotifyEvent.DEAD_LETTERED, record.id, "retries exhausted; replayable")
+        if record.drifted:
+            workflow.logger.warning("run drifted", extra={"execution_id": record.id})
+            self._record.notify(NotifyEvent.DRIFT, record.id, f"started {record.lateness_ms:.0f} ms late")
+        tripped = policy.breaker_trips(spec, state.consecutive_failures)
+        if status is ExecutionStatus.FAILED and tripped and not state.paused:
+            self._pause(tripped)
+            self._record.notify(NotifyEvent.AUTO_PAUSED, record.id, tripped)
+
+    def _skip(self, fire: datetime, reason: SkipReason, run_id: str | None = None) -> None:
+        state = self._state
+        state.skipped_count += 1
+        self._record.add(ExecutionRecord(
+            id=run_id or execution_id(state.task_id, fire), task_id=state.task_id,
+            tenant_id=state.tenant_id, scheduled_at=fire, status=ExecutionStatus.SKIPPED,
+            reason=reason.value, finished_at=workflow.now()))
+
+    async def _stop(self) -> None:
+        """Cancel every run and queued run, record them, and end the task CANCELLED."""
+        state = self._state
+        self._runs.cancel_all()
+        await self._runs.settled()
+        self._absorb_ended()
+        for run in state.queue:
+            self._skip(run.scheduled_at, SkipReason.CANCELLED, run.execution_id)
+        self._finish(TaskStatus.CANCELLED, state.status_reason or "cancelled")
+        await self._write()
+
+    async def _write(self) -> None:
+        self._state.running = self._runs.ids()
+        await self._record.write(self._next_instant())
+
+    def _next_instant(self) -> datetime | None:
+        instants = [*self._runs.instants(), *filter(None, [self._state.next_instant()])]
+        now = workflow.now()
+        coming = [i for i in instants if i > now]
+        return None if self._state.paused or not coming else min(coming)
+
+    async def _sleep(self) -> None:
+        state = self._state
+        # Read the clock now: the bookkeeping before took time, and a timer set from a stale
+        # "now" would fire that much late.
+        now = workflow.now()
+        instant = state.next_instant()
+        timeout = summary = None
+        if instant is not None:
+            ahead = policy.may_dispatch_ahead(self._runs.flight(now), state.queue,
+                                              paused=state.paused, draining=self._draining())
+            wake_at = instant - self._lead() if ahead else instant
+            timeout = max(wake_at - now, timedelta(milliseconds=1))
+            summary = (f"sleep until {instant.astimezone(state.spec.zone()).isoformat()} "
+                       f"({describe_schedule(state.spec)})")
+        try:
+            await workflow.wait_condition(lambda: self._wake or bool(self._runs.ended),
+                                          timeout=timeout, timeout_summary=summary)
+        except TimeoutError:
+            # How late the timer fired is the backlog this task sees: lead further ahead.
+            assert timeout is not None
+            state.wake_lag_seconds = max(0.0, (workflow.now() - (now + timeout)).total_seconds())
+
+    # -- helpers of the loop ----------------------------------------------------------------
+
+    def _lead(self) -> timedelta:
+        base = self._input.lead_seconds
+        if base <= 0:
+            return timedelta(0)
+        adaptive = base + 2 * self._state.wake_lag_seconds
+        return timedelta(seconds=min(max(base, adaptive), self._input.max_lead_seconds))
+
+    def _draining(self) -> bool:
+        """The history is long: no new run starts here; the next workflow run starts them."""
+        info = workflow.info()
+        return (info.is_continue_as_new_suggested()
+                or info.get_current_history_length() > self._input.history_limit)
+
+    def _may_continue_as_new(self) -> bool:
+        return self._draining() and not len(self._runs) and not self._runs.ended
+
+    def _refresh_status(self) -> None:
+        state = self._state
+        if self._runs.flight(workflow.now()).started:
+            state.status = TaskStatus.RUNNING
+        else:
+            state.status = TaskStatus.PAUSED if state.paused else TaskStatus.PENDING
+
+    def _finish(self, status: TaskStatus, reason: str | None) -> None:
+        state = self._state
+        state.status, state.status_reason = status, reason
+        state.next_fire_at = None
+        state.queue = []
+
+    def _final_status(self) -> TaskStatus:
+        last = self._state.last_run
+        if self._state.spec.schedule_type is ScheduleType.ONCE and last is not None:
+            return {ExecutionStatus.COMPLETED: TaskStatus.COMPLETED,
+                    ExecutionStatus.CANCELLED: TaskStatus.CANCELLED}.get(last.status, TaskStatus.FAILED)
+        return TaskStatus.COMPLETED
 
     def _end_reason(self) -> str | None:
-        """Why a task ends without a run of its own to show for it."""
         state = self._state
         if state.spec.schedule_type is ScheduleType.ONCE and state.last_run is None:
             return "its only run was skipped (see its executions for the reason)"
         return None
 
-    def _should_continue_as_new(self) -> bool:
-        return not self._in_flight and self._history_long()
+    # -- messages ---------------------------------------------------------------------------
+
+    @workflow.query(name="state")
+    def query_state(self) -> TaskState:
+        """The task's current state."""
+        return self._state
+
+    @workflow.signal(name="cancel")
+    async def cancel_signal(self, reason: str | None = None) -> None:
+        """Cancel the task; a running job is cancelled through its heartbeats."""
+        async with self._lock:
+            self._request_cancel(reason)
+
+    @workflow.signal(name="pause")
+    async def pause_signal(self, reason: str | None = None) -> None:
+        """Stop starting runs until resumed."""
+        async with self._lock:
+            self._pause(reason)
+
+    @workflow.signal(name="resume")
+    async def resume_signal(self) -> None:
+        """Start runs again."""
+        async with self._lock:
+            self._resume()
+
+    @workflow.signal(name="trigger")
+    async def trigger_signal(self) -> None:
+        """Run the job now, outside the schedule."""
+        async with self._lock:
+            self._trigger()
+
+    @workflow.update(name="cancel_task")
+    async def cancel_update(self, reason: str | None = None) -> TaskState:
+        """Cancel the task and answer with its state."""
+        async with self._lock:
+            self._request_cancel(reason)
+            return self._state
+
+    @workflow.update(name="pause_task")
+    async def pause_update(self, reason: str | None = None) -> TaskState:
+        """Pause the task and answer with its state."""
+        async with self._lock:
+            self._pause(reason)
+            await self._write()
+            return self._state
+
+    @workflow.update(name="resume_task")
+    async def resume_update(self) -> TaskState:
+        """Resume the task and answer with its state."""
+        async with self._lock:
+            self._resume()
+            await self._write()
+            return self._state
+
+    @workflow.update(name="trigger_task")
+    async def trigger_update(self) -> TaskState:
+        """Queue a run now and answer with the task's state."""
+        async with self._lock:
+            self._trigger()
+            return self._state
+
+    @workflow.update(name="replay_run")
+    async def replay_update(self, request: ReplayRequest) -> TaskState:
+        """Run a dead-lettered run again, under its own execution id."""
+        async with self._lock:
+            self._state.queue.append(Run(scheduled_at=request.scheduled_at, trigger=Trigger.REPLAY,
+                                         execution_id=request.execution_id))
+            self._wake = True
+            return self._state
+
+    @workflow.update(name="update_task")
+    async def update_task(self, changes: TaskChanges) -> TaskState:
+        """Change the task; the sleeping workflow decides again at once."""
+        async with self._lock:
+            state = self._state
+            new_spec = changes.apply_to(state.spec)
+            changed = {n for n in ScheduleFields.model_fields
+                       if getattr(new_spec, n) != getattr(state.spec, n)}
+            if changed:
+                self._runs.withdraw("rebound" if changed <= policy.BOUND_FIELDS else "rescheduled")
+            change = policy.change_schedule(state.position(), self._runs.flight(workflow.now()),
+                                            new_spec, workflow.now())
+            state.spec = new_spec
+            state.next_fire_at, state.anchor = change.next_fire_at, change.anchor
+            if change.retimed:
+                for old in [r for r in state.queue if r.trigger.scheduled]:
+                    state.queue.remove(old)
+                    self._skip(old.scheduled_at, SkipReason.RESCHEDULED)
+            self._wake = True
+            await self._write()
+            return state
+
+    @cancel_update.validator
+    def _validate_cancel(self, reason: str | None = None) -> None:
+        self._refuse_if_final("cancelled")
+
+    @pause_update.validator
+    def _validate_pause(self, reason: str | None = None) -> None:
+        self._refuse_if_final("paused")
+
+    @resume_update.validator
+    def _validate_resume(self) -> None:
+        self._refuse_if_final("resumed")
+
+    @trigger_update.validator
+    def _validate_trigger(self) -> None:
+        self._refuse_if_final("triggered")
+
+    @replay_update.validator
+    def _validate_replay(self, request: ReplayRequest) -> None:
+        self._refuse_if_final("replayed")
+        if not request.execution_id.startswith(f"{self._state.task_id}:"):
+            raise ApplicationError("that execution is not one of this task's", non_retryable=True)
+
+    @update_task.validator
+    def _validate_update(self, changes: TaskChanges) -> None:
+        self._refuse_if_final("updated")
+        check_timing(changes.apply_to(self._state.spec), workflow.now())
+
+    def _refuse_if_final(self, verb: str) -> None:
+        state = self._state
+        if state.status in FINAL_STATUSES or state.cancel_requested:
+            status = "being cancelled" if state.status not in FINAL_STATUSES else state.status.value
+            raise ApplicationError(f"task is {status} and can no longer be {verb}",
+                                   type="TaskFinished", non_retryable=True)
+
+    def _request_cancel(self, reason: str | None) -> None:
+        if self._state.status in FINAL_STATUSES:
+            return
+        self._state.cancel_requested = True
+        self._state.status_reason = reason or "cancelled"
+        self._wake = True
+
+    def _pause(self, reason: str | None) -> None:
+        state = self._state
+        if state.status in FINAL_STATUSES or state.paused:
+            return
+        state.paused = True
+        state.status_reason = reason or "paused"
+        self._runs.withdraw("paused")
+        self._refresh_status()
+        self._wake = True
+
+    def _resume(self) -> None:
+        state = self._state
+        if not state.paused:
+            return
+        state.paused = False
+        state.status_reason = None
+        state.consecutive_failures = 0
+        if state.spec.schedule_type is not ScheduleType.ONCE:
+            # Fires inside the pause are recorded as skipped, not caught up; a one-time task's
+            # fire is left to its missed-run policy.
+            state.resumed_at = workflow.now()
+        self._refresh_status()
+        self._wake = True
+
+    def _trigger(self) -> None:
+        state = self._state
+        if state.status in FINAL_STATUSES or state.cancel_requested:
+            return
+        now = workflow.now()
+        state.manual_runs += 1
+        state.queue.append(Run(scheduled_at=now, trigger=Trigger.MANUAL, execution_id=execution_id(
+            state.task_id, now, Trigger.MANUAL, state.manual_runs)))
+        self._wake = True

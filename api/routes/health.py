@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from typing import Any
 
 from anyio import to_thread
@@ -80,9 +79,6 @@ async def readyz(request: Request) -> JSONResponse:
 async def metrics(request: Request) -> Response:
     """Prometheus text format."""
     api_metrics = request.app.state.metrics
-    temporal = request.app.state.service.temporal
-    api_metrics.refresh_starts(temporal.starts.in_flight, temporal.starts.waiting)
-    api_metrics.refresh_wakes(temporal.wakes.booked_until(datetime.now(UTC)))
     try:
         engine = request.app.state.service.engine
         await to_thread.run_sync(lambda: api_metrics.refresh_task_counts(engine))

@@ -19,7 +19,7 @@ from api.schemas import (
     TaskUpdate,
     problem_responses,
 )
-from workflows.state import TaskStatus
+from scheduling.status import TaskStatus
 
 router = APIRouter(tags=["tasks"])
 

@@ -1,0 +1,370 @@
+"""The policy engine: for every scheduled instant of a task, exactly one outcome.
+
+A fire whose instant has come is started, queued behind the run in flight, or SKIPPED with a
+reason; a run dispatched ahead of its instant may be withdrawn before it. This module owns
+every rule that decides which (missed runs, overlap, catch-up caps, ``max_runs`` and
+``end_date``, jitter, drift, retries, dead letters, the circuit breaker); the workflow only
+carries its decisions out. Pure: times are arguments, nothing here reads a clock.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from pydantic import BaseModel, Field
+
+from scheduling.cron import next_cron_fire
+from scheduling.fire import first_fire, next_fire
+from scheduling.jitter import jitter_offset
+from scheduling.spec import (
+    IntervalMode,
+    MissedRunPolicy,
+    OverlapPolicy,
+    ScheduleFields,
+    ScheduleType,
+    TaskSpec,
+)
+from scheduling.status import DeadLetter, ExecutionStatus, SkipReason, Trigger
+
+# A scheduled run that starts more than this long after its instant was missed (the stack was
+# down, or the workers were backlogged): the missed-run policy decides it, not the clock.
+ON_TIME_GRACE = timedelta(seconds=60)
+# Due fires looked at in one pass: a per-second cron after a day down takes many passes.
+FIRES_PER_PASS = 250
+# A run dispatched ahead is withdrawn only while its instant is further than this away: a
+# cancel reaches a waiting run at its next heartbeat (at most 2 s apart near the instant,
+# scheduling/waiting.py), and a run must never be started and then killed by a withdrawal.
+WITHDRAW_MARGIN = timedelta(seconds=3)
+# HTTP answers that are worth retrying although they are 4xx.
+RETRYABLE_4XX = frozenset({408, 429})
+
+
+class Run(BaseModel):
+    """A run to start: its fire time, what asked for it, and its id when it has one already."""
+
+    scheduled_at: datetime
+    trigger: Trigger = Trigger.SCHEDULE
+    execution_id: str | None = Field(default=None, description="set for a replayed run")
+
+
+@dataclass(frozen=True)
+class Flight:
+    """What the policy needs to know of the runs in flight."""
+
+    total: int = 0
+    scheduled: int = 0  # runs of the schedule (counted against max_runs)
+    started: int = 0  # runs past their instant (the job is going)
+    user_started: int = 0  # of those, runs not started by the missed-run policy
+    last_fire: datetime | None = None  # the latest fire of the schedule in flight
+
+
+@dataclass(frozen=True)
+class Position:
+    """Where a task's schedule stands."""
+
+    spec: TaskSpec
+    task_id: str
+    anchor: datetime
+    next_fire_at: datetime | None
+    executed: int = 0  # scheduled runs that ran (max_runs counts these only)
+    resumed_at: datetime | None = None  # fires up to here fell inside a pause
+    queue: tuple[Run, ...] = ()
+
+
+@dataclass
+class Due:
+    """The decisions of one pass over the due fires."""
+
+    next_fire_at: datetime | None
+    queue: list[Run]
+    start: list[Run] = field(default_factory=list)
+    skipped: list[tuple[datetime, SkipReason]] = field(default_factory=list)
+    cancel_running: bool = False
+    more: bool = False  # more fires are due than one pass decides: decide again at once
+
+
+def instant_of(spec: ScheduleFields, task_id: str, scheduled_at: datetime,
+               jitter_seconds: float) -> datetime:
+    """When a fire runs: its time plus its jitter, the jitter capped below half the gap to the
+    next fire so that instants keep the order of their fires."""
+    if jitter_seconds <= 0:
+        return scheduled_at
+    gap = _gap_after(spec, scheduled_at)
+    cap = jitter_seconds if gap is None else min(jitter_seconds, gap.total_seconds() / 2)
+    return scheduled_at + jitter_offset(task_id, scheduled_at, cap)
+
+
+def _gap_after(spec: ScheduleFields, scheduled_at: datetime) -> timedelta | None:
+    if spec.schedule_type is ScheduleType.INTERVAL:
+        assert spec.interval_seconds is not None
+        return timedelta(seconds=spec.interval_seconds)
+    if spec.schedule_type is ScheduleType.CRON:
+        assert spec.cron is not None
+        from zoneinfo import ZoneInfo
+
+        return next_cron_fire(spec.cron, ZoneInfo(spec.timezone), scheduled_at) - scheduled_at
+    return None
+
+
+def is_fixed_delay(spec: ScheduleFields) -> bool:
+    """fixed_delay plans each fire when the run before it has finished."""
+    return (spec.schedule_type is ScheduleType.INTERVAL
+            and spec.interval_mode is IntervalMode.FIXED_DELAY)
+
+
+def runs_left(pos: Position, flight: Flight) -> int | None:
+    """Scheduled runs max_runs still allows beyond those executed, in flight or queued."""
+    if pos.spec.max_runs is None:
+        return None
+    queued = sum(1 for run in pos.queue if run.trigger.scheduled)
+    return max(0, pos.spec.max_runs - pos.executed - flight.scheduled - queued)
+
+
+def bounded(candidate: datetime | None, pos: Position, flight: Flight) -> datetime | None:
+    """A next fire, or None when end_date or max_runs ends the schedule before it."""
+    if candidate is None:
+        return None
+    if pos.spec.end_date is not None and candidate > pos.spec.end_date:
+        return None
+    left = runs_left(pos, flight)
+    return None if left is not None and left <= 0 else candidate
+
+
+def decide_due(pos: Position, flight: Flight, now: datetime) -> Due:
+    """Decide every fire whose instant has come by ``now``.
+
+    Only the newest due fire can be on time (and only within ON_TIME_GRACE); every older one
+    was missed and goes to the missed-run policy. The on-time fire meets the overlap policy
+    when a run of the user's is going; behind catch-up runs it queues."""
+    spec = pos.spec
+    jitter = spec.jitter_seconds
+
+    def instant(fire: datetime) -> datetime:
+        return instant_of(spec, pos.task_id, fire, jitter)
+
+    def following(fire: datetime) -> datetime | None:
+        return None if is_fixed_delay(spec) else next_fire(spec, anchor=pos.anchor, after=fire)
+
+    due: list[datetime] = []
+    upcoming = pos.next_fire_at
+    while upcoming is not None and instant(upcoming) <= now and len(due) < FIRES_PER_PASS:
+        due.append(upcoming)
+        upcoming = following(upcoming)
+    result = Due(next_fire_at=upcoming, queue=list(pos.queue))
+    if not due:
+        return result
+    policy = spec.effective_missed_run_policy()
+    queued_catchups = sum(1 for run in pos.queue if run.trigger is Trigger.CATCHUP)
+    keep = {MissedRunPolicy.CATCHUP: max(0, spec.max_catchup_runs - queued_catchups),
+            MissedRunPolicy.SINGLE_CATCHUP: 1 if queued_catchups == 0 else 0,
+            MissedRunPolicy.SKIP: 0}[policy]
+
+    if upcoming is not None and instant(upcoming) <= now:
+        # More due than a pass takes: if the newest `keep` + 1 lie beyond this pass, every fire
+        # of it is missed and not kept; otherwise take the rest of them into this pass.
+        ahead: list[datetime] = []
+        cursor: datetime | None = upcoming
+        while cursor is not None and instant(cursor) <= now and len(ahead) <= keep:
+            ahead.append(cursor)
+            cursor = following(cursor)
+        if len(ahead) > keep:
+            result.more = True
+            over = SkipReason.CATCHUP_CAP if policy is MissedRunPolicy.CATCHUP else SkipReason.MISSED
+            result.skipped = [(f, _missed_reason(pos, f, now, over)) for f in due]
+            return result
+        due += ahead
+        result.next_fire_at = upcoming = cursor
+
+    if pos.resumed_at is not None:
+        paused = [f for f in due if f <= pos.resumed_at]
+        result.skipped += [(f, SkipReason.PAUSED) for f in paused]
+        due = due[len(paused):]
+    on_time = [f for f in due[-1:] if now - instant(f) <= ON_TIME_GRACE]
+    missed = due[: len(due) - len(on_time)]
+    window = spec.catchup_window_seconds
+    if window is not None:
+        stale = [f for f in missed if now - f > timedelta(seconds=window)]
+        result.skipped += [(f, SkipReason.OUTSIDE_WINDOW) for f in stale]
+        missed = missed[len(stale):]
+    if policy is MissedRunPolicy.SINGLE_CATCHUP and on_time:
+        keep = 0
+    kept = missed[len(missed) - keep:] if keep else []
+    over = SkipReason.CATCHUP_CAP if policy is MissedRunPolicy.CATCHUP else SkipReason.MISSED
+    result.skipped += [(f, over) for f in missed[: len(missed) - len(kept)]]
+
+    left = runs_left(pos, flight)
+    for fire in kept:
+        if left is not None and left <= 0:
+            break
+        left = None if left is None else left - 1
+        result.queue.append(Run(scheduled_at=fire, trigger=Trigger.CATCHUP))
+    for fire in on_time:
+        if left is not None and left <= 0:
+            break
+        _decide_on_time(result, fire, flight, spec.overlap_policy)
+    if is_fixed_delay(spec) and not result.start and not any(
+        run.trigger.scheduled for run in result.queue
+    ) and not flight.scheduled:
+        # No scheduled run will finish to plan the next fire: the delay counts from now.
+        result.next_fire_at = next_fire(spec, anchor=pos.anchor, after=now)
+    result.next_fire_at = bounded(result.next_fire_at, _after(pos, result), flight)
+    return result
+
+
+def _missed_reason(pos: Position, fire: datetime, now: datetime, over: SkipReason) -> SkipReason:
+    window = pos.spec.catchup_window_seconds
+    if window is not None and now - fire > timedelta(seconds=window):
+        return SkipReason.OUTSIDE_WINDOW
+    if pos.resumed_at is not None and fire <= pos.resumed_at:
+        return SkipReason.PAUSED
+    return over
+
+
+def _decide_on_time(result: Due, fire: datetime, flight: Flight, overlap: OverlapPolicy) -> None:
+    run = Run(scheduled_at=fire)
+    if flight.user_started == 0 and (result.queue or flight.total):
+        # Behind runs the scheduler itself started or queued (catch-up, or a run someone
+        # asked for): the overlap policy is for a slow run of the user's schedule.
+        result.queue.append(run)
+        return
+    if flight.user_started == 0:
+        result.start.append(run)
+        return
+    if overlap is OverlapPolicy.ALLOW:
+        result.start.append(run)
+    elif overlap is OverlapPolicy.SKIP:
+        result.skipped.append((fire, SkipReason.OVERLAP))
+    else:
+        # buffer_one and cancel_running keep one scheduled fire waiting: the newest.
+        for old in [r for r in result.queue if r.trigger is Trigger.SCHEDULE]:
+            result.queue.remove(old)
+            result.skipped.append((old.scheduled_at, SkipReason.OVERLAP))
+        if overlap is OverlapPolicy.CANCEL_RUNNING:
+            result.cancel_running = True
+            result.queue.insert(0, run)
+        else:
+            result.queue.append(run)
+
+
+def _after(pos: Position, due: Due) -> Position:
+    """The position once the pass's decisions are taken (for the max_runs budget)."""
+    started = sum(1 for run in due.start if run.trigger.scheduled)
+    return Position(spec=pos.spec, task_id=pos.task_id, anchor=pos.anchor,
+                    next_fire_at=due.next_fire_at, executed=pos.executed + started,
+                    resumed_at=pos.resumed_at, queue=tuple(due.queue))
+
+
+def next_from_queue(queue: list[Run], flight: Flight) -> Run | None:
+    """The queued run to start now: the head once nothing is in flight; a run someone asked
+    for also when the runs in flight only wait for their instants."""
+    if not queue:
+        return None
+    head = queue[0]
+    if flight.total == 0 or (not head.trigger.scheduled and flight.started == 0):
+        return head
+    return None
+
+
+def may_dispatch_ahead(flight: Flight, queue: list[Run], *, paused: bool, draining: bool) -> bool:
+    """The next fire is sent a lead ahead only when nothing else is in flight or waiting: the
+    runs of a task then go one by one, whatever its interval, and overlap is decided at the
+    instant."""
+    return flight.total == 0 and not queue and not paused and not draining
+
+
+def may_withdraw(instant: datetime, now: datetime) -> bool:
+    """A waiting run can still be withdrawn safely (see WITHDRAW_MARGIN)."""
+    return instant - now > WITHDRAW_MARGIN
+
+
+def late_limit(trigger: Trigger) -> timedelta | None:
+    """How late a run may start before it is refused as missed: the schedule's own runs only
+    (catch-up and asked-for runs are late on purpose)."""
+    return ON_TIME_GRACE if trigger is Trigger.SCHEDULE else None
+
+
+def after_finish(pos: Position, flight: Flight, finished_at: datetime) -> datetime | None:
+    """fixed_delay's next fire, planned when a scheduled run finishes."""
+    return bounded(next_fire(pos.spec, anchor=pos.anchor, after=finished_at), pos, flight)
+
+
+def give_back(pos: Position, flight: Flight, fire: datetime) -> datetime | None:
+    """A fire whose run did not start (withdrawn by a pause, or refused as late) goes back to
+    the schedule, to be decided again by this module when its time is looked at."""
+    upcoming = pos.next_fire_at
+    earliest = fire if upcoming is None or fire < upcoming else upcoming
+    if pos.spec.end_date is not None and earliest > pos.spec.end_date:
+        return upcoming
+    return earliest
+
+
+@dataclass(frozen=True)
+class Change:
+    """What an update does to the schedule."""
+
+    next_fire_at: datetime | None
+    anchor: datetime
+    retimed: bool  # the timing changed: waiting scheduled runs are dropped as rescheduled
+
+
+BOUND_FIELDS = frozenset({"end_date", "max_runs"})
+
+
+def change_schedule(pos: Position, flight: Flight, new_spec: TaskSpec, now: datetime) -> Change:
+    """The schedule after an update. Changing only end_date or max_runs keeps the timing (a
+    fixed-rate grid is not re-anchored; runs withdrawn for it give their fires back, see
+    ``give_back``); any other schedule change starts over from now."""
+    changed = {name for name in ScheduleFields.model_fields
+               if getattr(new_spec, name) != getattr(pos.spec, name)}
+    moved = Position(spec=new_spec, task_id=pos.task_id, anchor=pos.anchor,
+                     next_fire_at=pos.next_fire_at, executed=pos.executed,
+                     resumed_at=pos.resumed_at, queue=pos.queue)
+    if not changed:
+        return Change(pos.next_fire_at, pos.anchor, retimed=False)
+    if changed <= BOUND_FIELDS:
+        upcoming = pos.next_fire_at
+        if upcoming is None and not is_fixed_delay(new_spec):
+            # The old bounds had ended the schedule; the new ones may let it go on after the
+            # last fire taken.
+            after = max(now, flight.last_fire) if flight.last_fire else now
+            upcoming = next_fire(new_spec, anchor=pos.anchor, after=after)
+        return Change(bounded(upcoming, moved, flight), pos.anchor, retimed=False)
+    unqueued = Position(spec=new_spec, task_id=pos.task_id, anchor=now, next_fire_at=None,
+                        executed=pos.executed, queue=tuple(r for r in pos.queue
+                                                           if not r.trigger.scheduled))
+    return Change(bounded(first_fire(new_spec, now), unqueued, flight), now, retimed=True)
+
+
+def schedule_done(pos: Position, flight: Flight, *, paused: bool) -> bool:
+    """Nothing is due, queued or in flight, and nothing will be: the task has ended."""
+    if pos.next_fire_at is not None or pos.queue or flight.total:
+        return False
+    # A paused one-time task keeps its fire for the resume; fixed_delay plans after a run.
+    return not (paused and pos.spec.schedule_type is ScheduleType.ONCE)
+
+
+def drifted(spec: TaskSpec, trigger: Trigger, lateness: timedelta) -> bool:
+    """A scheduled run that started later than the task's drift threshold."""
+    threshold = spec.drift_threshold_seconds
+    return (threshold is not None and trigger is Trigger.SCHEDULE
+            and lateness.total_seconds() > threshold)
+
+
+def dead_letter_of(status: ExecutionStatus) -> DeadLetter | None:
+    """A run that failed after its last retry is dead-lettered (listable, replayable)."""
+    return DeadLetter.OPEN if status is ExecutionStatus.FAILED else None
+
+
+def retryable_http_status(status: int) -> bool:
+    """5xx, 408 and 429 are retried; any other 4xx is the request's fault and is not."""
+    return status >= 500 or status in RETRYABLE_4XX
+
+
+def breaker_trips(spec: TaskSpec, consecutive_failures: int) -> str | None:
+    """The reason to auto-pause a task after a failed run, or None."""
+    limit = spec.max_consecutive_failures
+    if limit is None or consecutive_failures < limit:
+        return None
+    return (f"auto-paused after {consecutive_failures} consecutive failed runs "
+            f"(max_consecutive_failures={limit})")

@@ -1,0 +1,184 @@
+"""The runs of a task in flight: dispatching each job activity (a lead ahead of its instant, or
+at it), withdrawing the ones still waiting, and handing back how each ended.
+
+Workflow code: times come from ``workflow.now()``. The only state a run's own coroutine
+touches is this object's; the task workflow reads the outcomes under its lock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from temporalio import workflow
+from temporalio.common import Priority, RetryPolicy
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
+
+with workflow.unsafe.imports_passed_through():
+    from activities.contracts import RUN_JOB, JobFailureDetails, JobInput, JobResult, jobs_queue
+    from scheduling.policy import Flight, Run, late_limit, may_withdraw
+    from scheduling.spec import TaskSpec
+    from scheduling.status import PRIORITY_KEYS, ExecutionStatus, JobFailure, Trigger
+    from scheduling.waiting import waiting_heartbeat_timeout
+    from store.records import ExecutionRecord
+    from workflows.describe import describe_job
+
+# Room, past the job's own run timeout and the wait for its instant, before the server gives
+# up on an attempt whose worker went silent (the heartbeat timeout notices that sooner).
+ATTEMPT_SLACK = timedelta(seconds=15)
+
+
+@dataclass
+class Ended:
+    """How a run ended: its row (the job ran), or the refusal that kept it from running."""
+
+    run: Run
+    run_id: str
+    record: ExecutionRecord | None
+    refused: JobFailure | None = None
+    reason: str | None = None  # why a withdrawn run was withdrawn
+
+
+@dataclass
+class _Flying:
+    run: Run
+    instant: datetime
+    handle: workflow.ActivityHandle[JobResult]
+    withdrawn: str | None = None
+
+
+class RunsInFlight:
+    """Every run of the task between its dispatch and its end."""
+
+    def __init__(self) -> None:
+        self._flying: dict[str, _Flying] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.ended: list[Ended] = []
+
+    def __len__(self) -> int:
+        return len(self._flying)
+
+    def ids(self) -> list[str]:
+        """The execution ids in flight."""
+        return list(self._flying)
+
+    def flight(self, now: datetime) -> Flight:
+        """The summary the policy engine decides with; runs being withdrawn do not count."""
+        live = [f for f in self._flying.values() if f.withdrawn is None]
+        started = [f for f in live if f.instant <= now]
+        return Flight(
+            total=len(self._flying),
+            scheduled=sum(1 for f in live if f.run.trigger.scheduled),
+            started=len(started),
+            user_started=sum(1 for f in started if f.run.trigger is not Trigger.CATCHUP),
+            last_fire=max((f.run.scheduled_at for f in live if f.run.trigger.scheduled),
+                          default=None),
+        )
+
+    def instants(self) -> list[datetime]:
+        """The instants of the runs still waiting for them."""
+        return [f.instant for f in self._flying.values() if f.withdrawn is None]
+
+    def dispatch(self, spec: TaskSpec, *, task_id: str, tenant_id: str, run: Run, run_id: str,
+                 instant: datetime, lead: timedelta) -> None:
+        """Start the job activity of ``run``; it waits on the worker's clock for ``instant``."""
+        now = workflow.now()
+        wait = max(timedelta(0), instant - now)
+        retry = spec.retry_policy
+        late = late_limit(run.trigger)
+        handle = workflow.start_activity(
+            RUN_JOB,
+            JobInput(
+                execution_id=run_id, task_id=task_id, tenant_id=tenant_id,
+                scheduled_at=run.scheduled_at, job=spec.job_details,
+                not_before=instant if wait else None, trigger=run.trigger,
+                run_timeout_seconds=spec.run_timeout_seconds,
+                late_after_seconds=late.total_seconds() if late is not None else None,
+            ),
+            task_queue=jobs_queue(workflow.info().task_queue),
+            result_type=JobResult,
+            start_to_close_timeout=timedelta(seconds=spec.run_timeout_seconds) + lead + ATTEMPT_SLACK,
+            heartbeat_timeout=timedelta(seconds=waiting_heartbeat_timeout(
+                spec.heartbeat_timeout_seconds, wait.total_seconds())),
+            retry_policy=RetryPolicy(
+                maximum_attempts=retry.max_attempts,
+                initial_interval=timedelta(seconds=retry.initial_interval_seconds),
+                backoff_coefficient=retry.backoff_coefficient,
+                maximum_interval=timedelta(seconds=retry.maximum_interval_seconds),
+            ),
+            cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+            activity_id=run_id,
+            priority=Priority(priority_key=PRIORITY_KEYS[spec.priority]),
+            summary=f"{describe_job(spec)} at {instant.isoformat()}",
+        )
+        self._flying[run_id] = _Flying(run=run, instant=instant, handle=handle)
+        record = ExecutionRecord(id=run_id, task_id=task_id, tenant_id=tenant_id,
+                                 scheduled_at=run.scheduled_at, trigger=run.trigger.value,
+                                 status=ExecutionStatus.RUNNING)
+        task = asyncio.create_task(self._await(record, run, handle, retry.max_attempts))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def withdraw(self, reason: str) -> None:
+        """Withdraw the runs still far enough from their instants (policy.may_withdraw)."""
+        now = workflow.now()
+        for flying in self._flying.values():
+            if flying.withdrawn is None and may_withdraw(flying.instant, now):
+                flying.withdrawn = reason
+                flying.handle.cancel()
+
+    def cancel_started(self) -> None:
+        """Cancel the runs whose job is going (overlap_policy cancel_running)."""
+        now = workflow.now()
+        for flying in self._flying.values():
+            if flying.instant <= now:
+                flying.handle.cancel()
+
+    def cancel_all(self) -> None:
+        """Cancel every run, waiting or going (the task is cancelled)."""
+        for flying in self._flying.values():
+            flying.withdrawn = flying.withdrawn or "cancelled"
+            flying.handle.cancel()
+
+    async def settled(self) -> None:
+        """Return once no run is in flight."""
+        await workflow.wait_condition(lambda: not self._flying)
+
+    def take_ended(self) -> list[Ended]:
+        """The runs that ended since the last call, in the order they ended."""
+        ended, self.ended = self.ended, []
+        return ended
+
+    async def _await(self, record: ExecutionRecord, run: Run,
+                     handle: workflow.ActivityHandle[JobResult], max_attempts: int) -> None:
+        run_id = record.id
+        ended = Ended(run=run, run_id=run_id, record=record)
+        try:
+            result = await handle
+            record.status = ExecutionStatus.COMPLETED
+            record.attempts = result.attempt
+            record.started_at = result.started_at
+            record.http_status = result.http_status
+            record.response_snippet = result.response_snippet
+        except ActivityError as err:
+            cause = err.cause
+            kind = cause.type if isinstance(cause, ApplicationError) else None
+            if kind in (JobFailure.WITHDRAWN, JobFailure.LATE):
+                ended = Ended(run=run, run_id=run_id, record=None, refused=JobFailure(kind),
+                              reason=self._flying[run_id].withdrawn)
+            elif isinstance(cause, CancelledError):
+                record.status, record.error = ExecutionStatus.CANCELLED, "cancelled while running"
+            else:
+                record.status = ExecutionStatus.FAILED
+                record.error = (str(cause) if cause is not None else str(err))[:2000]
+            details = (JobFailureDetails.of(cause.details)
+                       if isinstance(cause, ApplicationError) else None)
+            record.attempts = details.attempt if details else max_attempts
+            if details:
+                record.started_at = details.started_at
+                record.http_status = details.http_status
+                record.response_snippet = details.response_snippet
+        del self._flying[run_id]
+        self.ended.append(ended)
+

@@ -1,0 +1,184 @@
+"""What a task workflow writes down and whom it tells: the task row (versioned, written only
+when something a user sees has changed), execution rows, search attributes, metrics and
+webhook notifications. Workflow code: rows go through one local activity, batched by the
+worker; notifications through an activity that never blocks the task."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import datetime, timedelta
+from typing import Any
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy, SearchAttributeUpdate
+from temporalio.exceptions import ActivityError
+
+with workflow.unsafe.imports_passed_through():
+    from activities.contracts import NOTIFY, RECORD, Notification, Record
+    from scheduling.spec import NotifyEvent
+    from scheduling.status import ExecutionStatus
+    from store.records import ExecutionRecord, TaskSnapshot
+    from workflows import attributes
+    from workflows.describe import describe_schedule
+    from workflows.state import TaskState
+
+BOOKKEEPING_TIMEOUT = timedelta(seconds=30)
+# Room for one workflow run's task row writes in the low bits of state_version.
+RUN_WRITES = 1 << 16
+# Bookkeeping retries until the database is back: a run's record must never be lost.
+BOOKKEEPING_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30)
+)
+NOTIFY_RETRY = RetryPolicy(maximum_attempts=5, maximum_interval=timedelta(seconds=30))
+
+
+class TaskRecord:
+    """The task's rows, attributes and notifications, for one workflow run."""
+
+    def __init__(self, state: TaskState) -> None:
+        self._state = state
+        self._saved: TaskSnapshot | None = None
+        self._version = 0
+        self._pending: list[ExecutionRecord] = []
+        self._deliveries: set[asyncio.Task[None]] = set()
+
+    def add(self, record: ExecutionRecord) -> None:
+        """An execution row to write with the next ``write``; counted in the metrics."""
+        self._pending.append(record)
+        meter = workflow.metric_meter()
+        if record.status == ExecutionStatus.SKIPPED:
+            meter.create_counter("scheduler_skipped_runs", "fires recorded as skipped, by reason"
+                                 ).add(1, {"reason": record.reason or "skipped"})
+            return
+        meter.create_counter("scheduler_runs", "finished runs by outcome").add(
+            1, {"outcome": record.status.lower()})
+        if record.dead_letter is not None:
+            meter.create_counter("scheduler_dead_letters", "runs dead-lettered").add(1)
+        if record.drifted:
+            meter.create_counter("scheduler_drift_events",
+                                 "runs that started past the drift threshold").add(1)
+
+    async def write(self, next_instant: datetime | None) -> None:
+        """Write the pending execution rows and the task row, if either has anything new."""
+        snapshot = self._versioned(self._snapshot(next_instant))
+        executions, self._pending = self._pending, []
+        if snapshot is None and not executions:
+            return
+        await workflow.execute_local_activity(
+            RECORD,
+            Record(executions=executions, snapshot=snapshot),
+            start_to_close_timeout=BOOKKEEPING_TIMEOUT,
+            retry_policy=BOOKKEEPING_RETRY,
+            summary=f"record {self._state.status.value}, {len(executions)} runs",
+        )
+
+    def notify(self, event: NotifyEvent, run_id: str | None, detail: str | None) -> None:
+        """Tell the task's webhook, if it asked for this event; never blocks the task."""
+        state = self._state
+        spec = state.spec
+        workflow.logger.info(f"task event {event.value}", extra={"execution_id": run_id})
+        if spec.notify is None or event not in spec.notify.events:
+            return
+        note = Notification(
+            url=spec.notify.url, event=event.value, task_id=state.task_id,
+            tenant_id=state.tenant_id, task_name=spec.task_name, execution_id=run_id,
+            detail=detail, at=workflow.now(),
+        )
+        state.notifications.append(note)
+        self._deliver(note)
+
+    def resend(self) -> None:
+        """Deliver again what a workflow run before this one had not delivered yet."""
+        for note in self._state.notifications:
+            self._deliver(note)
+
+    async def delivered(self) -> None:
+        """Return once every notification is delivered or given up on."""
+        await workflow.wait_condition(lambda: not self._deliveries)
+
+    def _deliver(self, note: Notification) -> None:
+        async def deliver() -> None:
+            try:
+                await workflow.execute_activity(
+                    NOTIFY, note, start_to_close_timeout=timedelta(seconds=15),
+                    schedule_to_close_timeout=timedelta(minutes=2), retry_policy=NOTIFY_RETRY,
+                    summary=f"notify {note.event}",
+                )
+            except ActivityError:
+                workflow.logger.warning(f"notification {note.event} not delivered")
+            if note in self._state.notifications:
+                self._state.notifications.remove(note)
+
+        task = asyncio.create_task(deliver())
+        self._deliveries.add(task)
+        task.add_done_callback(self._deliveries.discard)
+
+    def _snapshot(self, next_instant: datetime | None) -> TaskSnapshot:
+        state = self._state
+        last = state.last_run
+        return TaskSnapshot(
+            task_id=state.task_id, tenant_id=state.tenant_id, name=state.spec.task_name,
+            schedule_type=state.spec.schedule_type.value, spec=state.spec.model_dump(mode="json"),
+            status=state.status.value, status_reason=state.status_reason,
+            next_run_at=next_instant,
+            last_run_at=last.scheduled_at if last else None,
+            last_run_status=last.status.value if last else None,
+            last_execution_id=last.execution_id if last else None,
+            run_count=state.run_count, success_count=state.success_count,
+            failure_count=state.failure_count, skipped_count=state.skipped_count,
+            consecutive_failures=state.consecutive_failures,
+            created_at=state.created_at, updated_at=state.created_at,
+        )
+
+    def _versioned(self, snapshot: TaskSnapshot) -> TaskSnapshot | None:
+        """The snapshot to write (None when nothing a user can see has changed)."""
+        if self._saved is not None and snapshot == self._saved:
+            return None
+        previous, self._saved = self._saved, snapshot
+        self._upsert_search_attributes(previous, snapshot)
+        # The version orders this run's writes; a continued-as-new run keeps counting upwards.
+        self._version += 1
+        return snapshot.model_copy(update={
+            "updated_at": workflow.now(),
+            "state_version": state_version(workflow.info().start_time, self._version),
+        })
+
+    def _upsert_search_attributes(self, before: TaskSnapshot | None, now: TaskSnapshot) -> None:
+        current = workflow.info().typed_search_attributes
+        updates: list[SearchAttributeUpdate[Any]] = []
+        # Only what differs from what the workflow already carries: every upsert is a
+        # visibility write on the server.
+        if current.get(attributes.TASK_STATUS) != now.status:
+            updates.append(attributes.TASK_STATUS.value_set(now.status))
+        if current.get(attributes.TASK_NAME) != now.name:
+            updates.append(attributes.TASK_NAME.value_set(now.name))
+        if current.get(attributes.SCHEDULE_TYPE) != now.schedule_type:
+            updates.append(attributes.SCHEDULE_TYPE.value_set(now.schedule_type))
+        if _seconds(current.get(attributes.NEXT_RUN_AT)) != _seconds(now.next_run_at):
+            updates.append(
+                attributes.NEXT_RUN_AT.value_set(now.next_run_at)
+                if now.next_run_at is not None else attributes.NEXT_RUN_AT.value_unset()
+            )
+        if updates:
+            workflow.upsert_search_attributes(updates)
+        workflow.set_current_details(
+            f"**{now.status}** {now.name}: {describe_schedule(self._state.spec)}; next run "
+            f"{now.next_run_at.isoformat() if now.next_run_at else 'none'}; "
+            f"{now.run_count} runs, {now.failure_count} failed"
+        )
+
+
+def _seconds(moment: datetime | None) -> int | None:
+    """Search attributes keep datetimes to the second (or so): compare at that precision."""
+    return None if moment is None else int(moment.timestamp())
+
+
+def state_version(run_started: datetime, written: int) -> int:
+    """The order of a task row write: the workflow run's start (ms), then the run's own count.
+
+    Later workflow runs (continue-as-new, a reset, a restart) start at least 1 ms later, so
+    their writes outrank every write of the runs before them: a run writes fewer than
+    RUN_WRITES rows, as each write is a marker event and a history holds at most 51,200
+    events. The value fits a signed 64-bit column for runs started up to the year 6400.
+    """
+    return int(run_started.timestamp() * 1000) * RUN_WRITES + written
