@@ -70,7 +70,7 @@ from worker.build import build_activities, build_workers
 from worker.dev import SQLITE_PRAGMA_FLAGS
 from workflows.attributes import DEFINITIONS
 from workflows.starter import start_task_workflow
-from workflows.state import workflow_id
+from scheduling.status import workflow_id
 
 LEAD_SECONDS = 5.0  # SCHEDULER_DISPATCH_LEAD_SECONDS default
 

@@ -17,11 +17,12 @@ from temporalio.client import WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
 from api import temporal as gateway
+from scheduling.status import workflow_id
 from tests.api.conftest import Stack, serve_api
 from tests.api.test_e2e import iso, wait_for_status
 from tests.conftest import new_worker
 from tests.target import TargetServer
-from workflows.state import TaskState, workflow_id
+from workflows.state import TaskState
 
 T = TypeVar("T")
 HOURLY: dict[str, Any] = {"task_name": "hourly", "job_details": {"type": "handler", "name": "noop"},

@@ -1,8 +1,12 @@
-"""Record workflow histories for the replay tests: `python -m tests.histories.record`.
+"""Record workflow histories for the replay tests: `python -m tests.histories.record [names]`.
 
 Run it when a released TaskWorkflow version changes behaviour on purpose: it writes one JSON
-history per scenario next to this file, named after the scenario and the date. Keep the old
-files: every recorded history must keep replaying (see docs/upgrades.md).
+history per scenario next to this file, `<scenario>-<STAMP>.json`. Keep the files of released
+versions: every recorded history must keep replaying (see docs/upgrades.md).
+
+Each scenario gets a fresh time-skipping server. A run dispatched ahead waits for its instant
+on the worker's (real) clock, and the server's clock is ahead of it by every skip so far: so
+the scenarios with a lead keep their instants a few real seconds after the server started.
 """
 
 from __future__ import annotations
@@ -11,99 +15,275 @@ import asyncio
 import sys
 import tempfile
 import uuid
-from datetime import UTC, datetime, timedelta
+from collections.abc import Awaitable, Callable
+from datetime import timedelta
 from pathlib import Path
 
-from temporalio.client import WorkflowHandle
+from sqlalchemy import Engine
+from temporalio.api.enums.v1 import EventType
 from temporalio.testing import WorkflowEnvironment
 
 from scheduling.spec import TaskChanges
+from scheduling.status import workflow_id
 from store.engine import make_engine, migrate
-from tests.conftest import _binary, new_worker, register_search_attributes
-from tests.workflows.helpers import spec, start_task
+from tests.conftest import new_worker, start_time_skipping
+from tests.workflows.helpers import (
+    Blocker,
+    Failing,
+    SlowFirst,
+    TaskHandle,
+    handler_job,
+    pass_time_without_worker,
+    spec,
+    start_task,
+    stoppable_worker,
+    task_state,
+    until,
+)
 from workflows.starter import start_task_workflow
-from workflows.state import TaskState
+from workflows.state import ReplayRequest, TaskState
 from workflows.task import TaskWorkflow
 
 HERE = Path(__file__).parent
+STAMP = "20261202"
+MINUTE = timedelta(minutes=1)
+
+Scenario = Callable[[WorkflowEnvironment, Engine], Awaitable[TaskHandle]]
+SCENARIOS: dict[str, Scenario] = {}
 
 
-async def _fail(ctx: object) -> None:
-    raise RuntimeError("boom")
+def scenario(run: Scenario) -> Scenario:
+    """Register a scenario under its function's name; it returns its task's ended workflow."""
+    SCENARIOS[run.__name__] = run
+    return run
+
+
+async def start_ahead(env: WorkflowEnvironment, queue: str, task: object, lead: float) -> TaskHandle:
+    """Start a task whose runs are dispatched ``lead`` seconds ahead of their instants."""
+    task_id = uuid.uuid4().hex
+    await start_task_workflow(env.client, task_queue=queue, task_id=task_id, tenant_id="t1",
+                              spec=task, created_at=await env.get_current_time(),  # type: ignore[arg-type]
+                              lead_seconds=lead)
+    return env.client.get_workflow_handle(workflow_id(task_id), result_type=TaskState)
+
+
+async def dispatched(handle: TaskHandle) -> None:
+    """Wait (on the real clock, the server's being held meanwhile) for a run in flight."""
+    async def flying() -> bool:
+        return bool((await task_state(handle)).running)
+    await until(flying)
+
+
+@scenario
+async def once(env: WorkflowEnvironment, engine: Engine) -> TaskHandle:
+    async with new_worker(env.client, engine) as worker:
+        run_at = await env.get_current_time() + 5 * MINUTE
+        handle = await start_task(env, worker.task_queue, spec(schedule_type="once", run_at=run_at))
+        await handle.result()
+    return handle
+
+
+@scenario
+async def interval_dispatched_ahead(env: WorkflowEnvironment, engine: Engine) -> TaskHandle:
+    async with new_worker(env.client, engine) as worker:
+        task = spec(schedule_type="interval", interval_seconds=3, max_runs=2)
+        handle = await start_ahead(env, worker.task_queue, task, lead=2)
+        await handle.result()
+    return handle
+
+
+@scenario
+async def catchup(env: WorkflowEnvironment, engine: Engine) -> TaskHandle:
+    # Down from +10 to +130 minutes: +30, +60, +90, +120 are missed; three are caught up (the
+    # cap), the oldest is skipped; +150 runs on time and is the fifth and last run.
+    queue = f"tq-{uuid.uuid4()}"
+    task = spec(schedule_type="interval", interval_seconds=1800, missed_run_policy="catchup",
+                max_catchup_runs=3, max_runs=4)
+    async with stoppable_worker(env, engine, queue):
+        handle = await start_task(env, queue, task)
+        await env.sleep(10 * MINUTE)
+        before = await task_state(handle)
+    assert before.next_fire_at is not None
+    await pass_time_without_worker(env, timedelta(hours=2), first_wake=before.next_fire_at)
+    async with new_worker(env.client, engine, task_queue=queue):
+        state = await handle.result()
+    assert (state.success_count, state.skipped_count) == (4, 1), state
+    return handle
+
+
+@scenario
+async def continue_as_new_in_flight(env: WorkflowEnvironment, engine: Engine) -> TaskHandle:
+    # Every second, the first job lasts 2.5 s, allow: the history passes its limit while runs
+    # are going; the workflow drains them, then continues as new with the fires left.
+    task = spec(schedule_type="interval", interval_seconds=1, overlap_policy="allow", max_runs=5,
+                job_details=handler_job("slow"), heartbeat_timeout_seconds=1)
+    async with new_worker(env.client, engine, handlers={"slow": SlowFirst(2.5)}) as worker:
+        handle = await start_task(env, worker.task_queue, task, history_limit=40)
+        state = await handle.result()
+    assert state.continued_as_new > 0 and state.success_count == 5, state
+    # Record the first run of the chain: its history ends in the continue-as-new.
+    first = env.client.get_workflow_handle(handle.id, run_id=handle.first_execution_run_id,
+                                           result_type=TaskState)
+    events = [e.event_type async for e in first.fetch_history_events()]
+    assert events[-1] == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW
+    return first
+
+
+async def overlapping(env: WorkflowEnvironment, engine: Engine, policy: str, slow: SlowFirst,
+                      max_runs: int) -> TaskHandle:
+    """An every-second task whose first job is slow, under ``policy``."""
+    task = spec(schedule_type="interval", interval_seconds=1, overlap_policy=policy,
+                max_runs=max_runs, job_details=handler_job("slow"), heartbeat_timeout_seconds=1)
+    async with new_worker(env.client, engine, handlers={"slow": slow}) as worker:
+        handle = await start_task(env, worker.task_queue, task)
+        await handle.result()
+    return handle
+
+
+@scenario
+async def buffer_one(env: WorkflowEnvironment, engine: Engine) -> TaskHandle:
+    return await overlapping(env, engine, "buffer_one", SlowFirst(2.5), max_runs=3)
+
+
+@scenario
+async def cancel_running(env: WorkflowEnvironment, engine: Engine) -> TaskHandle:
+    return await overlapping(env, engine, "cancel_running", SlowFirst(0, until_cancelled=True), 2)
+
+
+@scenario
+async def fixed_delay(env: WorkflowEnvironment, engine: Engine) -> TaskHandle:
+    task = spec(schedule_type="interval", interval_seconds=600, interval_mode="fixed_delay",
+                max_runs=2, job_details=handler_job("sleep", seconds=0.2))
+    async with new_worker(env.client, engine) as worker:
+        handle = await start_task(env, worker.task_queue, task)
+        await handle.result()
+    return handle
+
+
+@scenario
+async def withdrawn_by_pause(env: WorkflowEnvironment, engine: Engine) -> TaskHandle:
+    # Dispatched in the first workflow task (the lead is longer than the wait), paused 10 s
+    # before its instant: withdrawn, its fire given back; after the resume it runs (on time).
+    async with new_worker(env.client, engine) as worker:
+        run_at = await env.get_current_time() + timedelta(seconds=10)
+        handle = await start_ahead(env, worker.task_queue, spec(schedule_type="once", run_at=run_at),
+                                   lead=20)
+        await dispatched(handle)
+        await handle.execute_update(TaskWorkflow.pause_update, "hold")
+        await until(lambda: _nothing_in_flight(handle))
+        await env.sleep(timedelta(seconds=30))
+        await handle.signal(TaskWorkflow.resume_signal)
+        state = await handle.result()
+    assert state.success_count == 1, state
+    return handle
+
+
+async def _nothing_in_flight(handle: TaskHandle) -> bool:
+    return not (await task_state(handle)).running
+
+
+@scenario
+async def pause_resume(env: WorkflowEnvironment, engine: Engine) -> TaskHandle:
+    # Paused from +10 to +130 minutes: the four fires inside are skipped as paused.
+    async with new_worker(env.client, engine) as worker:
+        task = spec(schedule_type="interval", interval_seconds=1800, max_runs=1)
+        handle = await start_task(env, worker.task_queue, task)
+        await env.sleep(10 * MINUTE)
+        await handle.signal(TaskWorkflow.pause_signal, "maintenance")
+        await env.sleep(timedelta(hours=2))
+        await handle.execute_update(TaskWorkflow.resume_update)
+        state = await handle.result()
+    assert (state.success_count, state.skipped_count) == (1, 4), state
+    return handle
+
+
+@scenario
+async def update_during_lead(env: WorkflowEnvironment, engine: Engine) -> TaskHandle:
+    # The fire at +10 s is dispatched at once (lead 20 s); the interval then changes: that run
+    # is withdrawn (SKIPPED rescheduled) and the new grid's first fire runs.
+    async with new_worker(env.client, engine) as worker:
+        task = spec(schedule_type="interval", interval_seconds=10)
+        handle = await start_ahead(env, worker.task_queue, task, lead=20)
+        await dispatched(handle)
+        await handle.execute_update(TaskWorkflow.update_task,
+                                    TaskChanges(interval_seconds=5, max_runs=1))
+        state = await handle.result()
+    assert (state.success_count, state.skipped_count) == (1, 1), state
+    return handle
+
+
+@scenario
+async def trigger(env: WorkflowEnvironment, engine: Engine) -> TaskHandle:
+    async with new_worker(env.client, engine) as worker:
+        task = spec(schedule_type="interval", interval_seconds=600, max_runs=1)
+        handle = await start_task(env, worker.task_queue, task)
+        await env.sleep(MINUTE)
+        await handle.execute_update(TaskWorkflow.trigger_update)
+        await env.sleep(MINUTE)
+        await handle.signal(TaskWorkflow.trigger_signal)  # what `temporal workflow signal` sends
+        state = await handle.result()
+    assert state.success_count == 3, state
+    return handle
+
+
+@scenario
+async def cancelled(env: WorkflowEnvironment, engine: Engine) -> TaskHandle:
+    # Cancelled by a plain signal while its job runs: the job is cancelled through heartbeats.
+    blocker = Blocker()
+    async with new_worker(env.client, engine, handlers={"block": blocker}) as worker:
+        task = spec(schedule_type="interval", interval_seconds=60, job_details=handler_job("block"),
+                    heartbeat_timeout_seconds=2)
+        handle = await start_task(env, worker.task_queue, task)
+        await env.sleep(MINUTE + timedelta(seconds=1))
+        await asyncio.wait_for(blocker.started.wait(), 30)
+        await handle.signal(TaskWorkflow.cancel_signal, "no longer needed")
+        state = await handle.result()
+    assert state.cancelled_count == 1 and blocker.cancelled.is_set(), state
+    return handle
+
+
+@scenario
+async def dead_letter(env: WorkflowEnvironment, engine: Engine) -> TaskHandle:
+    # Every run fails through its two attempts and is dead-lettered; the first is replayed.
+    async with new_worker(env.client, engine, handlers={"fail": Failing()}) as worker:
+        task = spec(schedule_type="interval", interval_seconds=600, max_runs=2,
+                    job_details=handler_job("fail"),
+                    retry_policy={"max_attempts": 2, "initial_interval_seconds": 1})
+        handle = await start_task(env, worker.task_queue, task)
+        await env.sleep(11 * MINUTE)
+        last = (await task_state(handle)).last_run
+        assert last is not None and last.status == "FAILED", last
+        await handle.execute_update(TaskWorkflow.replay_update, ReplayRequest(
+            execution_id=last.execution_id, scheduled_at=last.scheduled_at))
+        state = await handle.result()
+    assert state.failure_count == 3, state
+    return handle
 
 
 async def record(only: set[str] | None = None) -> list[Path]:
-    from temporalio.contrib.pydantic import pydantic_data_converter
-
-    env = await WorkflowEnvironment.start_time_skipping(
-        data_converter=pydantic_data_converter, test_server_existing_path=_binary("temporal-test-server")
-    )
-    await register_search_attributes(env.client)
+    """Run the scenarios (all, or those named) and write their histories."""
+    unknown = (only or set()) - set(SCENARIOS)
+    assert not unknown, f"no such scenario: {sorted(unknown)}"
     written = []
     with tempfile.TemporaryDirectory() as tmp:
         engine = make_engine(f"sqlite:///{tmp}/r.db")
         migrate(engine)
-        async with new_worker(env.client, engine, handlers={"fail": _fail}) as worker:
-            queue = worker.task_queue
-            now = await env.get_current_time()
-            handles: dict[str, WorkflowHandle[TaskWorkflow, TaskState]] = {}
-
-            handles["once"] = await start_task(env, queue, spec(schedule_type="once", run_at=now + timedelta(minutes=5)))
-
-            # Dispatched ahead of its instant: the job waits on the worker's clock.
-            ahead_id = uuid.uuid4().hex
-            await start_task_workflow(
-                env.client, task_queue=queue, task_id=ahead_id, tenant_id="t1",
-                spec=spec(schedule_type="interval", interval_seconds=3, max_runs=2),
-                created_at=await env.get_current_time(), lead_seconds=2,
-            )
-            handles["interval_dispatched_ahead"] = env.client.get_workflow_handle(f"task-{ahead_id}")
-
-            # Fires faster than the lead: dispatched together as one series.
-            series_id = uuid.uuid4().hex
-            await start_task_workflow(
-                env.client, task_queue=queue, task_id=series_id, tenant_id="t1",
-                spec=spec(schedule_type="interval", interval_seconds=1, max_runs=3),
-                created_at=await env.get_current_time(), lead_seconds=2,
-            )
-            handles["interval_series"] = env.client.get_workflow_handle(f"task-{series_id}")
-
-            cron = await start_task(env, queue, spec(schedule_type="cron", cron="0 * * * *", max_runs=6))
-            await env.sleep(timedelta(hours=2, minutes=10))
-            await cron.execute_update(TaskWorkflow.update_task, TaskChanges(cron="30 * * * *", task_name="renamed"))
-            await cron.execute_update(TaskWorkflow.pause_update, "maintenance")
-            await env.sleep(timedelta(hours=1))
-            await cron.execute_update(TaskWorkflow.resume_update)
-            await cron.execute_update(TaskWorkflow.trigger_update)
-            handles["cron_update_pause_trigger"] = cron
-
-            failing = await start_task(env, queue, spec(
-                schedule_type="interval", interval_seconds=600, max_runs=2,
-                job_details={"type": "handler", "name": "fail"},
-                retry_policy={"max_attempts": 2, "initial_interval_seconds": 1},
-            ))
-            handles["interval_failures"] = failing
-
-            cancelled = await start_task(env, queue, spec(schedule_type="interval", interval_seconds=60))
-            await env.sleep(timedelta(minutes=3, seconds=5))
-            await cancelled.signal(TaskWorkflow.cancel_signal)
-            handles["interval_cancelled"] = cancelled
-
-            for name, handle in handles.items():
-                await handle.result()
-                if only and name not in only:
-                    continue
+        for name, run in SCENARIOS.items():
+            if only and name not in only:
+                continue
+            env = await start_time_skipping()
+            try:
+                handle = await run(env, engine)
                 history = await handle.fetch_history()
-                stamp = datetime.now(UTC).strftime("%Y%m%d")
-                path = HERE / f"{name}-{stamp}.json"
-                path.write_text(history.to_json())
-                written.append(path)
+            finally:
+                await env.shutdown()
+            path = HERE / f"{name}-{STAMP}.json"
+            path.write_text(history.to_json())
+            written.append(path)
+            print(f"wrote {path}", file=sys.stderr)
         engine.dispose()
-    await env.shutdown()
     return written
 
 
 if __name__ == "__main__":
-    # Names given: record only those scenarios (e.g. a new one beside the kept files).
-    for path in asyncio.run(record(set(sys.argv[1:]) or None)):
-        print(f"wrote {path}", file=sys.stderr)
+    asyncio.run(record(set(sys.argv[1:]) or None))

@@ -138,7 +138,7 @@ def test_rows_versioned_before_0006_lose_to_the_next_write_of_their_run(any_engi
     from sqlalchemy import text
 
     from store.engine import alembic_config, migrate
-    from workflows.records import state_version
+    from workflows.record import state_version
 
     run = T0 - timedelta(days=3)
     ms = int(run.timestamp() * 1000)

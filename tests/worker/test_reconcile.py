@@ -10,14 +10,14 @@ from sqlalchemy import Engine, delete
 from temporalio.client import WorkflowExecutionStatus
 from temporalio.testing import WorkflowEnvironment
 
+from scheduling.status import workflow_id
 from store.models import Task
-from store.records import TaskSnapshot
-from store.tasks import get_task, list_executions, save_snapshot
+from store.records import ExecutionRecord, TaskSnapshot
+from store.tasks import get_task, list_executions, save_execution, save_snapshot
 from tests.conftest import new_worker
 from tests.workflows.helpers import spec, start_task, until
 from worker.reconcile import Reconciler
-from workflows.starter import start_task_workflow
-from workflows.state import workflow_id
+from workflows.task import TaskWorkflow
 
 
 async def test_row_without_workflow_is_restarted_and_runs(dev_env: WorkflowEnvironment, sqlite_engine: Engine) -> None:
@@ -117,28 +117,37 @@ async def test_passes_after_the_first_list_only_workflows_closed_since(
         assert later.full and later.listed == 2
 
 
-async def test_a_held_workflow_without_row_gets_its_row_from_its_start_input(
+
+
+async def test_a_restarted_paused_task_stays_paused_and_counts_only_its_scheduled_runs(
     dev_env: WorkflowEnvironment, sqlite_engine: Engine
 ) -> None:
-    """The API died between starting a held task (`SCHEDULER_HOLD_AFTER_SECONDS`) and writing
-    its row: the workflow has run no code and answers no query until tomorrow."""
-    now = await dev_env.get_current_time()
-    task_spec = spec(schedule_type="interval", interval_seconds=86400, task_name="held")
+    now = datetime.now(UTC)
+    created = now - timedelta(minutes=5)
+    task_spec = spec(schedule_type="interval", interval_seconds=1, max_runs=3)
     task_id = uuid.uuid4().hex
+    save_snapshot(sqlite_engine, TaskSnapshot(
+        task_id=task_id, tenant_id="t1", name=task_spec.task_name, schedule_type="interval",
+        spec=task_spec.model_dump(mode="json"), status="PAUSED", status_reason="maintenance",
+        created_at=created, updated_at=created, success_count=5, run_count=5,
+    ))
+    # Two runs of the schedule and three manual ones ran before the workflow was lost.
+    for n, trigger in enumerate(["schedule", "manual", "schedule", "manual", "manual"]):
+        at = created + timedelta(seconds=n)
+        run_id = f"{task_id}:{'manual-' if trigger == 'manual' else ''}{at.isoformat()}"
+        save_execution(sqlite_engine, ExecutionRecord(
+            id=run_id, task_id=task_id, tenant_id="t1", scheduled_at=at, trigger=trigger,
+            status="COMPLETED", started_at=at, finished_at=at))
     async with new_worker(dev_env.client, sqlite_engine) as worker:
-        await start_task_workflow(
-            dev_env.client, task_queue=worker.task_queue, task_id=task_id, tenant_id="t1",
-            spec=task_spec, created_at=now, lead_seconds=10.0, hold_after_seconds=60.0,
-        )
-        handle = dev_env.client.get_workflow_handle(workflow_id(task_id))
         reconciler = Reconciler(sqlite_engine, dev_env.client, worker.task_queue, grace=timedelta(0))
-        await asyncio.sleep(1.1)
-        report = await reconciler.reconcile_once()
-        assert task_id in report.rows_written
-        row = get_task(sqlite_engine, task_id, "t1")
-        assert row is not None and row.name == "held" and row.status == "PENDING"
-        assert row.next_run_at is not None
-        assert row.next_run_at.replace(tzinfo=UTC) == now + timedelta(days=1)
-        # Written without waking it: still held, one event in its history.
-        assert len([e async for e in handle.fetch_history_events()]) == 1
-        await handle.terminate("test over")
+        assert task_id in (await reconciler.reconcile_once()).restarted
+        handle = dev_env.client.get_workflow_handle_for(TaskWorkflow.run, workflow_id(task_id))
+        state = await handle.query(TaskWorkflow.query_state)
+        assert state.paused and state.status == "PAUSED" and state.status_reason == "maintenance"
+        assert state.executed == 2
+        await handle.execute_update(TaskWorkflow.resume_update)
+        final = await handle.result()
+    assert final.status == "COMPLETED"
+    runs, _ = list_executions(sqlite_engine, task_id=task_id, limit=20)
+    ran = [r for r in runs if r.trigger == "schedule" and r.status == "COMPLETED"]
+    assert len(ran) == 3  # max_runs: one more scheduled run, the manual ones not counted

@@ -20,11 +20,12 @@ from temporalio.worker import Worker
 from activities.handlers import HandlerContext
 from scheduling.fire import first_fire
 from scheduling.spec import TaskSpec
+from scheduling.status import workflow_id
 from store.models import TaskExecution
 from store.tasks import list_executions
 from tests.conftest import new_worker
 from workflows import attributes
-from workflows.state import TaskState, TaskWorkflowInput, workflow_id
+from workflows.state import TaskState, TaskWorkflowInput
 from workflows.task import TaskWorkflow
 
 TaskHandle = WorkflowHandle[TaskWorkflow, TaskState]

@@ -10,10 +10,10 @@ import pytest
 from sqlalchemy import Engine
 from temporalio.testing import WorkflowEnvironment
 
+from scheduling.status import TaskStatus
 from store.tasks import get_task
 from tests.conftest import new_worker
 from tests.workflows.helpers import Blocker, TaskHandle, executions, handler_job, spec, start_task
-from workflows.state import TaskStatus
 from workflows.task import TaskWorkflow
 
 

@@ -7,10 +7,10 @@ from datetime import timedelta
 from sqlalchemy import Engine
 from temporalio.testing import WorkflowEnvironment
 
+from scheduling.status import TaskStatus
 from store.tasks import get_task
 from tests.conftest import new_worker
 from tests.workflows.helpers import executions, running_task, spec, start_task, statuses, task_state
-from workflows.state import TaskStatus
 from workflows.task import TaskWorkflow
 
 

@@ -11,6 +11,7 @@ from temporalio.client import WorkflowUpdateFailedError
 from temporalio.testing import WorkflowEnvironment
 
 from scheduling.spec import ScheduleType, TaskChanges
+from scheduling.status import TaskStatus
 from store.tasks import get_task
 from tests.conftest import new_worker
 from tests.workflows.helpers import (
@@ -22,7 +23,6 @@ from tests.workflows.helpers import (
     statuses,
     task_state,
 )
-from workflows.state import TaskStatus
 from workflows.task import TaskWorkflow
 
 
@@ -198,7 +198,8 @@ async def test_trigger_runs_the_job_now_outside_the_schedule(
     rows = executions(sqlite_engine, state.task_id)
     assert statuses(rows) == ["COMPLETED", "COMPLETED"]
     assert [r.trigger for r in rows] == ["manual", "manual"]
-    assert [r.id for r in rows] == [f"{state.task_id}:manual-{stamp(r.scheduled_at)}" for r in rows]
+    assert [r.id for r in rows] == [
+        f"{state.task_id}:manual-{stamp(r.scheduled_at)}-{n}" for n, r in enumerate(rows, 1)]
     # The shared test server's clock is far in the future by now (past 2100); there a time as a
     # float of seconds since the epoch keeps only about a microsecond: allow 1 ms below.
     slack = timedelta(milliseconds=1)

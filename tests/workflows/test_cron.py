@@ -8,6 +8,7 @@ from zoneinfo import ZoneInfo
 from sqlalchemy import Engine
 from temporalio.testing import WorkflowEnvironment
 
+from scheduling.status import TaskStatus
 from store.tasks import get_task
 from tests.conftest import new_worker
 from tests.workflows.helpers import (
@@ -19,7 +20,6 @@ from tests.workflows.helpers import (
     statuses,
     task_state,
 )
-from workflows.state import TaskStatus
 
 BERLIN = ZoneInfo("Europe/Berlin")
 

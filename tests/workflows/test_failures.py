@@ -8,11 +8,11 @@ import pytest
 from sqlalchemy import Engine
 from temporalio.testing import WorkflowEnvironment
 
+from scheduling.status import TaskStatus
 from store.tasks import get_task
 from tests.conftest import new_worker
 from tests.target import TargetServer
 from tests.workflows.helpers import Failing, executions, handler_job, spec, start_task
-from workflows.state import TaskStatus
 
 FAST_RETRIES = {"max_attempts": 3, "initial_interval_seconds": 0.1}
 

@@ -7,11 +7,11 @@ from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import Engine
 
+from scheduling.status import TaskStatus
 from store.tasks import get_task, list_executions
 from tests.conftest import new_worker, start_time_skipping
 from tests.workflows.helpers import spec, start_task
-from workflows.records import RUN_WRITES, state_version
-from workflows.state import TaskStatus
+from workflows.record import RUN_WRITES, state_version
 
 BIGINT_MAX = 2**63 - 1
 

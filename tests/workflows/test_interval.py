@@ -8,9 +8,9 @@ from datetime import timedelta
 from sqlalchemy import Engine
 from temporalio.testing import WorkflowEnvironment
 
+from scheduling.status import TaskStatus
 from tests.conftest import new_worker
 from tests.workflows.helpers import executions, handler_job, spec, start_task, statuses
-from workflows.state import TaskStatus
 from workflows.task import TaskWorkflow
 
 # The built-in `sleep` handler takes real time; a running activity holds the time-skipping

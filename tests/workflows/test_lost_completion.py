@@ -16,9 +16,9 @@ from temporalio.worker import Interceptor as WorkerInterceptor
 
 from activities.contracts import RUN_JOB
 from activities.handlers import HandlerContext
+from scheduling.status import TaskStatus
 from tests.conftest import new_worker
 from tests.workflows.helpers import executions, handler_job, spec, start_task
-from workflows.state import TaskStatus
 
 
 class LoseFirstCompletion(ClientInterceptor, WorkerInterceptor):
@@ -84,21 +84,22 @@ async def test_a_retry_after_a_lost_completion_does_not_run_the_job_again(
     assert run.started_at is not None and run.finished_at is not None
 
 
-def test_only_a_finish_after_the_rows_start_counts_as_the_job_done() -> None:
+def test_only_a_completed_row_counts_as_the_job_done() -> None:
     from datetime import UTC, datetime, timedelta
 
-    from activities.run_rows import _job_finished
+    from activities.run_rows import completed_result
     from store.models import TaskExecution
 
     start = datetime(2026, 11, 30, 12, tzinfo=UTC)
 
     def row(status: str, finished: datetime | None) -> TaskExecution:
         return TaskExecution(id="t:1", task_id="t", tenant_id="t1", scheduled_at=start,
-                             status=status, started_at=start, finished_at=finished)
+                             status=status, started_at=start, finished_at=finished, attempts=2)
 
-    assert _job_finished(row("RUNNING", start + timedelta(seconds=1)))  # this run's job returned
-    assert not _job_finished(row("RUNNING", None))  # still running, or died mid-job
-    # a replayed dead letter's reopened row: the finish is the failed run's, before the replay
-    assert not _job_finished(row("RUNNING", start - timedelta(hours=1)))
-    assert _job_finished(row("COMPLETED", start))
-    assert not _job_finished(row("FAILED", start + timedelta(seconds=1)))
+    done = completed_result(row("COMPLETED", start + timedelta(seconds=1)))
+    assert done is not None and done.attempt == 2 and done.started_at == start
+    assert completed_result(row("RUNNING", None)) is None  # still running, or died mid-job
+    # a replayed dead letter's reopened row keeps the failed run's finish: not done
+    assert completed_result(row("RUNNING", start - timedelta(hours=1))) is None
+    assert completed_result(row("FAILED", start + timedelta(seconds=1))) is None
+    assert completed_result(None) is None

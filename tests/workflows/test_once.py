@@ -7,10 +7,10 @@ from datetime import timedelta
 from sqlalchemy import Engine
 from temporalio.testing import WorkflowEnvironment
 
+from scheduling.status import TaskStatus
 from store.tasks import get_task, list_executions
 from tests.conftest import new_worker
 from tests.workflows.helpers import spec, start_task
-from workflows.state import TaskStatus
 
 
 async def test_once_task_runs_at_run_at_and_completes(

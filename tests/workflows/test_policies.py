@@ -9,6 +9,7 @@ import pytest
 from sqlalchemy import Engine
 from temporalio.testing import WorkflowEnvironment
 
+from scheduling.status import TaskStatus
 from tests.conftest import new_worker
 from tests.workflows.helpers import (
     SlowFirst,
@@ -20,7 +21,6 @@ from tests.workflows.helpers import (
     stoppable_worker,
     task_state,
 )
-from workflows.state import TaskStatus
 
 MINUTES = timedelta(minutes=1)
 

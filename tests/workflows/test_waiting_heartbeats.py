@@ -9,10 +9,10 @@ from sqlalchemy import Engine
 from temporalio.testing import WorkflowEnvironment
 
 from activities.contracts import RUN_JOB
+from scheduling.status import workflow_id
 from tests.conftest import new_worker
 from tests.workflows.helpers import spec
 from workflows.starter import start_task_workflow
-from workflows.state import workflow_id
 
 
 async def _run_job_heartbeat_timeouts(env: WorkflowEnvironment, task_id: str) -> list[float]:
