@@ -255,12 +255,14 @@ def _after(pos: Position, due: Due) -> Position:
                     resumed_at=pos.resumed_at, queue=tuple(due.queue))
 
 
-def next_from_queue(queue: list[Run], flight: Flight) -> Run | None:
+def next_from_queue(queue: list[Run], flight: Flight, *, paused: bool) -> Run | None:
     """The queued run to start now: the head once nothing is in flight; a run someone asked
-    for also when the runs in flight only wait for their instants."""
-    if not queue:
+    for also when the runs in flight only wait for their instants. A pause holds the
+    schedule's runs (catch-up, buffered), not the ones someone asked for."""
+    waiting = [run for run in queue if not (paused and run.trigger.scheduled)]
+    if not waiting:
         return None
-    head = queue[0]
+    head = waiting[0]
     if flight.total == 0 or (not head.trigger.scheduled and flight.started == 0):
         return head
     return None
@@ -336,12 +338,10 @@ def change_schedule(pos: Position, flight: Flight, new_spec: TaskSpec, now: date
     return Change(bounded(first_fire(new_spec, now), unqueued, flight), now, retimed=True)
 
 
-def schedule_done(pos: Position, flight: Flight, *, paused: bool) -> bool:
-    """Nothing is due, queued or in flight, and nothing will be: the task has ended."""
-    if pos.next_fire_at is not None or pos.queue or flight.total:
-        return False
-    # A paused one-time task keeps its fire for the resume; fixed_delay plans after a run.
-    return not (paused and pos.spec.schedule_type is ScheduleType.ONCE)
+def schedule_done(pos: Position, flight: Flight) -> bool:
+    """Nothing is due, queued or in flight, and nothing will be: the task has ended (a fire
+    withdrawn by a pause is back in ``next_fire_at``; fixed_delay plans after each run)."""
+    return pos.next_fire_at is None and not pos.queue and not flight.total
 
 
 def drifted(spec: TaskSpec, trigger: Trigger, lateness: timedelta) -> bool:

@@ -164,9 +164,13 @@ class RunsInFlight:
         except ActivityError as err:
             cause = err.cause
             kind = cause.type if isinstance(cause, ApplicationError) else None
+            flying = self._flying[run_id]
+            if kind is None and flying.withdrawn and workflow.now() < flying.instant:
+                # Cancelled before any worker started it (a backlog, a deploy): withdrawn.
+                kind = JobFailure.WITHDRAWN
             if kind in (JobFailure.WITHDRAWN, JobFailure.LATE):
                 ended = Ended(run=run, run_id=run_id, record=None, refused=JobFailure(kind),
-                              reason=self._flying[run_id].withdrawn)
+                              reason=flying.withdrawn)
             elif isinstance(cause, CancelledError):
                 record.status, record.error = ExecutionStatus.CANCELLED, "cancelled while running"
             else:

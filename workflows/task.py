@@ -100,7 +100,7 @@ class TaskWorkflow:
             self._decide_due()
         self._start_queued()
         self._dispatch_ahead()
-        if policy.schedule_done(state.position(), self._runs.flight(now), paused=state.paused):
+        if policy.schedule_done(state.position(), self._runs.flight(now)):
             self._finish(self._final_status(), state.status_reason or self._end_reason())
             await self._write()
             return True
@@ -127,7 +127,8 @@ class TaskWorkflow:
     def _start_queued(self) -> None:
         state = self._state
         while not self._draining():
-            run = policy.next_from_queue(state.queue, self._runs.flight(workflow.now()))
+            run = policy.next_from_queue(state.queue, self._runs.flight(workflow.now()),
+                                         paused=state.paused)
             if run is None:
                 return
             state.queue.remove(run)

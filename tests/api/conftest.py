@@ -65,9 +65,7 @@ async def stack(dev_env: WorkflowEnvironment, tmp_path_factory: pytest.TempPathF
     set_quota(engine, "t1", workflow_types=["EchoWorkflow"], workflow_task_queues=[f"{queue}-echo"])
     rules = workflow_job_rules(Settings(env="test", **allowed))
     async with new_worker(dev_env.client, engine, task_queue=queue, workflow_jobs=rules):
-        # New tasks are held as shipped (due a minute or more ahead), for 2 s instead of 30, so
-        # that tests which watch a workflow's first steps do not wait out the hold.
-        async with serve_api(dev_env, engine, hold_at_most_seconds=2, **allowed) as base_url:
+        async with serve_api(dev_env, engine, **allowed) as base_url:
             yield Stack(base_url, engine, queue, keys, dev_env, f"{queue}-echo")
     engine.dispose()
 

@@ -11,8 +11,9 @@ from typing import Any
 
 import httpx
 
-from tests.api.conftest import Stack, serve_api
+from tests.api.conftest import Stack
 from tests.target import TargetServer
+from workflows.task import TaskWorkflow
 
 
 async def wait_for_status(client: httpx.AsyncClient, task_id: str, wanted: set[str], timeout: float = 30) -> dict[str, Any]:
@@ -69,55 +70,54 @@ async def test_once_http_task_fires_once_with_idempotency_key(stack: Stack, targ
     assert request.json() == {"hello": "world"}
 
 
-def _signal_cancel(stack: Stack, task_id: str) -> None:
+def _signal(stack: Stack, task_id: str, name: str) -> None:
     """What an operator types: a plain signal through the Temporal CLI."""
     address = stack.env.client.service_client.config.target_host
     temporal = str(Path(sys.executable).parent / "temporal")
     result = subprocess.run(
         [temporal, "workflow", "signal", "--address", address, "--workflow-id",
-         f"task-{task_id}", "--name", "cancel"],
+         f"task-{task_id}", "--name", name],
         capture_output=True, text=True, timeout=60,
     )
     assert result.returncode == 0, result.stderr
 
 
-async def test_cancel_from_temporal_cli_signal(stack: Stack) -> None:
-    """A plain signal cancels a task at once, and a task created moments ago (still held by the
-    server, `SCHEDULER_HOLD_AT_MOST_SECONDS`, 4 s here) when its hold ends."""
-    hold = 4.0
-    async with serve_api(stack.env, stack.engine, task_queue=stack.task_queue,
-                         hold_at_most_seconds=hold) as url, stack.client() as api:
-        api.base_url = httpx.URL(url)
-        task_ids = []
-        for name in ("cancel-me-later", "cancel-me-now"):
-            created = await api.post("/task/recurring", json={
-                "task_name": name, "job_details": {"type": "handler", "name": "noop"},
-                "schedule_type": "cron", "cron": "0 3 * * *", "timezone": "Europe/Berlin",
-            })
-            assert created.status_code == 201, created.text
-            task_ids.append(created.json()["task_id"])
-        held, awake = task_ids
+async def test_plain_signals_act_from_a_tasks_first_second(stack: Stack) -> None:
+    """Created an hour ahead, a task takes `temporal workflow signal` pause, resume, trigger
+    and cancel at once, and its state query answers all along."""
+    async with stack.client() as api:
+        created = await api.post("/task/create", json={
+            "task_name": "operated", "job_details": {"type": "handler", "name": "noop"},
+            "schedule_type": "once", "run_at": iso(datetime.now(UTC) + timedelta(hours=1)),
+        })
+        assert created.status_code == 201, created.text
+        task_id = created.json()["task_id"]
+        handle = stack.env.client.get_workflow_handle_for(TaskWorkflow.run, f"task-{task_id}")
+        assert (await handle.query(TaskWorkflow.query_state)).status == "PENDING"
 
-        signalled = asyncio.get_running_loop().time()
-        _signal_cancel(stack, held)
-        await asyncio.sleep(1)
-        assert (await api.get(f"/tasks/{held}")).json()["status"] == "PENDING"
-        final = await wait_for_status(api, held, {"CANCELLED"}, timeout=hold + 20)
-        assert final["next_run_at"] is None
-        assert asyncio.get_running_loop().time() - signalled > 1.5
+        _signal(stack, task_id, "pause")
+        await wait_for_status(api, task_id, {"PAUSED"}, timeout=5)
+        _signal(stack, task_id, "resume")
+        await wait_for_status(api, task_id, {"PENDING"}, timeout=5)
+        _signal(stack, task_id, "trigger")
 
-        # Once its hold is over, a task takes the signal at once.
-        handle = stack.env.client.get_workflow_handle(f"task-{awake}")
-        while len([e async for e in handle.fetch_history_events()]) < 3:
-            await asyncio.sleep(0.2)
-        await wait_for_status(api, awake, {"PENDING"})
+        async def triggered() -> bool:
+            runs = (await api.get(f"/tasks/{task_id}/executions")).json()["items"]
+            return [r["status"] for r in runs] == ["COMPLETED"]
+
+        deadline = asyncio.get_running_loop().time() + 5
+        while not await triggered():
+            assert asyncio.get_running_loop().time() < deadline, "the trigger signal did not run"
+            await asyncio.sleep(0.1)
         signalled = asyncio.get_running_loop().time()
-        _signal_cancel(stack, awake)
-        await wait_for_status(api, awake, {"CANCELLED"}, timeout=10)
+        _signal(stack, task_id, "cancel")
+        final = await wait_for_status(api, task_id, {"CANCELLED"}, timeout=5)
         assert asyncio.get_running_loop().time() - signalled < 5
+        assert final["next_run_at"] is None
+        assert (await handle.query(TaskWorkflow.query_state)).status == "CANCELLED"
 
         # a cancelled task refuses further changes
-        again = await api.post(f"/tasks/{awake}/trigger")
+        again = await api.post(f"/tasks/{task_id}/trigger")
         assert again.status_code == 409
         assert again.headers["content-type"].startswith("application/problem+json")
 
@@ -147,24 +147,8 @@ async def test_update_pause_resume_trigger(stack: Stack, target: TargetServer) -
         await _update_pause_resume_trigger(api, target)
 
 
-async def test_update_pause_resume_trigger_of_a_task_held_until_its_first_run(
-    stack: Stack, target: TargetServer
-) -> None:
-    """Held until its first run (`SCHEDULER_HOLD_AT_MOST_SECONDS=0`), the task's workflow runs
-    nothing until then; every change through the API still applies at once."""
-    async with serve_api(stack.env, stack.engine, task_queue=stack.task_queue,
-                         hold_after_seconds=60, hold_at_most_seconds=0) as url:
-        async with stack.client() as api:
-            api.base_url = httpx.URL(url)
-            # Its first run half a day away: held, whatever the time of the test.
-            hour = (datetime.now(UTC).hour + 12) % 24
-            task_id = await _update_pause_resume_trigger(api, target, hour=hour, held=stack)
-    handle = stack.env.client.get_workflow_handle(f"task-{task_id}")
-    await handle.terminate("test over")
-
-
 async def _update_pause_resume_trigger(
-    api: httpx.AsyncClient, target: TargetServer, *, hour: int = 10, held: Stack | None = None
+    api: httpx.AsyncClient, target: TargetServer, *, hour: int = 10
 ) -> str:
     created = await api.post("/task/recurring", json={
         "task_name": "daily", "job_details": {"type": "http", "url": target.url("/daily")},
@@ -172,12 +156,6 @@ async def _update_pause_resume_trigger(
     })
     task_id: str = created.json()["task_id"]
     assert created.status_code == 201 and (await api.get(f"/tasks/{task_id}")).json()["status"] == "PENDING"
-    if held is not None:
-        handle = held.env.client.get_workflow_handle(f"task-{task_id}")
-        assert [e.WhichOneof("attributes") async for e in handle.fetch_history_events()] == [
-            "workflow_execution_started_event_attributes"]
-        execution_time = (await handle.describe()).execution_time
-        assert execution_time is not None and execution_time > datetime.now(UTC) + timedelta(hours=11)
     first_next = datetime.fromisoformat(created.json()["next_run_at"])
     assert (first_next.hour, first_next.minute) == (hour, 0)
 
@@ -271,8 +249,6 @@ async def test_health_and_metrics(stack: Stack) -> None:
         assert "scheduler_tasks" in families
         executions = {(s.labels["status"], s.labels["reason"]) for s in families["scheduler_executions"].samples}
         assert ("COMPLETED", "") in executions
-        starts = {s.labels["state"]: s.value for s in families["scheduler_api_workflow_starts"].samples}
-        assert starts == {"in_flight": 0, "waiting": 0}  # nothing is being created right now
         docs = await api.get("/docs")
         assert docs.status_code == 200 and "swagger" in docs.text.lower()
         spec = (await api.get("/openapi.json")).json()

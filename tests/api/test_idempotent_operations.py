@@ -83,7 +83,7 @@ async def test_a_trigger_sent_twice_with_one_key_runs_once(stack: Stack) -> None
         assert again.json() == first.json()
         # Without a key every trigger is a new run.
         assert (await api.post(f"/tasks/{task_id}/trigger")).status_code == 202
-        assert (await _settled(stack, task_id)).manual_count == 2
+        assert (await _settled(stack, task_id)).manual_runs == 2
         assert len(await _manual_runs(api, task_id, done=2)) == 2
 
 
@@ -111,7 +111,7 @@ async def test_a_trigger_whose_answer_timed_out_is_not_run_again(
                 assert retried.status_code == 202, retried.text
                 assert (await api.post(f"/tasks/{task_id}/trigger")).status_code == 202
                 # The lost try's run (Temporal held its update) and the one without a key.
-                assert (await _settled(stack, task_id)).manual_count == 2
+                assert (await _settled(stack, task_id)).manual_runs == 2
                 assert len(await _manual_runs(api, task_id, done=2)) == 2
                 again = await api.post(f"/tasks/{task_id}/trigger", headers=key)
                 assert (again.status_code, again.json()) == (202, retried.json())

@@ -12,12 +12,12 @@ from typing import Any
 import pytest
 from fastapi.dependencies.models import Dependant
 from fastapi.routing import APIRoute
-from sqlalchemy import Engine, create_engine
+from sqlalchemy import Engine
 from sqlalchemy.exc import OperationalError
 
 from api.app import create_app
 from api.errors import ServiceUnavailable
-from api.store_calls import in_thread, point_read
+from api.store_calls import in_thread
 from store.engine import make_engine
 
 
@@ -33,29 +33,17 @@ def _thread_of(engine: Engine, seen: list[int]) -> int:
     return len(seen)
 
 
-async def test_a_point_read_on_sqlite_runs_on_the_event_loop(sqlite: Engine) -> None:
+async def test_a_store_call_runs_on_a_thread(sqlite: Engine) -> None:
     seen: list[int] = []
-    assert await point_read(sqlite, _thread_of, seen) == 1
-    assert seen == [threading.get_ident()]
-
-
-async def test_a_point_read_on_postgresql_runs_on_a_thread() -> None:
-    # Never connected: only the dialect decides where the call runs.
-    engine = create_engine("postgresql+psycopg://nobody@127.0.0.1:1/none")
-    seen: list[int] = []
-    assert await point_read(engine, _thread_of, seen) == 1
+    assert await in_thread(_thread_of, sqlite, seen) == 1
     assert seen and seen[0] != threading.get_ident()
-    await in_thread(_thread_of, engine, seen)
-    assert seen[1] != threading.get_ident()
 
 
 def _outage(engine: Engine) -> None:
     raise OperationalError("SELECT 1", {}, Exception("unable to open database file"))
 
 
-async def test_an_outage_is_a_503_in_place_and_on_a_thread(sqlite: Engine) -> None:
-    with pytest.raises(ServiceUnavailable):
-        await point_read(sqlite, _outage)
+async def test_a_database_outage_is_a_503(sqlite: Engine) -> None:
     with pytest.raises(ServiceUnavailable):
         await in_thread(_outage, sqlite)
 

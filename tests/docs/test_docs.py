@@ -101,22 +101,10 @@ def test_sdk_metrics_in_the_operations_guide_exist_in_the_sdk() -> None:
 
 # ----------------------------------------------------------------- SKIPPED reasons
 def skip_reasons() -> set[str]:
-    """Every reason the workflow can record a SKIPPED execution with."""
-    reasons: set[str] = set()
-    for _, tree in _sources("workflows"):
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Call):
-                for keyword in node.keywords:
-                    if keyword.arg == "reason" and _call_name(node) == "Decision":
-                        reasons.update(_strings(keyword.value))
-                if _call_name(node) == "_record_skip" and len(node.args) > 1:
-                    reasons.update(_strings(node.args[1]))
-            if isinstance(node, ast.FunctionDef) and node.name == "_decide_missed":
-                # (fire, reason) pairs: None runs the fire, a string skips it
-                for pair in ast.walk(node):
-                    if isinstance(pair, ast.Tuple) and len(pair.elts) == 2:
-                        reasons.update(_strings(pair.elts[1]))
-    return reasons
+    """Every reason a SKIPPED execution can carry: the one enum of them."""
+    from scheduling.status import SkipReason
+
+    return {reason.value for reason in SkipReason}
 
 
 def test_every_skipped_reason_the_code_writes_is_documented() -> None:

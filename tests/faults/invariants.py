@@ -206,11 +206,12 @@ def audit(
 
     # Two distinct keys for one fire would be a doubled run.
     fired: dict[tuple[str, str], set[str]] = defaultdict(set)
+    # A manual run is its own (numbered) fire.
     for row in executed:
-        fired[(row.task_id, stamp(row.scheduled_at))].add(row.id)
+        fired[(row.task_id, row.id if row.trigger == "manual" else stamp(row.scheduled_at))].add(row.id)
     for key in per_key:
         task_id, _, rest = key.partition(":")
-        fired[(task_id, rest.removeprefix("manual-"))].add(key)
+        fired[(task_id, key if rest.startswith("manual-") else rest)].add(key)
     report.duplicated = [f"{t}:{s} {sorted(k)}" for (t, s), k in fired.items() if len(k) > 1]
 
     for task_id, fires in (planned or {}).items():

@@ -47,9 +47,12 @@ def process_env(*, temporal: str, database_url: str, task_queue: str, **extra: s
 
 
 def start_process(role: str, env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
-    """`task-scheduler <role>` as a child process logging to a file."""
+    """`task-scheduler <role>` as a child process logging to a file; role ``dying-api`` is an
+    API that dies between a create's workflow start and its row write (tests/faults/dying_api.py)."""
+    command = (["-m", "tests.faults.dying_api"] if role == "dying-api"
+               else ["-m", "worker.cli", role])
     return subprocess.Popen(
-        [sys.executable, "-m", "worker.cli", role], env=env, cwd=ROOT,
+        [sys.executable, *command], env=env, cwd=ROOT,
         stdout=log.open("ab"), stderr=subprocess.STDOUT,
     )
 
@@ -124,13 +127,14 @@ class Fleet:
         self.processes[name] = process
         return process
 
-    async def start_api(self, name: str, port: int | None = None, **extra: str) -> str:
+    async def start_api(self, name: str, port: int | None = None, role: str = "api",
+                        **extra: str) -> str:
         """Start (or restart on its former port) an API process; its base URL once it answers."""
         port = port or self.api_ports.get(name) or free_port()
         self.api_ports[name] = port
         env = {**self.env, "SCHEDULER_API_PORT": str(port),
                **{f"SCHEDULER_{k.upper()}": v for k, v in extra.items()}}
-        process = start_process("api", env, self.logs / f"{name}.log")
+        process = start_process(role, env, self.logs / f"{name}.log")
         self.processes[name] = process
         base = f"http://127.0.0.1:{port}"
         await await_http(f"{base}/livez", process)

@@ -26,8 +26,8 @@ async def test_api_killed_between_workflow_start_and_row_write(dev_env: Workflow
     queue = f"crash-{uuid.uuid4()}"
     port = free_port()
     env = process_env(temporal=dev_env.client.service_client.config.target_host, database_url=url,
-                      task_queue=queue, api_port=str(port), failpoint="after_workflow_start")
-    api = start_process("api", env, tmp_path / "api.log")
+                      task_queue=queue, api_port=str(port))
+    api = start_process("dying-api", env, tmp_path / "api.log")
     try:
         wait_http(f"http://127.0.0.1:{port}/livez", api)
         run_at = datetime.now(UTC) + timedelta(seconds=3)

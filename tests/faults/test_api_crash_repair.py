@@ -38,7 +38,7 @@ async def _wait_row(stack: Stack, name: str, timeout: float) -> Task:
 
 async def _create_on_dying_api(stack: Stack, body: dict[str, object], key: str | None) -> None:
     """POST a create to a fresh API that dies after the workflow start, before the row write."""
-    base = await stack.fleet.start_api("api-dying", failpoint="after_workflow_start")
+    base = await stack.fleet.start_api("api-dying", role="dying-api")
     headers = {"Authorization": f"Bearer {stack.key}", **({"Idempotency-Key": key} if key else {})}
     async with httpx.AsyncClient(timeout=30) as http:
         with pytest.raises(httpx.HTTPError):  # the process dies before it can answer

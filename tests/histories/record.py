@@ -23,7 +23,7 @@ from sqlalchemy import Engine
 from temporalio.api.enums.v1 import EventType
 from temporalio.testing import WorkflowEnvironment
 
-from scheduling.spec import TaskChanges
+from scheduling.spec import TaskChanges, TaskSpec
 from scheduling.status import workflow_id
 from store.engine import make_engine, migrate
 from tests.conftest import new_worker, start_time_skipping
@@ -58,20 +58,20 @@ def scenario(run: Scenario) -> Scenario:
     return run
 
 
-async def start_ahead(env: WorkflowEnvironment, queue: str, task: object, lead: float) -> TaskHandle:
+async def start_ahead(env: WorkflowEnvironment, queue: str, task: TaskSpec, lead: float) -> TaskHandle:
     """Start a task whose runs are dispatched ``lead`` seconds ahead of their instants."""
     task_id = uuid.uuid4().hex
     await start_task_workflow(env.client, task_queue=queue, task_id=task_id, tenant_id="t1",
-                              spec=task, created_at=await env.get_current_time(),  # type: ignore[arg-type]
+                              spec=task, created_at=await env.get_current_time(),
                               lead_seconds=lead)
     return env.client.get_workflow_handle(workflow_id(task_id), result_type=TaskState)
 
 
-async def dispatched(handle: TaskHandle) -> None:
-    """Wait (on the real clock, the server's being held meanwhile) for a run in flight."""
-    async def flying() -> bool:
-        return bool((await task_state(handle)).running)
-    await until(flying)
+async def until_in_flight(handle: TaskHandle, flying: bool = True) -> None:
+    """Wait until a run is in flight (or none is), polling on the real clock."""
+    async def reached() -> bool:
+        return bool((await task_state(handle)).running) is flying
+    await until(reached)
 
 
 @scenario
@@ -168,18 +168,14 @@ async def withdrawn_by_pause(env: WorkflowEnvironment, engine: Engine) -> TaskHa
         run_at = await env.get_current_time() + timedelta(seconds=10)
         handle = await start_ahead(env, worker.task_queue, spec(schedule_type="once", run_at=run_at),
                                    lead=20)
-        await dispatched(handle)
+        await until_in_flight(handle)
         await handle.execute_update(TaskWorkflow.pause_update, "hold")
-        await until(lambda: _nothing_in_flight(handle))
+        await until_in_flight(handle, flying=False)
         await env.sleep(timedelta(seconds=30))
         await handle.signal(TaskWorkflow.resume_signal)
         state = await handle.result()
     assert state.success_count == 1, state
     return handle
-
-
-async def _nothing_in_flight(handle: TaskHandle) -> bool:
-    return not (await task_state(handle)).running
 
 
 @scenario
@@ -204,7 +200,7 @@ async def update_during_lead(env: WorkflowEnvironment, engine: Engine) -> TaskHa
     async with new_worker(env.client, engine) as worker:
         task = spec(schedule_type="interval", interval_seconds=10)
         handle = await start_ahead(env, worker.task_queue, task, lead=20)
-        await dispatched(handle)
+        await until_in_flight(handle)
         await handle.execute_update(TaskWorkflow.update_task,
                                     TaskChanges(interval_seconds=5, max_runs=1))
         state = await handle.result()

@@ -1,0 +1,345 @@
+"""Scenarios that once lost, doubled or misrecorded a run, each against a real test server.
+
+Dispatched-ahead scenarios run on the dev server (a lead needs a real clock); the rest on the
+time-skipping server."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import asynccontextmanager
+from datetime import timedelta
+
+import httpx
+from sqlalchemy import Engine
+from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Worker
+
+from activities.handlers import HandlerContext
+from scheduling.spec import TaskChanges, TaskSpec
+from scheduling.status import TaskStatus, workflow_id
+from tests.conftest import new_worker
+from tests.workflows.helpers import (
+    executions,
+    handler_job,
+    pass_time_without_worker,
+    running_task,
+    spec,
+    start_task,
+    statuses,
+    stoppable_worker,
+    task_state,
+    until,
+)
+from worker.build import ActivitySet, build_activities, build_jobs_worker, build_workflow_worker
+from workflows.starter import start_task_workflow
+from workflows.state import TaskState
+from workflows.task import TaskWorkflow
+
+
+class Sleeping:
+    """A handler that takes ``seconds`` of real time, heartbeating; records each run."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.runs: list[str] = []
+
+    async def __call__(self, ctx: HandlerContext) -> None:
+        self.runs.append(ctx.execution_id)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.seconds
+        while loop.time() < deadline:
+            ctx.heartbeat()
+            await asyncio.sleep(0.05)
+
+
+async def _start_ahead(env: WorkflowEnvironment, queue: str, task: TaskSpec, lead: float) -> str:
+    task_id = uuid.uuid4().hex
+    await start_task_workflow(env.client, task_queue=queue, task_id=task_id, tenant_id="t1",
+                              spec=task, created_at=await env.get_current_time(), lead_seconds=lead)
+    return task_id
+
+
+async def _dispatched(env: WorkflowEnvironment, task_id: str) -> TaskState:
+    handle = env.client.get_workflow_handle_for(TaskWorkflow.run, workflow_id(task_id))
+
+    async def out() -> bool:
+        return bool((await handle.query(TaskWorkflow.query_state)).running)
+
+    await until(out)
+    return await handle.query(TaskWorkflow.query_state)
+
+
+@asynccontextmanager
+async def _workflows_only(env: WorkflowEnvironment, engine: Engine
+                          ) -> AsyncIterator[tuple[Worker, ActivitySet]]:
+    """A workflow worker with no jobs worker: dispatched runs wait on the server, unstarted."""
+    executor = ThreadPoolExecutor(max_workers=4)
+    async with httpx.AsyncClient() as http:
+        activities = build_activities(engine=engine, http=http, client=env.client)
+        worker = build_workflow_worker(env.client, task_queue=f"tq-{uuid.uuid4()}",
+                                       activities=activities, executor=executor)
+        async with worker:
+            yield worker, activities
+    executor.shutdown(wait=False)
+
+
+async def test_continue_as_new_with_runs_in_flight_keeps_the_history_bounded_and_loses_no_run(
+    time_env: WorkflowEnvironment, sqlite_engine: Engine
+) -> None:
+    job = Sleeping(1.3)  # longer than the interval: a run is always in flight
+    task = spec(schedule_type="interval", interval_seconds=1, overlap_policy="allow",
+                job_details=handler_job("slow"), max_runs=8)
+    async with new_worker(time_env.client, sqlite_engine, handlers={"slow": job}) as worker:
+        handle = await start_task(time_env, worker.task_queue, task, history_limit=60)
+        final = await handle.result()
+    assert final.status is TaskStatus.COMPLETED and final.continued_as_new >= 1
+    rows = executions(sqlite_engine, final.task_id)
+    ran = [r for r in rows if r.status == "COMPLETED"]
+    assert len(ran) == 8 and len(set(job.runs)) == 8 == len(job.runs)
+    assert all(r.status in ("COMPLETED", "SKIPPED") for r in rows)
+
+
+async def test_fixed_delay_with_a_run_dispatched_ahead_goes_on_after_it(
+    dev_env: WorkflowEnvironment, sqlite_engine: Engine
+) -> None:
+    task = spec(schedule_type="interval", interval_seconds=2, interval_mode="fixed_delay", max_runs=3)
+    async with new_worker(dev_env.client, sqlite_engine) as worker:
+        task_id = await _start_ahead(dev_env, worker.task_queue, task, lead=1.5)
+        final = await dev_env.client.get_workflow_handle_for(
+            TaskWorkflow.run, workflow_id(task_id)).result()
+    assert final.status is TaskStatus.COMPLETED
+    assert statuses(executions(sqlite_engine, task_id)) == ["COMPLETED"] * 3
+
+
+async def test_a_schedule_change_during_the_lead_keeps_the_last_run_of_max_runs(
+    dev_env: WorkflowEnvironment, sqlite_engine: Engine
+) -> None:
+    task = spec(schedule_type="interval", interval_seconds=12, max_runs=1)
+    async with new_worker(dev_env.client, sqlite_engine) as worker:
+        task_id = await _start_ahead(dev_env, worker.task_queue, task, lead=10)
+        await _dispatched(dev_env, task_id)  # its only run waits on the jobs worker
+        handle = dev_env.client.get_workflow_handle_for(TaskWorkflow.run, workflow_id(task_id))
+        await handle.execute_update(TaskWorkflow.update_task, TaskChanges(interval_seconds=5))
+        final = await handle.result()
+    assert final.status is TaskStatus.COMPLETED and final.success_count == 1
+    rows = executions(sqlite_engine, task_id)
+    assert sorted(statuses(rows)) == ["COMPLETED", "SKIPPED"]
+    assert [r.reason for r in rows if r.status == "SKIPPED"] == ["rescheduled"]
+
+
+async def test_a_paused_and_resumed_one_time_task_whose_run_no_worker_started_still_runs(
+    dev_env: WorkflowEnvironment, sqlite_engine: Engine
+) -> None:
+    now = await dev_env.get_current_time()
+    task = spec(schedule_type="once", run_at=now + timedelta(seconds=15))
+    async with _workflows_only(dev_env, sqlite_engine) as (workflows, activities):
+        task_id = await _start_ahead(dev_env, workflows.task_queue, task, lead=12)
+        await _dispatched(dev_env, task_id)
+        handle = dev_env.client.get_workflow_handle_for(TaskWorkflow.run, workflow_id(task_id))
+        paused = await handle.execute_update(TaskWorkflow.pause_update, "deploy")
+
+        async def withdrawn() -> bool:
+            return not (await handle.query(TaskWorkflow.query_state)).running
+
+        await until(withdrawn)
+        assert paused.status is TaskStatus.PAUSED
+        await handle.execute_update(TaskWorkflow.resume_update)
+        async with build_jobs_worker(dev_env.client, task_queue=workflows.task_queue,
+                                     activities=activities):
+            final = await handle.result()
+    assert final.status is TaskStatus.COMPLETED and final.run_count == 1
+    assert statuses(executions(sqlite_engine, task_id)) == ["COMPLETED"]
+
+
+async def test_a_pause_just_before_the_instant_lets_the_run_finish_unharmed(
+    dev_env: WorkflowEnvironment, sqlite_engine: Engine
+) -> None:
+    now = await dev_env.get_current_time()
+    job = Sleeping(1.0)
+    task = spec(schedule_type="interval", interval_seconds=30, start_date=now + timedelta(seconds=6),
+                job_details=handler_job("slow"))
+    async with new_worker(dev_env.client, sqlite_engine, handlers={"slow": job}) as worker:
+        task_id = await _start_ahead(dev_env, worker.task_queue, task, lead=5)
+        state = await _dispatched(dev_env, task_id)
+        assert state.next_fire_at is not None
+        instant = now + timedelta(seconds=6)
+        await asyncio.sleep(max(0.0, (instant - await dev_env.get_current_time()).total_seconds() - 1))
+        handle = dev_env.client.get_workflow_handle_for(TaskWorkflow.run, workflow_id(task_id))
+        await handle.signal(TaskWorkflow.pause_signal, "ops")
+
+        async def recorded() -> bool:
+            return any(r.status != "RUNNING" for r in executions(sqlite_engine, task_id))
+
+        await until(recorded)
+        state = await handle.query(TaskWorkflow.query_state)
+        await handle.terminate("test over")
+    assert statuses(executions(sqlite_engine, task_id)) == ["COMPLETED"]
+    assert state.paused and state.status is TaskStatus.PAUSED
+
+
+async def test_a_pause_holds_queued_catch_up_runs(
+    time_env: WorkflowEnvironment, sqlite_engine: Engine
+) -> None:
+    blocker = Sleeping(2.0)
+    task = spec(schedule_type="interval", interval_seconds=60, missed_run_policy="catchup",
+                job_details=handler_job("slow"))
+    async with stoppable_worker(time_env, sqlite_engine, f"tq-{uuid.uuid4()}") as worker:
+        handle = await start_task(time_env, worker.task_queue, task)
+        first = (await task_state(handle)).next_fire_at
+    assert first is not None
+    await pass_time_without_worker(time_env, timedelta(minutes=5), first_wake=first)
+    async with new_worker(time_env.client, sqlite_engine, task_queue=worker.task_queue,
+                          handlers={"slow": blocker}, max_cached_workflows=0):
+        async def catching_up() -> bool:
+            return len(blocker.runs) >= 1
+
+        await until(catching_up)
+        await handle.signal(TaskWorkflow.pause_signal, "hold")
+        await asyncio.sleep(5)  # the run going finishes; the queued ones must wait
+        held = await task_state(handle)
+        await handle.terminate("test over")
+    assert held.paused and len(blocker.runs) == 1
+    assert len([r for r in held.queue if r.trigger == "catchup"]) >= 3
+
+
+async def test_skipped_fires_do_not_use_up_max_runs(
+    time_env: WorkflowEnvironment, sqlite_engine: Engine
+) -> None:
+    job = Sleeping(2.5)
+    task = spec(schedule_type="interval", interval_seconds=1, max_runs=3,
+                job_details=handler_job("slow"))
+    async with new_worker(time_env.client, sqlite_engine, handlers={"slow": job}) as worker:
+        handle = await start_task(time_env, worker.task_queue, task)
+        final = await handle.result()
+    rows = executions(sqlite_engine, final.task_id)
+    assert [r.status for r in rows if r.status != "SKIPPED"] == ["COMPLETED"] * 3
+    assert {r.reason for r in rows if r.status == "SKIPPED"} == {"overlap"}
+    assert final.success_count == 3 == final.executed
+
+
+async def test_more_than_a_thousand_missed_fires_single_catchup_runs_one(
+    time_env: WorkflowEnvironment, sqlite_engine: Engine
+) -> None:
+    task = spec(schedule_type="interval", interval_seconds=1, missed_run_policy="single_catchup")
+    async with stoppable_worker(time_env, sqlite_engine, f"tq-{uuid.uuid4()}") as worker:
+        handle = await start_task(time_env, worker.task_queue, task)
+        first = (await task_state(handle)).next_fire_at
+    assert first is not None
+    await pass_time_without_worker(time_env, timedelta(seconds=1300), first_wake=first)
+    async with new_worker(time_env.client, sqlite_engine, task_queue=worker.task_queue,
+                          max_cached_workflows=0):
+        async def decided() -> bool:
+            return (await task_state(handle)).skipped_count >= 1290
+
+        await until(decided, timeout=90)
+        state = await task_state(handle)
+        await handle.terminate("test over")
+    rows = executions(sqlite_engine, state.task_id)
+    assert len([r for r in rows if r.trigger == "catchup"]) == 1
+    assert len({r.id for r in rows}) == len(rows)
+
+
+async def test_two_triggers_in_one_workflow_task_are_two_runs(
+    time_env: WorkflowEnvironment, sqlite_engine: Engine
+) -> None:
+    task = spec(schedule_type="interval", interval_seconds=3600)
+    async with (
+        new_worker(time_env.client, sqlite_engine) as worker,
+        running_task(time_env, worker.task_queue, task) as handle,
+    ):
+        await asyncio.gather(handle.signal(TaskWorkflow.trigger_signal),
+                             handle.signal(TaskWorkflow.trigger_signal))
+
+        async def both() -> bool:
+            return (await task_state(handle)).success_count == 2
+
+        await until(both)
+        state = await task_state(handle)
+    rows = executions(sqlite_engine, state.task_id)
+    assert statuses(rows) == ["COMPLETED", "COMPLETED"] and rows[0].id != rows[1].id
+
+
+async def test_a_one_time_task_rescheduled_during_its_lead_counts_its_run(
+    dev_env: WorkflowEnvironment, sqlite_engine: Engine
+) -> None:
+    now = await dev_env.get_current_time()
+    task = spec(schedule_type="once", run_at=now + timedelta(seconds=14))
+    async with new_worker(dev_env.client, sqlite_engine) as worker:
+        task_id = await _start_ahead(dev_env, worker.task_queue, task, lead=10)
+        await _dispatched(dev_env, task_id)
+        handle = dev_env.client.get_workflow_handle_for(TaskWorkflow.run, workflow_id(task_id))
+        await handle.execute_update(TaskWorkflow.update_task,
+                                    TaskChanges(run_at=now + timedelta(seconds=16)))
+        final = await handle.result()
+    assert final.status is TaskStatus.COMPLETED and final.run_count == 1
+    rows = executions(sqlite_engine, task_id)
+    assert [(r.status, r.reason) for r in rows] == [("SKIPPED", "rescheduled"), ("COMPLETED", None)]
+
+
+async def test_jitter_larger_than_the_interval_runs_every_fire_in_order(
+    time_env: WorkflowEnvironment, sqlite_engine: Engine
+) -> None:
+    task = spec(schedule_type="interval", interval_seconds=2, jitter_seconds=30, max_runs=10)
+    async with new_worker(time_env.client, sqlite_engine) as worker:
+        handle = await start_task(time_env, worker.task_queue, task)
+        final = await handle.result()
+    rows = executions(sqlite_engine, final.task_id)
+    assert statuses(rows) == ["COMPLETED"] * 10
+    starts = [r.started_at for r in rows]
+    assert all(a is not None and b is not None and a < b for a, b in zip(starts, starts[1:], strict=False))
+
+
+async def test_a_bounds_only_update_withdraws_a_run_past_the_new_end_date(
+    dev_env: WorkflowEnvironment, sqlite_engine: Engine
+) -> None:
+    now = await dev_env.get_current_time()
+    task = spec(schedule_type="interval", interval_seconds=14)
+    async with new_worker(dev_env.client, sqlite_engine) as worker:
+        task_id = await _start_ahead(dev_env, worker.task_queue, task, lead=10)
+        await _dispatched(dev_env, task_id)
+        handle = dev_env.client.get_workflow_handle_for(TaskWorkflow.run, workflow_id(task_id))
+        await handle.execute_update(TaskWorkflow.update_task,
+                                    TaskChanges(end_date=now + timedelta(seconds=10)))
+        final = await handle.result()
+    assert final.status is TaskStatus.COMPLETED and final.run_count == 0
+    assert [r for r in executions(sqlite_engine, task_id) if r.status == "COMPLETED"] == []
+
+
+async def test_the_run_count_is_the_runs_that_ended(
+    time_env: WorkflowEnvironment, sqlite_engine: Engine
+) -> None:
+    job = Sleeping(1.5)
+    task = spec(schedule_type="interval", interval_seconds=1, max_runs=4, job_details=handler_job("slow"))
+    async with new_worker(time_env.client, sqlite_engine, handlers={"slow": job}) as worker:
+        handle = await start_task(time_env, worker.task_queue, task)
+        final = await handle.result()
+    rows = executions(sqlite_engine, final.task_id)
+    assert final.run_count == len([r for r in rows if r.status != "SKIPPED"]) == 4
+    assert final.skipped_count == len([r for r in rows if r.status == "SKIPPED"])
+
+
+async def test_under_catchup_the_on_time_fire_queues_behind_the_catch_up_runs(
+    time_env: WorkflowEnvironment, sqlite_engine: Engine
+) -> None:
+    job = Sleeping(0.3)
+    task = spec(schedule_type="interval", interval_seconds=1, missed_run_policy="catchup",
+                job_details=handler_job("slow"))
+    async with stoppable_worker(time_env, sqlite_engine, f"tq-{uuid.uuid4()}") as worker:
+        handle = await start_task(time_env, worker.task_queue, task)
+        first = (await task_state(handle)).next_fire_at
+    assert first is not None
+    await pass_time_without_worker(time_env, timedelta(seconds=8), first_wake=first)
+    async with new_worker(time_env.client, sqlite_engine, task_queue=worker.task_queue,
+                          handlers={"slow": job}, max_cached_workflows=0):
+        async def caught_up() -> bool:
+            return (await task_state(handle)).success_count >= 12
+
+        await until(caught_up, timeout=60)
+        state = await task_state(handle)
+        await handle.terminate("test over")
+    rows = executions(sqlite_engine, state.task_id)
+    assert [r for r in rows if r.reason == "overlap"] == []
+    assert len({r.scheduled_at for r in rows}) == len(rows)  # each fire once
