@@ -65,12 +65,12 @@ from activities.egress import EgressPolicy, guarded_client
 from activities.handlers import HandlerContext
 from bench.baseline import BareInput, BareWorkflow, empty
 from scheduling.spec import TaskSpec
+from scheduling.status import workflow_id
 from store.engine import make_engine, migrate
 from worker.build import build_activities, build_workers
 from worker.dev import SQLITE_PRAGMA_FLAGS
 from workflows.attributes import DEFINITIONS
 from workflows.starter import start_task_workflow
-from scheduling.status import workflow_id
 
 LEAD_SECONDS = 5.0  # SCHEDULER_DISPATCH_LEAD_SECONDS default
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from zoneinfo import ZoneInfo
 
 from pydantic import BaseModel, Field
 
@@ -101,8 +102,6 @@ def _gap_after(spec: ScheduleFields, scheduled_at: datetime) -> timedelta | None
         return timedelta(seconds=spec.interval_seconds)
     if spec.schedule_type is ScheduleType.CRON:
         assert spec.cron is not None
-        from zoneinfo import ZoneInfo
-
         return next_cron_fire(spec.cron, ZoneInfo(spec.timezone), scheduled_at) - scheduled_at
     return None
 

@@ -179,7 +179,8 @@ class TaskWorkflow:
     def _ran(self, ended: Ended, record: ExecutionRecord) -> None:
         state, spec = self._state, self._state.spec
         now = workflow.now()
-        record.finished_at = now
+        # The start is the worker's clock, the end the workflow's: never before the start.
+        record.finished_at = max(now, record.started_at) if record.started_at else now
         status = ExecutionStatus(record.status)
         if record.started_at is not None:
             lateness = record.started_at - record.scheduled_at
@@ -197,7 +198,7 @@ class TaskWorkflow:
         if ended.run.trigger.scheduled:
             state.executed += 1
         state.last_run = LastRun(execution_id=record.id, scheduled_at=record.scheduled_at,
-                                 status=status, finished_at=now, error=record.error)
+                                 status=status, finished_at=record.finished_at, error=record.error)
         if policy.is_fixed_delay(spec) and ended.run.trigger.scheduled and not state.cancel_requested:
             state.next_fire_at = policy.after_finish(state.position(), self._runs.flight(now), now)
         self._record.add(record)

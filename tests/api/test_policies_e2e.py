@@ -190,7 +190,8 @@ async def test_cancel_during_the_lead_withdraws_the_waiting_run(stack: Stack, ta
     await asyncio.sleep(4.5)  # past the instant: nothing was sent
     assert [r for r in target.received if r.path == "/never"] == []
     rows, _ = list_executions(stack.engine, task_id=task_id, limit=5)
-    assert rows == []  # it never ran, so no run is recorded
+    # It never ran: its fire is recorded as skipped because the task was cancelled.
+    assert [(r.status, r.reason, r.started_at) for r in rows] == [("SKIPPED", "cancelled", None)]
 
 
 async def test_pause_during_the_lead_withdraws_and_resume_runs_on_time(stack: Stack, target: TargetServer) -> None:
