@@ -1,11 +1,14 @@
 """`GET /metrics` on the API shows the whole service: every tenant's tasks and runs, read from
-the database, and the task queues, read from Temporal."""
+the database, and the task queues, read from Temporal; the Grafana dashboard reads only it."""
 
 from __future__ import annotations
 
 import asyncio
+import json
+import re
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -154,3 +157,57 @@ def _count(runs: list[dict[str, Any]], status: str, reason: str | None = None) -
 async def _runs(api: httpx.AsyncClient, task_id: str, status: str, *, at_least: int) -> bool:
     runs = (await api.get(f"/tasks/{task_id}/executions", params={"limit": 100})).json()["items"]
     return sum(1 for run in runs if run["status"] == status) >= at_least
+
+
+DASHBOARD = Path(__file__).resolve().parents[2] / "deploy" / "grafana" / "task-scheduler.json"
+# PromQL words that are not metric names: functions, aggregations, keywords.
+PROMQL_WORDS = {
+    "sum", "min", "max", "avg", "count", "stddev", "stdvar", "topk", "bottomk", "quantile",
+    "count_values", "group", "by", "without", "on", "ignoring", "group_left", "group_right",
+    "and", "or", "unless", "bool", "offset", "rate", "irate", "increase", "delta", "idelta",
+    "histogram_quantile", "sum_over_time", "avg_over_time", "max_over_time", "min_over_time",
+    "abs", "clamp_min", "clamp_max", "vector", "scalar", "time", "absent", "inf", "nan",
+}
+
+
+def promql_metric_names(expr: str) -> set[str]:
+    """The metric names a PromQL expression reads."""
+    expr = re.sub(r'"(?:\\.|[^"\\])*"', "", expr)  # string literals (label values)
+    expr = re.sub(r"\{[^}]*\}", "", expr)  # label matchers
+    expr = re.sub(r"\[[^\]]*\]", "", expr)  # range selectors
+    expr = re.sub(r"\b(?:by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)", "", expr)
+    expr = re.sub(r"\$\{?\w+\}?", "", expr)  # Grafana variables
+    words = set(re.findall(r"(?<![\w.])[a-zA-Z_:][\w:]*", expr))
+    return {w for w in words if w.lower() not in PROMQL_WORDS}
+
+
+def test_promql_metric_names_reads_only_metric_names() -> None:
+    assert promql_metric_names(
+        'histogram_quantile(0.99, max by (trigger, le) (rate(a_bucket{trigger="schedule"}[$__rate_interval])))'
+    ) == {"a_bucket"}
+    assert promql_metric_names("max(b) / on (x) group_left c") == {"b", "c"}
+
+
+async def test_every_dashboard_query_names_a_metric_the_api_exports(stack: Stack) -> None:
+    async with stack.client("t1") as api:  # a run, so that the lateness histogram has a series
+        created = await api.post("/task/create", json={
+            "task_name": "dashboard", "schedule_type": "once", "run_at": iso(datetime.now(UTC)),
+            "job_details": {"type": "handler", "name": "noop"},
+        })
+        assert created.status_code == 201, created.text
+        await wait_status(api, created.json()["task_id"], {"COMPLETED"})
+
+    async def exported() -> set[str] | None:
+        names = set(await scrape(stack.base_url))
+        return names if "scheduler_run_lateness_seconds_bucket" in names else None
+    names: set[str] = await until(exported)
+
+    dashboard = json.loads(DASHBOARD.read_text())
+    queries = [(panel["title"], target["expr"])
+               for panel in dashboard["panels"] for target in panel["targets"]]
+    assert len(queries) >= 10
+    for title, expr in queries:
+        read = promql_metric_names(expr)
+        assert read, f"{title}: no metric in {expr}"
+        assert read <= names, f"{title}: {read - names} not on GET /metrics"
+    assert len({panel["id"] for panel in dashboard["panels"]}) == len(dashboard["panels"])
