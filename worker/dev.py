@@ -33,11 +33,10 @@ from workflows.attributes import DEFINITIONS
 DEV_TENANT = "dev"
 
 # Restarts of one part within RESTART_WINDOW seconds before the launcher gives up; the wait
-# before a restart starts at BACKOFF_FIRST and doubles with each of them, up to BACKOFF_MAX.
+# before a restart starts at BACKOFF_FIRST and doubles with each of them (so 8 s at most).
 RESTART_LIMIT = 5
 RESTART_WINDOW = 60.0
 BACKOFF_FIRST = 0.5
-BACKOFF_MAX = 16.0
 
 
 def temporal_binary() -> str:
@@ -185,7 +184,7 @@ class Part:
 
 def restart_delay(recent_restarts: int) -> float:
     """Seconds to wait before restarting a part restarted this often in the last window."""
-    return float(min(BACKOFF_FIRST * 2**recent_restarts, BACKOFF_MAX))
+    return float(BACKOFF_FIRST * 2**recent_restarts)
 
 
 def tend(part: Part, now: float, spawn: Callable[[list[str]], subprocess.Popen[bytes]]) -> str | None:
