@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from datetime import datetime, timedelta
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from temporalio.api.enums.v1 import TaskQueueType
+from temporalio.api.enums.v1 import TaskQueueType, WorkerStatus
 from temporalio.api.taskqueue.v1 import TaskQueue
-from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
+from temporalio.api.workflowservice.v1 import (
+    DescribeNamespaceRequest,
+    DescribeTaskQueueRequest,
+    ListWorkersRequest,
+)
 from temporalio.client import (
     Client,
     WorkflowUpdateFailedError,
@@ -25,11 +31,16 @@ from scheduling.policy import Run
 from scheduling.spec import TaskChanges, TaskSpec
 from scheduling.status import Trigger, workflow_id
 from store.models import Task
+from worker.telemetry import WORKER_HEARTBEAT_INTERVAL
 from workflows.starter import start_task_workflow, state_from_row
 from workflows.state import ReplayRequest, TaskState
 from workflows.task import TaskWorkflow
 
 UPDATE_TIMEOUT = timedelta(seconds=20)
+# A worker is alive while its last heartbeat is younger than this: a few of its heartbeat
+# intervals, so that one late heartbeat does not call it dead.
+HEARTBEAT_STALE_AFTER = 4 * WORKER_HEARTBEAT_INTERVAL
+MAX_WORKER_PAGES = 10
 
 
 @asynccontextmanager
@@ -69,6 +80,7 @@ class TemporalGateway:
         self.task_queue = task_queue
         self.lead_seconds = lead_seconds
         self.max_lead_seconds = max_lead_seconds
+        self._heartbeats: bool | None = None
 
     async def start_task(
         self, *, task_id: str, tenant_id: str, spec: TaskSpec, created_at: datetime
@@ -138,27 +150,92 @@ class TemporalGateway:
             return result
 
     async def health(self) -> dict[str, Any]:
-        """Whether the server answers and how many workers poll the task queue."""
+        """Whether the server answers, which workers are alive, and the queues' pollers and
+        backlog."""
         ok = await self.client.service_client.check_health(timeout=timedelta(seconds=3))
-        pollers: dict[str, int] = {}
-        backlog: dict[str, dict[str, float]] = {}
-        for queue, kind, name in (
-            (self.task_queue, TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW, "workflow"),
-            (self.task_queue, TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY, "activity"),
-            (jobs_queue(self.task_queue), TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY, "jobs"),
-        ):
+        queues = await self.describe_queues()
+        return {
+            "server": bool(ok),
+            "workers": await self.live_workers(),
+            "pollers": {q.name: q.pollers for q in queues},
+            "backlog": {q.name: {"count": q.backlog, "age_seconds": round(q.backlog_age_seconds, 3)}
+                        for q in queues},
+        }
+
+    async def describe_queues(self) -> list[QueueReading]:
+        """The task queue (workflow and activity side) and the jobs queue, as the server
+        describes them: approximate backlog and the pollers it saw in the last minute."""
+        watched = (
+            ("workflow", self.task_queue, "workflow", TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW),
+            ("activity", self.task_queue, "activity", TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY),
+            ("jobs", jobs_queue(self.task_queue), "activity", TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY),
+        )
+
+        async def describe(name: str, queue: str, kind: str, kind_enum: Any) -> QueueReading:
             response = await self.client.workflow_service.describe_task_queue(
                 DescribeTaskQueueRequest(
-                    namespace=self.client.namespace,
-                    task_queue=TaskQueue(name=queue),
-                    task_queue_type=kind,
-                    report_stats=True,
+                    namespace=self.client.namespace, task_queue=TaskQueue(name=queue),
+                    task_queue_type=kind_enum, report_stats=True,
                 ),
                 timeout=timedelta(seconds=3),
             )
-            pollers[name] = len(response.pollers)
-            backlog[name] = {
-                "count": int(response.stats.approximate_backlog_count),
-                "age_seconds": round(response.stats.approximate_backlog_age.ToTimedelta().total_seconds(), 3),
-            }
-        return {"server": bool(ok), "pollers": pollers, "backlog": backlog}
+            return QueueReading(
+                name=name, task_queue=queue, type=kind, pollers=len(response.pollers),
+                backlog=int(response.stats.approximate_backlog_count),
+                backlog_age_seconds=response.stats.approximate_backlog_age.ToTimedelta().total_seconds(),
+            )
+
+        return list(await asyncio.gather(*(describe(*w) for w in watched)))
+
+    async def live_workers(self) -> dict[str, int] | None:
+        """Workers of the task queue and of the jobs queue whose last heartbeat is younger than
+        ``HEARTBEAT_STALE_AFTER``, by task queue; None when the server keeps no heartbeats.
+
+        Not the pollers of DescribeTaskQueue: its ``last_access_time`` is when a poll began,
+        and an idle poll waits up to a minute, so a poller of a live worker looks a minute old
+        and one of a killed worker is still listed a minute later. Every worker process sends
+        Temporal a heartbeat every ``WORKER_HEARTBEAT_INTERVAL`` (worker/telemetry.py)."""
+        if not await self._keeps_heartbeats():
+            return None
+        queues = (self.task_queue, jobs_queue(self.task_queue))
+        live = dict.fromkeys(queues, 0)
+        now = datetime.now(UTC)
+        token = b""
+        for _ in range(MAX_WORKER_PAGES):  # bounded: the namespace may hold other workers
+            page = await self.client.workflow_service.list_workers(
+                ListWorkersRequest(namespace=self.client.namespace, page_size=1000,
+                                   next_page_token=token),
+                timeout=timedelta(seconds=3),
+            )
+            # ``workers_info`` is the field that carries each heartbeat's time (Server 1.32).
+            for info in page.workers_info:
+                beat = info.worker_heartbeat
+                fresh = now - beat.heartbeat_time.ToDatetime(UTC) < HEARTBEAT_STALE_AFTER
+                if beat.task_queue in live and fresh and beat.status == WorkerStatus.WORKER_STATUS_RUNNING:
+                    live[beat.task_queue] += 1
+            token = page.next_page_token
+            if not token:
+                break
+        return live
+
+    async def _keeps_heartbeats(self) -> bool:
+        """Whether the namespace records worker heartbeats (asked once, then remembered)."""
+        if self._heartbeats is None:
+            described = await self.client.workflow_service.describe_namespace(
+                DescribeNamespaceRequest(namespace=self.client.namespace),
+                timeout=timedelta(seconds=3),
+            )
+            self._heartbeats = described.namespace_info.capabilities.worker_heartbeats
+        return self._heartbeats
+
+
+@dataclass(frozen=True)
+class QueueReading:
+    """One task queue (of one type) as Temporal describes it."""
+
+    name: str  # workflow, activity or jobs
+    task_queue: str
+    type: str  # workflow or activity
+    pollers: int
+    backlog: int
+    backlog_age_seconds: float

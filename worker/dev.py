@@ -1,9 +1,12 @@
 """The embedded stack for one machine: Temporal dev server (SQLite file), the workers, the API.
 
-Every part runs as a child process; SIGINT or SIGTERM stops them all, newest first. The job
-runs get a worker process of their own (`--role jobs`): a run waiting for its instant then does
-not share an event loop and the interpreter lock with the workflow activations, and starts
-late less often (docs/capacity.md). SCHEDULER_DEV_JOBS_WORKER=false runs one worker process.
+Every part runs as a child process; SIGINT or SIGTERM stops them all, newest first. A part that
+exits on its own is started again after a backoff that doubles with each of its restarts in the
+last minute; a part that would need more than ``RESTART_LIMIT`` restarts in a minute makes the
+launcher give up and stop everything. The job runs get a worker process of their own
+(`--role jobs`): a run waiting for its instant then does not share an event loop and the
+interpreter lock with the workflow activations, and starts late less often (docs/capacity.md).
+SCHEDULER_DEV_JOBS_WORKER=false runs one worker process.
 """
 
 from __future__ import annotations
@@ -16,6 +19,10 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from store.engine import make_engine, migrate
@@ -24,6 +31,12 @@ from worker.settings import Settings
 from workflows.attributes import DEFINITIONS
 
 DEV_TENANT = "dev"
+
+# Restarts of one part within RESTART_WINDOW seconds before the launcher gives up; the wait
+# before a restart starts at BACKOFF_FIRST and doubles with each of them (so 8 s at most).
+RESTART_LIMIT = 5
+RESTART_WINDOW = 60.0
+BACKOFF_FIRST = 0.5
 
 
 def temporal_binary() -> str:
@@ -122,6 +135,25 @@ def wait_for_port(address: str, timeout: float, process: subprocess.Popen[bytes]
     raise SystemExit(f"nothing listens on {address} after {timeout:.0f}s")
 
 
+def wait_for_health(url: str, timeout: float) -> str | None:
+    """Block until ``url`` (/checkHealth) answers 200; else, after ``timeout``, its last answer.
+
+    Right after the start it answers 503 for a moment: a worker is live from its first
+    heartbeat, which comes an interval after the worker started."""
+    deadline = time.monotonic() + timeout
+    last = "no answer"
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(url, timeout=5) as answer:
+                return None if answer.status == 200 else answer.read().decode()
+        except urllib.error.HTTPError as exc:
+            last = exc.read().decode()
+        except OSError as exc:
+            last = str(exc)
+        time.sleep(0.3)
+    return last
+
+
 def worker_roles(settings: Settings) -> list[tuple[str, str, int]]:
     """(name, role, metrics port) of each worker process: two processes need two ports."""
     port = settings.worker_metrics_port or 9464
@@ -137,6 +169,44 @@ def deny_ports(settings: Settings, workers: list[tuple[str, str, int]], side_por
     dev server's HTTP API and metrics ports."""
     ports = [str(port) for port in (*(port for _, _, port in workers), *side_ports)]
     return ",".join(filter(None, [settings.egress_deny_ports.strip(), *ports]))
+
+
+@dataclass
+class Part:
+    """One child of the stack: its command, its current process, and its recent restarts."""
+
+    name: str
+    command: list[str]
+    process: subprocess.Popen[bytes]
+    restarts: list[float] = field(default_factory=list)  # monotonic times
+    restart_at: float | None = None  # set while it waits out its backoff
+
+
+def restart_delay(recent_restarts: int) -> float:
+    """Seconds to wait before restarting a part restarted this often in the last window."""
+    return float(BACKOFF_FIRST * 2**recent_restarts)
+
+
+def tend(part: Part, now: float, spawn: Callable[[list[str]], subprocess.Popen[bytes]]) -> str | None:
+    """Notice that ``part`` exited, restart it once its backoff is over; the reason to give
+    up instead, if it has exited too often."""
+    if part.restart_at is None:
+        code = part.process.poll()
+        if code is None:
+            return None
+        part.restarts = [at for at in part.restarts if now - at < RESTART_WINDOW]
+        if len(part.restarts) >= RESTART_LIMIT:
+            return (f"{part.name} exited with code {code} after {len(part.restarts)} restarts "
+                    f"within {RESTART_WINDOW:.0f} s; giving up")
+        delay = restart_delay(len(part.restarts))
+        part.restart_at = now + delay
+        print(f"{part.name} exited with code {code}; restarting it in {delay:g} s", flush=True)
+    elif now >= part.restart_at:
+        part.process = spawn(part.command)
+        part.restarts.append(now)
+        part.restart_at = None
+        print(f"{part.name} restarted (pid {part.process.pid})", flush=True)
+    return None
 
 
 def _free_port() -> int:
@@ -161,7 +231,7 @@ def run_dev(settings: Settings) -> int:
     # Fixed here rather than left to the dev server's choice, so that they can be denied.
     side_ports = (_free_port(), _free_port())
     env["SCHEDULER_EGRESS_DENY_PORTS"] = deny_ports(settings, workers, side_ports)
-    children: list[tuple[str, subprocess.Popen[bytes]]] = []
+    parts: list[Part] = []
     stopping = False
 
     def stop(*_: object) -> None:
@@ -171,23 +241,30 @@ def run_dev(settings: Settings) -> int:
     signal.signal(signal.SIGINT, stop)
     signal.signal(signal.SIGTERM, stop)
     code = 0
-    try:
-        def spawn(command: list[str]) -> subprocess.Popen[bytes]:
-            # Its own session (Ctrl-C reaches only the launcher, which stops the children in
-            # order), and it dies with the launcher even if that is killed outright.
-            return subprocess.Popen(
-                command, env=env, start_new_session=True, preexec_fn=_die_with_parent
-            )
 
-        server = spawn(dev_server_command(settings, side_ports))
-        children.append(("temporal", server))
-        wait_for_port(settings.temporal_address, 60, server)
+    def spawn(command: list[str]) -> subprocess.Popen[bytes]:
+        # Its own session (Ctrl-C reaches only the launcher, which stops the children in
+        # order), and it dies with the launcher even if that is killed outright.
+        return subprocess.Popen(
+            command, env=env, start_new_session=True, preexec_fn=_die_with_parent
+        )
+
+    def start(name: str, command: list[str]) -> Part:
+        part = Part(name, command, spawn(command))
+        parts.append(part)
+        print(f"{name} started (pid {part.process.pid})", flush=True)
+        return part
+
+    try:
+        server = start("temporal", dev_server_command(settings, side_ports))
+        wait_for_port(settings.temporal_address, 60, server.process)
         for name, role, port in workers:
-            children.append(
-                (name, spawn([*cli, "worker", "--role", role, "--metrics-port", str(port)]))
-            )
-        children.append(("api", spawn([*cli, "api"])))
-        wait_for_port(f"{settings.api_host}:{settings.api_port}", 60, children[-1][1])
+            start(name, [*cli, "worker", "--role", role, "--metrics-port", str(port)])
+        api = start("api", [*cli, "api"])
+        wait_for_port(f"{settings.api_host}:{settings.api_port}", 60, api.process)
+        unhealthy = wait_for_health(f"http://{settings.api_host}:{settings.api_port}/checkHealth", 60)
+        if unhealthy is not None:
+            print(f"not healthy after 60 s: {unhealthy}", flush=True)
         print(
             "\ntask-scheduler is running:\n"
             f"  API          http://{settings.api_host}:{settings.api_port}  (docs: /docs)\n"
@@ -201,17 +278,20 @@ def run_dev(settings: Settings) -> int:
             flush=True,
         )
         while not stopping:
-            for name, child in children:
-                if child.poll() is not None:
-                    print(f"{name} exited with code {child.returncode}; stopping", flush=True)
+            for part in parts:
+                reason = tend(part, time.monotonic(), spawn)
+                if reason is not None:
+                    print(f"{reason}: stopping everything", flush=True)
                     code = 1
                     stopping = True
+                    break
             time.sleep(0.2)
     except SystemExit as exc:
         print(exc, file=sys.stderr)
         code = 1
     finally:
-        for _name, child in reversed(children):
+        for part in reversed(parts):
+            child = part.process
             if child.poll() is None:
                 child.send_signal(signal.SIGTERM)
                 try:

@@ -114,11 +114,11 @@ async def run_worker(settings: Settings) -> None:
                 background.append(asyncio.create_task(reconciler.run_forever(
                     timedelta(seconds=settings.reconcile_interval_seconds), stop
                 )))
-                if runtime is not None:
+                if bind is not None:
                     background.append(asyncio.create_task(
                         watch_backlog(client, runtime, settings.task_queue, stop)
                     ))
-            if runtime is not None:
+            if bind is not None:
                 log.info("worker.metrics", address=f"http://{bind}/metrics")
             # What is loaded by now lives as long as the process: out of the collector's
             # full passes, which otherwise stalled the event loop ~100 ms (every run due then

@@ -20,22 +20,26 @@ log = structlog.get_logger("task_scheduler.telemetry")
 SECONDS_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300]
 
 
-def make_runtime(bind_address: str | None) -> Runtime | None:
-    """A runtime serving Prometheus metrics on ``bind_address`` (None: the default runtime)."""
-    if not bind_address:
-        return None
+# How often each worker tells Temporal it is alive (the SDK's default is a minute). The API's
+# /checkHealth calls a worker down once its heartbeats stop (api/temporal.py).
+WORKER_HEARTBEAT_INTERVAL = timedelta(seconds=2)
+
+
+def make_runtime(bind_address: str | None) -> Runtime:
+    """The worker's runtime: heartbeats every ``WORKER_HEARTBEAT_INTERVAL``, and Prometheus
+    metrics on ``bind_address`` when one is given."""
+    metrics = None if not bind_address else PrometheusConfig(
+        bind_address=bind_address,
+        counters_total_suffix=True,
+        durations_as_seconds=True,
+        histogram_bucket_overrides={
+            "scheduler_fire_lateness": SECONDS_BUCKETS,
+            "scheduler_job_duration": SECONDS_BUCKETS,
+        },
+    )
     return Runtime(
-        telemetry=TelemetryConfig(
-            metrics=PrometheusConfig(
-                bind_address=bind_address,
-                counters_total_suffix=True,
-                durations_as_seconds=True,
-                histogram_bucket_overrides={
-                    "scheduler_fire_lateness": SECONDS_BUCKETS,
-                    "scheduler_job_duration": SECONDS_BUCKETS,
-                },
-            )
-        )
+        telemetry=TelemetryConfig(metrics=metrics),
+        worker_heartbeat_interval=WORKER_HEARTBEAT_INTERVAL,
     )
 
 

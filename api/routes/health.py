@@ -31,20 +31,34 @@ async def _checks(request: Request) -> tuple[bool, dict[str, Any]]:
     try:
         temporal = await service.temporal.health()
         checks["temporal"] = "up"
-        pollers = temporal["pollers"]
-        checks["workers"] = (
-            f"up: {pollers['workflow']} workflow, {pollers['activity']} activity and "
-            f"{pollers['jobs']} job pollers"
-            if pollers["workflow"] and pollers["activity"] and pollers["jobs"]
-            else "down: no worker polls "
-            + ", ".join(f"the {k} queue" for k, v in pollers.items() if not v)
-        )
+        checks["workers"] = _workers_check(temporal)
         checks["backlog"] = temporal["backlog"]
     except Exception as exc:
         checks["temporal"] = f"down: {type(exc).__name__}"
         checks["workers"] = "unknown: Temporal is down"
     healthy = all(str(v).startswith("up") for k, v in checks.items() if k != "backlog")
     return healthy, checks
+
+
+def _workers_check(temporal: dict[str, Any]) -> str:
+    """"up: ..." when a live worker serves the task queue and one the jobs queue, else "down: ...".
+
+    Alive means a recent Temporal worker heartbeat (``TemporalGateway.live_workers``), so a
+    worker that went away is down within seconds. On a server that keeps no heartbeats, the
+    pollers it saw in the last minute stand in, and the answer says so."""
+    workers: dict[str, int] | None = temporal["workers"]
+    if workers is None:
+        pollers = temporal["pollers"]
+        idle = [f"the {name} queue" for name, count in pollers.items() if not count]
+        if idle:
+            return "down: no worker polled " + ", ".join(idle) + " in the last minute"
+        return (f"up: {pollers['workflow']} workflow, {pollers['activity']} activity and "
+                f"{pollers['jobs']} job pollers seen in the last minute (no worker heartbeats "
+                "on this server)")
+    absent = [queue for queue, count in workers.items() if not count]
+    if absent:
+        return "down: no live worker on " + ", ".join(absent)
+    return "up: " + ", ".join(f"{count} on {queue}" for queue, count in workers.items())
 
 
 @router.get("/checkHealth", responses={503: {"description": "a dependency is down"}})
@@ -77,11 +91,9 @@ async def readyz(request: Request) -> JSONResponse:
 
 @router.get("/metrics", response_class=Response)
 async def metrics(request: Request) -> Response:
-    """Prometheus text format."""
+    """Prometheus text format: this API's requests, and the whole service (every tenant's tasks
+    and runs from the database, the task queues from Temporal) read at scrape time."""
     api_metrics = request.app.state.metrics
-    try:
-        engine = request.app.state.service.engine
-        await to_thread.run_sync(lambda: api_metrics.refresh_task_counts(engine))
-    except Exception:  # metrics stay up when the database is not
-        pass
+    service = request.app.state.service
+    await api_metrics.service.refresh(service.engine, service.temporal)
     return Response(generate_latest(api_metrics.registry), media_type=CONTENT_TYPE_LATEST)

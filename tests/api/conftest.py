@@ -15,6 +15,8 @@ import httpx
 import pytest
 import uvicorn
 from sqlalchemy import Engine
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
 from api.app import create_app
@@ -25,6 +27,7 @@ from tests.conftest import new_worker
 from worker.build import workflow_job_rules
 from worker.cli import SERVER_OPTIONS
 from worker.settings import Settings
+from worker.telemetry import make_runtime
 
 
 @dataclass
@@ -64,10 +67,24 @@ async def stack(dev_env: WorkflowEnvironment, tmp_path_factory: pytest.TempPathF
                                "workflow_job_task_queues": f"{queue}-echo"}
     set_quota(engine, "t1", workflow_types=["EchoWorkflow"], workflow_task_queues=[f"{queue}-echo"])
     rules = workflow_job_rules(Settings(env="test", **allowed))
-    async with new_worker(dev_env.client, engine, task_queue=queue, workflow_jobs=rules):
+    # The worker's client heartbeats as a worker process does, so /checkHealth sees it alive.
+    worker_client = await Client.connect(
+        dev_env.client.service_client.config.target_host, namespace=dev_env.client.namespace,
+        data_converter=pydantic_data_converter, runtime=make_runtime(None),
+    )
+    async with new_worker(worker_client, engine, task_queue=queue, workflow_jobs=rules):
         async with serve_api(dev_env, engine, **allowed) as base_url:
+            await _until_healthy(base_url)  # the worker's first heartbeat comes an interval in
             yield Stack(base_url, engine, queue, keys, dev_env, f"{queue}-echo")
     engine.dispose()
+
+
+async def _until_healthy(base_url: str, timeout: float = 30) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    async with httpx.AsyncClient(base_url=base_url, timeout=10) as http:
+        while (answer := await http.get("/checkHealth")).status_code != 200:
+            assert asyncio.get_running_loop().time() < deadline, answer.text
+            await asyncio.sleep(0.2)
 
 
 @asynccontextmanager

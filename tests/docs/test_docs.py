@@ -23,6 +23,7 @@ METRIC_FACTORIES = {
     "Counter", "Histogram", "Gauge", "Summary",
     "create_counter", "create_histogram", "create_histogram_float", "create_histogram_timedelta",
     "create_gauge", "create_gauge_float",
+    "CounterMetricFamily", "GaugeMetricFamily", "HistogramMetricFamily",  # read at scrape time
 }
 API_ROOTS = ("/task", "/dead-letters", "/checkHealth", "/livez", "/readyz", "/metrics", "/ui")
 METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")

@@ -224,6 +224,12 @@ class Model:
         self.pass_()
         self.act()
 
+    def wake(self) -> None:
+        """Time passes until the workflow's next timer or a job's instant."""
+        wake = self.wake_at()
+        if wake is not None:
+            self.advance(max(wake - self.now, timedelta(0)))
+
     def outage(self, delta: timedelta, workflow_first: bool) -> None:
         """Nothing runs for ``delta``; then the workflow and the jobs' worker come back, one
         before the other. Withdrawals reached their runs before it (WITHDRAW_MARGIN)."""
@@ -343,12 +349,13 @@ def tasks(draw: st.DrawFn) -> tuple[TaskSpec, float, timedelta]:
 steps = st.lists(st.one_of(
     st.tuples(st.just("advance"), st.floats(0, 2.5)),  # in usual gaps
     st.tuples(st.just("advance"), st.floats(0, 0.3)),
+    st.tuples(st.just("wake")), st.tuples(st.just("wake")),
     st.tuples(st.just("outage"), st.floats(3, 60), st.booleans()),
     st.tuples(st.just("finish"), st.integers(0, 3), st.sampled_from(["completed", "failed"])),
     st.tuples(st.just("finish"), st.integers(0, 3), st.sampled_from(["completed", "failed"])),
     st.tuples(st.just("pause")), st.tuples(st.just("resume")), st.tuples(st.just("trigger")),
     st.tuples(st.just("rebound"), st.integers(0, 4)),
-), max_size=30)
+), max_size=40)
 
 
 @settings(max_examples=400, deadline=None)

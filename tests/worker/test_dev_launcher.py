@@ -1,9 +1,12 @@
-"""`task-scheduler dev` (what `make run` starts): the whole stack, stopped by a signal, and a
-second start that finds every task of the first still scheduled."""
+"""`task-scheduler dev` (what `make run` starts): the whole stack, stopped by a signal, a
+second start that finds every task of the first still scheduled, and parts that exit on their
+own started again (up to a limit)."""
 
 from __future__ import annotations
 
+import asyncio
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -17,6 +20,9 @@ from typing import Any
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+
+from tests.target import TargetServer
+from worker.dev import RESTART_LIMIT
 
 
 def _free_port() -> int:
@@ -158,3 +164,80 @@ def test_children_die_with_a_killed_launcher(dev_stack: DevStack) -> None:
         except AssertionError:
             assert time.monotonic() < deadline, "a child outlived the killed launcher"
             time.sleep(0.5)
+
+
+async def _log_line(stack: DevStack, pattern: str, *, after: int = 0, timeout: float = 90) -> re.Match[str]:
+    """Wait until the launcher's output (from offset ``after``) has a line matching ``pattern``."""
+    deadline = time.monotonic() + timeout
+    while not (found := re.search(pattern, stack.log.read_text()[after:], re.MULTILINE)):
+        assert time.monotonic() < deadline, f"no {pattern!r} in: {stack.log.read_text()[-3000:]}"
+        await asyncio.sleep(0.2)
+    return found
+
+
+def _pid(stack: DevStack, name: str) -> int:
+    """The pid of the part's current process, as the launcher last printed it."""
+    lines = re.findall(rf"^{name} (?:started|restarted) \(pid (\d+)\)$", stack.log.read_text(), re.MULTILINE)
+    assert lines, stack.log.read_text()[-3000:]
+    return int(lines[-1])
+
+
+async def _restart_by_kill(stack: DevStack, name: str) -> int:
+    """SIGKILL the part by its pid, wait until the launcher restarted it; the new pid."""
+    killed = _pid(stack, name)
+    mark = len(stack.log.read_text())
+    os.kill(killed, signal.SIGKILL)
+    await _log_line(stack, rf"^{name} exited with code -9; restarting it in [\d.]+ s$", after=mark)
+    restarted = int((await _log_line(stack, rf"^{name} restarted \(pid (\d+)\)$", after=mark))[1])
+    assert restarted != killed
+    return restarted
+
+
+async def test_a_killed_part_comes_back_while_a_task_keeps_firing(
+    dev_stack: DevStack, target: TargetServer
+) -> None:
+    dev_stack.start()
+    key = (dev_stack.data_dir / "dev_api_key").read_text().strip()
+    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{dev_stack.api_port}", timeout=30,
+                                 headers={"Authorization": f"Bearer {key}"}) as api:
+        created = await api.post("/task/create", json={
+            "task_name": "tick", "schedule_type": "interval", "interval_seconds": 1,
+            "job_details": {"type": "http", "url": target.url("/tick")},
+        })
+        assert created.status_code == 201, created.text
+        await target.wait_for(2, timeout=60)
+
+        for part in ("jobs worker", "worker"):
+            await _restart_by_kill(dev_stack, part)
+            # Runs reach the target again: the restarted process polls the queue.
+            seen = len(target.received)
+            await target.wait_for(seen + 3, timeout=90)
+            assert all(r.status == 200 for r in target.received[seen:])
+
+        await _restart_by_kill(dev_stack, "api")
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                answer = await api.get(f"/tasks/{created.json()['task_id']}")
+                break
+            except httpx.TransportError:
+                assert time.monotonic() < deadline, "the restarted API does not answer"
+                await asyncio.sleep(0.3)
+        assert answer.status_code == 200 and answer.json()["status"] in ("PENDING", "RUNNING")
+    assert dev_stack.process is not None and dev_stack.process.poll() is None
+    assert dev_stack.stop(signal.SIGTERM) == 0
+    _no_child_left(dev_stack)
+
+
+async def test_the_launcher_gives_up_on_a_part_that_keeps_exiting(dev_stack: DevStack) -> None:
+    dev_stack.start()
+    for _ in range(RESTART_LIMIT):  # each restart waits twice as long as the one before
+        await _restart_by_kill(dev_stack, "jobs worker")
+    mark = len(dev_stack.log.read_text())
+    os.kill(_pid(dev_stack, "jobs worker"), signal.SIGKILL)
+    await _log_line(dev_stack, rf"^jobs worker exited with code -9 after {RESTART_LIMIT} restarts "
+                               r"within 60 s; giving up: stopping everything$", after=mark)
+    assert dev_stack.process is not None
+    assert dev_stack.process.wait(timeout=60) == 1
+    assert "task-scheduler stopped" in dev_stack.log.read_text()[mark:]
+    _no_child_left(dev_stack)

@@ -149,8 +149,8 @@ async def test_a_task_runs_on_the_worker_processes_of_its_roles(
             except httpx.TransportError:
                 return False
 
-        # /checkHealth is 200 only with pollers on the workflow, activity and jobs queues.
-        await _until(healthy, "pollers on all three queues", role_stack)
+        # /checkHealth is 200 only with a live worker on the task queue and one on the jobs queue.
+        await _until(healthy, "live workers on both queues", role_stack)
         created = await api.post("/task/create", json={
             "task_name": "roles", "schedule_type": "once",
             "run_at": (datetime.now(UTC) + timedelta(seconds=3)).isoformat(),
