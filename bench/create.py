@@ -10,19 +10,18 @@ from __future__ import annotations
 import argparse
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import aiohttp
-import psutil
-from temporalio.client import Client
+import psutil  # type: ignore[import-untyped, unused-ignore]
+from temporalio.client import Client, Schedule, ScheduleActionStartWorkflow
 
 from bench.baseline import BareInput
 from bench.firing import CONCURRENCY, iso
 from bench.firing_baselines import once_spec
 from bench.measure import Report, Target, fmt, ratio, summary, table, targets_table
 from bench.stack import BareStack, SchedulerStack, Stack
-from worker.settings import Settings
 
 DAY = 86400.0
 
@@ -35,25 +34,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="scheduler and bare runs each, in alternating order, pooled")
     parser.add_argument("--create-api-workers", type=int, default=1,
                         help="API processes of the scheduler (task-scheduler api --workers)")
-    parser.add_argument("--create-hold", type=float, default=300.0,
-                        help="also create on a scheduler that holds tasks due this far ahead "
-                        "until their first run (SCHEDULER_HOLD_AFTER_SECONDS=this, "
-                        "SCHEDULER_HOLD_AT_MOST_SECONDS=0; 0: skip that system)")
-    parser.add_argument("--create-unheld", action=argparse.BooleanOptionalAction, default=True,
-                        help="also create on a scheduler that holds no task "
-                        "(SCHEDULER_HOLD_AFTER_SECONDS=0)")
     parser.add_argument("--create-cron", default="", metavar="EXPR",
                         help="the scheduler creates cron tasks of this expression (Europe/Berlin) "
                         "instead of one-time tasks due in a day; the baselines are unchanged")
 
 
-async def timed(calls: list[Callable[[], Awaitable[Any]]], concurrency: int,
-                keep: bool = False, stack: Stack | None = None,
-                deferred_s: float = 0.0) -> dict[str, Any]:
+async def timed(calls: Sequence[Callable[[], Awaitable[Any]]], concurrency: int,
+                keep: bool = False, stack: Stack | None = None) -> dict[str, Any]:
     """Run the calls `concurrency` at a time: rate, latency percentiles and errors (and with
     `keep`, every latency, for pooling rounds; with `stack`, the CPU its processes and this
-    driver spent per call, also once the work the calls deferred by up to `deferred_s` is
-    done)."""
+    driver spent per call, also once the work the calls left queued is done)."""
     cpu_before = _cpu(stack)
     gate = asyncio.Semaphore(concurrency)
     latencies: list[float] = []
@@ -79,7 +69,7 @@ async def timed(calls: list[Callable[[], Awaitable[Any]]], concurrency: int,
     if stack is not None:
         # What the calls left for later (e.g. workflow tasks queued behind the starts) is part
         # of their cost: wait until the stack is quiet and count that too.
-        result["drain_s"] = await drained(stack, not_before=deferred_s)
+        result["drain_s"] = await drained(stack)
         cpu_done = _cpu(stack)
         result["cpu_s_drained"] = {role: cpu_done[role] - cpu_before.get(role, 0.0)
                                    for role in cpu_done}
@@ -87,16 +77,16 @@ async def timed(calls: list[Callable[[], Awaitable[Any]]], concurrency: int,
 
 
 async def drained(stack: Stack, idle_cores: float = 0.15, window: float = 2.0,
-                  timeout: float = 600.0, not_before: float = 0.0) -> float:
+                  timeout: float = 600.0) -> float:
     """Seconds until the stack's processes together use less than `idle_cores` of CPU over a
-    `window`, `not_before` seconds at the earliest: the backlog the calls left behind (also
-    what they deferred, such as the first workflow tasks of held tasks) has been worked off."""
+    `window`: the backlog the calls left behind (such as the new tasks' first workflow tasks)
+    has been worked off."""
     began = time.perf_counter()
     before = sum(stack.cpu().values())
     while time.perf_counter() - began < timeout:
         await asyncio.sleep(window)
         now = sum(stack.cpu().values())
-        if (now - before) / window < idle_cores and time.perf_counter() - began >= not_before:
+        if (now - before) / window < idle_cores:
             return max(0.0, time.perf_counter() - began - window)
         before = now
     return timeout
@@ -147,19 +137,10 @@ async def post_created(http: aiohttp.ClientSession, path: str, body: dict[str, A
             raise RuntimeError(f"{answer.status} {text[:150]}")
 
 
-def held_seconds(settings: dict[str, str] | None) -> float:
-    """How long the scheduler with these SCHEDULER_* settings holds a task due in a day: its
-    first workflow task runs that long after its create."""
-    effective = Settings.model_validate(
-        {"env": "test"} | {k.removeprefix("SCHEDULER_").lower(): v for k, v in (settings or {}).items()})
-    return effective.hold_at_most_seconds if effective.hold_after_seconds > 0 else 0.0
-
-
 async def scheduler_creates(count: int, concurrency: int, api_workers: int = 1,
-                            settings: dict[str, str] | None = None, cron: str = "") -> dict[str, Any]:
+                            cron: str = "") -> dict[str, Any]:
     """POST /task/create with one-time tasks due in a day (or cron tasks of ``cron``)."""
-    stack = SchedulerStack("scheduler", api_workers=api_workers, settings=settings or {})
-    deferred = held_seconds(settings)
+    stack = SchedulerStack("scheduler", api_workers=api_workers)
     try:
         await asyncio.to_thread(stack.start)
         async with api_session(stack, concurrency) as http:
@@ -172,8 +153,7 @@ async def scheduler_creates(count: int, concurrency: int, api_workers: int = 1,
                     "task_name": f"create-{i}", "job_details": {"type": "handler", "name": "noop"},
                     **when})
 
-            return await timed([call(i) for i in range(count)], concurrency, keep=True, stack=stack,
-                               deferred_s=deferred)
+            return await timed([call(i) for i in range(count)], concurrency, keep=True, stack=stack)
     finally:
         await asyncio.to_thread(stack.stop)
 
@@ -185,54 +165,42 @@ async def temporal_creates(kind: str, count: int, concurrency: int) -> dict[str,
         await asyncio.to_thread(stack.start)
         client = await Client.connect(stack.address)
         due = time.time() + DAY
-        if kind == "bare":
-            calls = [(lambda i=i: client.start_workflow(
-                "BareWorkflow", BareInput([due]), id=f"bare-{i}", task_queue=stack.task_queue))
-                for i in range(count)]
-        else:
-            from temporalio.client import Schedule, ScheduleActionStartWorkflow
 
-            calls = [(lambda i=i: client.create_schedule(f"sched-{i}", Schedule(
+        def start(i: int) -> Callable[[], Awaitable[Any]]:
+            return lambda: client.start_workflow(
+                "BareWorkflow", BareInput([due]), id=f"bare-{i}", task_queue=stack.task_queue)
+
+        def schedule(i: int) -> Callable[[], Awaitable[Any]]:
+            return lambda: client.create_schedule(f"sched-{i}", Schedule(
                 action=ScheduleActionStartWorkflow("ScheduledWorkflow", id=f"sched-{i}",
                                                    task_queue=stack.task_queue),
-                spec=once_spec(due)))) for i in range(count)]
-        return await timed(calls, concurrency, keep=True, stack=stack)
+                spec=once_spec(due)))
+
+        call = start if kind == "bare" else schedule
+        return await timed([call(i) for i in range(count)], concurrency, keep=True, stack=stack)
     finally:
         await asyncio.to_thread(stack.stop)
 
 
 async def run(args: argparse.Namespace) -> Report:
     """Create on each system and compare."""
-    variants: dict[str, dict[str, str]] = {"scheduler": {}}
-    if args.create_hold > 0:
-        variants["held"] = {"SCHEDULER_HOLD_AFTER_SECONDS": f"{args.create_hold:g}",
-                            "SCHEDULER_HOLD_AT_MOST_SECONDS": "0"}
-    if args.create_unheld:
-        variants["unheld"] = {"SCHEDULER_HOLD_AFTER_SECONDS": "0"}
-    kinds = [*variants, "bare"]
+    kinds = ["scheduler", "bare"]
     runs: dict[str, list[dict[str, Any]]] = {kind: [] for kind in [*kinds, "schedules"]}
     for n in range(args.create_rounds):
         # Alternate the order, so that load which drifts over the run falls on all sides.
         for kind in kinds if n % 2 == 0 else kinds[::-1]:
             print(f"create: {kind} (round {n + 1}) ...", flush=True)
-            if kind in variants:
+            if kind == "scheduler":
                 runs[kind].append(await scheduler_creates(
-                    args.create, args.create_concurrency, args.create_api_workers, variants[kind],
-                    args.create_cron))
+                    args.create, args.create_concurrency, args.create_api_workers, args.create_cron))
             else:
                 runs[kind].append(await temporal_creates(kind, args.create, args.create_concurrency))
     print("create: schedules ...", flush=True)
     runs["schedules"].append(await temporal_creates("schedules", args.create, args.create_concurrency))
     results = {kind: pooled(rounds) for kind, rounds in runs.items()}
     api = f" ({args.create_api_workers} API processes)" if args.create_api_workers > 1 else ""
-    shipped = Settings(env="test")
-    what = f"cron tasks `{args.create_cron}`, " if args.create_cron else ""
-    labels = {"scheduler": f"scheduler POST /task/create, {what}as shipped (tasks due "
-                           f"{shipped.hold_after_seconds:g} s or more ahead held "
-                           f"{shipped.hold_at_most_seconds:g} s){api}",
-              "held": f"scheduler, held until the first run (SCHEDULER_HOLD_AFTER_SECONDS="
-                      f"{args.create_hold:g}, SCHEDULER_HOLD_AT_MOST_SECONDS=0){api}",
-              "unheld": f"scheduler, nothing held (SCHEDULER_HOLD_AFTER_SECONDS=0){api}",
+    what = f", cron tasks `{args.create_cron}`" if args.create_cron else ""
+    labels = {"scheduler": f"scheduler POST /task/create{what}{api}",
               "bare": "bare start_workflow", "schedules": "schedules create_schedule"}
     rows = [[labels[k], str(args.create * len(runs[k])), fmt(r["per_s"]),
              fmt(r["latency_s"]["p50"] * 1000, " ms"), fmt(r["latency_s"]["p99"] * 1000, " ms"),
@@ -247,14 +215,6 @@ async def run(args: argparse.Namespace) -> Report:
         Target("create p99 ≤ 250 ms", sched["latency_s"]["p99"] * 1000, 250.0, " ms"),
         Target("create errors", float(sched["errors"]), 0.0),
     ]
-    if "held" in results:
-        opt_in = results["held"]
-        targets += [
-            Target("held until the first run: create rate ≥ 0.7 × bare", opt_in["per_s"], 0.7 * bare["per_s"],
-                   "/s", ratio(opt_in["per_s"], bare["per_s"]), "bare", higher_is_better=True),
-            Target("held until the first run: create p99 ≤ 250 ms", opt_in["latency_s"]["p99"] * 1000, 250.0, " ms"),
-            Target("held until the first run: create errors", float(opt_in["errors"]), 0.0),
-        ]
     text = "\n".join([
         f"## Create: {args.create} tasks per round at {args.create_concurrency} concurrent clients, "
         f"{args.create_rounds} round(s)",
@@ -263,8 +223,7 @@ async def run(args: argparse.Namespace) -> Report:
               rows),
         "",
         "Drained: until the processes use under 0.15 of a core, i.e. the work the creates left "
-        "queued or deferred (first workflow tasks) is done; the rate then counts that time too, "
-        "for the shipped scheduler including the hold its first workflow tasks wait out.",
+        "queued (first workflow tasks) is done; the rate then counts that time too.",
         "",
         targets_table(targets),
         *[f"- note {k}: first error {r['first_error']}" for k, r in results.items() if r["errors"]],

@@ -40,21 +40,17 @@ async def fire_bare(plan_at: Callable[[], Plan]) -> Fired:
         expected = plan.expected()
         fired = Fired("bare", plan)
         began = time.time()
-        outcomes = await bounded(
-            [
-                (lambda key=key, instants=instants: client.start_workflow(
-                    "BareWorkflow", BareInput(instants), id=f"bare-{key}", task_queue=stack.task_queue))
-                for key, instants in expected.items()
-            ],
-            CONCURRENCY,
-        )
+
+        def start(key: str, instants: list[float]) -> Callable[[], Awaitable[Any]]:
+            return lambda: client.start_workflow(
+                "BareWorkflow", BareInput(instants), id=f"bare-{key}", task_queue=stack.task_queue)
+
+        outcomes = await bounded([start(k, v) for k, v in expected.items()], CONCURRENCY)
         fired.create_seconds = time.time() - began
         fired.slack_seconds = min(min(v) for v in expected.values()) - time.time()
         fired.create_errors = sum(isinstance(o, Exception) for o in outcomes)
         await wait_visibility(client, "BareWorkflow", len(expected), plan, fired)
-        results = await bounded(
-            [(lambda key=key: client.get_workflow_handle(f"bare-{key}").result()) for key in expected], 32
-        )
+        results = await bounded([result_of(client, f"bare-{key}") for key in expected], 32)
         for key, result in zip(expected, results, strict=True):
             if isinstance(result, Exception):
                 fired.notes.append(f"bare-{key}: {result!r}")
@@ -64,6 +60,11 @@ async def fire_bare(plan_at: Callable[[], Plan]) -> Fired:
         return fired
     finally:
         await asyncio.to_thread(stack.stop)
+
+
+def result_of(client: Client, workflow_id: str) -> Callable[[], Awaitable[Any]]:
+    """A call that waits for the workflow's result."""
+    return lambda: client.get_workflow_handle(workflow_id).result()
 
 
 async def wait_visibility(client: Client, workflow_type: str, count: int, plan: Plan, fired: Fired) -> None:
@@ -131,7 +132,7 @@ async def fire_schedules(plan_at: Callable[[], Plan]) -> Fired:
             fired.notes.append(f"{len(errors)} schedule creates failed, first: {errors[0]!r}")
         await wait_visibility(client, "ScheduledWorkflow", plan.runs, plan, fired)
         ids = [w.id async for w in client.list_workflows("WorkflowType = 'ScheduledWorkflow'")]
-        results = await bounded([(lambda i=i: client.get_workflow_handle(i).result()) for i in ids], 32)
+        results = await bounded([result_of(client, i) for i in ids], 32)
         for workflow_id, result in zip(ids, results, strict=True):
             if isinstance(result, Exception):
                 fired.notes.append(f"{workflow_id}: {result!r}")
@@ -147,9 +148,14 @@ async def fire_schedules(plan_at: Callable[[], Plan]) -> Fired:
 # ----------------------------------------------------------------------------- apscheduler
 async def fire_apscheduler(plan_at: Callable[[], Plan]) -> Fired:
     """APScheduler 3 AsyncIOScheduler in this process (in memory, not durable)."""
-    from apscheduler.schedulers.asyncio import AsyncIOScheduler
-    from apscheduler.triggers.date import DateTrigger
-    from apscheduler.triggers.interval import IntervalTrigger
+    # APScheduler 3 ships no type hints.
+    from apscheduler.schedulers.asyncio import (  # type: ignore[import-untyped, unused-ignore]
+        AsyncIOScheduler,
+    )
+    from apscheduler.triggers.date import DateTrigger  # type: ignore[import-untyped, unused-ignore]
+    from apscheduler.triggers.interval import (  # type: ignore[import-untyped, unused-ignore]
+        IntervalTrigger,
+    )
 
     plan = plan_at()
     expected = plan.expected()

@@ -106,7 +106,7 @@ def machine() -> dict[str, Any]:
     """Machine, date and commit for the record."""
     import os
 
-    import psutil
+    import psutil  # type: ignore[import-untyped, unused-ignore]
 
     try:
         commit = subprocess.run(

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
-import psutil
+import psutil  # type: ignore[import-untyped, unused-ignore]
 
 from worker.dev import SERVER_CACHE_FLAGS, SQLITE_PRAGMA_FLAGS
 from workflows.attributes import DEFINITIONS
@@ -38,10 +38,6 @@ TOPOLOGIES: dict[str, list[tuple[str, list[str]]]] = {
     "split": [("worker", [*_WORKER, "workflows"]), ("worker-jobs", [*_WORKER, "jobs"])],
     "split-2jobs": [("worker", [*_WORKER, "workflows"]), ("worker-jobs", [*_WORKER, "jobs"]),
                     ("worker-jobs-2", [*_WORKER, "jobs"])],
-    # The interpreter's own garbage collection in the jobs worker (`env` execs the worker, so
-    # its pid stays the one the stack watches).
-    "split-autogc": [("worker", [*_WORKER, "workflows"]),
-                     ("worker-jobs", ["env", "SCHEDULER_WORKER_QUIET_GC=false", *_WORKER, "jobs"])],
 }
 DEFAULT_TOPOLOGY: str = os.environ.get("BENCH_WORKER_TOPOLOGY", "split")
 WORKER_TOPOLOGY: ContextVar[str] = ContextVar("worker_topology", default=DEFAULT_TOPOLOGY)
@@ -59,7 +55,7 @@ def wait_for_port(port: int, timeout: float, process: subprocess.Popen[bytes]) -
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise RuntimeError(f"{process.args[0]} exited with code {process.returncode}")
+            raise RuntimeError(f"{process.args!r} exited with code {process.returncode}")
         try:
             with socket.create_connection((HOST, port), timeout=0.5):
                 return
