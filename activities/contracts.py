@@ -32,11 +32,13 @@ class JobInput(BaseModel):
     scheduled_at: datetime
     job: HttpJob | HandlerJob | WorkflowJob
     not_before: datetime | None = Field(default=None, description="the run's instant")
+    sent_at: datetime | None = Field(default=None, description="when the workflow sent it")
     trigger: Trigger = Trigger.SCHEDULE
     run_timeout_seconds: float = 3600.0
     late_after_seconds: float | None = Field(
         default=None, description="an attempt that would start this long after its instant "
-        "does not run: it reports Late and the workflow's policy decides the fire"
+        "(or after it was sent, if later) does not run: it reports Late and the workflow's "
+        "policy decides the fire"
     )
 
 

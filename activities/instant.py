@@ -73,13 +73,16 @@ async def heartbeat_forever(
 
 
 def refuse_if_late(job_input: JobInput, *, started_before: bool) -> None:
-    """A scheduled run that would start past its grace (its worker was down or backlogged)
-    does not run: it reports Late, and the workflow's missed-run policy decides the fire.
+    """A scheduled run that would start past its grace after its instant, or after it was sent
+    (its worker was down or backlogged), does not run: it reports Late, and the workflow's
+    missed-run policy decides the fire.
     A retry of a job that had started is a retry, not a late start."""
     limit = job_input.late_after_seconds
     if limit is None or started_before:
         return
-    late = (datetime.now(UTC) - (job_input.not_before or job_input.scheduled_at)).total_seconds()
+    # From its instant, or from when it was sent if later (a run that waited in the queue).
+    due = job_input.not_before or job_input.sent_at or job_input.scheduled_at
+    late = (datetime.now(UTC) - due).total_seconds()
     if late > limit:
         raise ApplicationError(
             f"not started: it reached its worker {late:.0f}s after its instant",

@@ -9,7 +9,7 @@ carries its decisions out. Pure: times are arguments, nothing here reads a clock
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from zoneinfo import ZoneInfo
 
@@ -26,7 +26,7 @@ from scheduling.spec import (
     ScheduleType,
     TaskSpec,
 )
-from scheduling.status import DeadLetter, ExecutionStatus, SkipReason, Trigger
+from scheduling.status import DeadLetter, ExecutionStatus, SkipReason, TaskStatus, Trigger
 
 # A scheduled run that starts more than this long after its instant was missed (the stack was
 # down, or the workers were backlogged): the missed-run policy decides it, not the clock.
@@ -57,7 +57,7 @@ class Flight:
     scheduled: int = 0  # runs of the schedule (counted against max_runs)
     started: int = 0  # runs past their instant (the job is going)
     user_started: int = 0  # of those, runs not started by the missed-run policy
-    last_fire: datetime | None = None  # the latest fire of the schedule in flight
+    last_fire: datetime | None = None  # the latest fire of the schedule in flight (withdrawn too)
 
 
 @dataclass(frozen=True)
@@ -71,6 +71,7 @@ class Position:
     executed: int = 0  # scheduled runs that ran (max_runs counts these only)
     resumed_at: datetime | None = None  # fires up to here fell inside a pause
     queue: tuple[Run, ...] = ()
+    latest_taken: datetime | None = None  # the newest fire taken from the schedule so far
 
 
 @dataclass
@@ -83,6 +84,7 @@ class Due:
     skipped: list[tuple[datetime, SkipReason]] = field(default_factory=list)
     cancel_running: bool = False
     more: bool = False  # more fires are due than one pass decides: decide again at once
+    taken: datetime | None = None  # the newest fire this pass took from the schedule
 
 
 def instant_of(spec: ScheduleFields, task_id: str, scheduled_at: datetime,
@@ -171,6 +173,7 @@ def decide_due(pos: Position, flight: Flight, now: datetime) -> Due:
             result.more = True
             over = SkipReason.CATCHUP_CAP if policy is MissedRunPolicy.CATCHUP else SkipReason.MISSED
             result.skipped = [(f, _missed_reason(pos, f, now, over)) for f in due]
+            result.taken = due[-1]
             return result
         due += ahead
         result.next_fire_at = upcoming = cursor
@@ -208,15 +211,19 @@ def decide_due(pos: Position, flight: Flight, now: datetime) -> Due:
         # No scheduled run will finish to plan the next fire: the delay counts from now.
         result.next_fire_at = next_fire(spec, anchor=pos.anchor, after=now)
     result.next_fire_at = bounded(result.next_fire_at, _after(pos, result), flight)
+    # Fires beyond max_runs are not taken: they come back if a run in flight does not run.
+    decided = [f for f, _ in result.skipped] + [r.scheduled_at for r in result.start] + [
+        r.scheduled_at for r in result.queue if r.trigger.scheduled]
+    result.taken = max(decided, default=None)
     return result
 
 
 def _missed_reason(pos: Position, fire: datetime, now: datetime, over: SkipReason) -> SkipReason:
+    if pos.resumed_at is not None and fire <= pos.resumed_at:
+        return SkipReason.PAUSED
     window = pos.spec.catchup_window_seconds
     if window is not None and now - fire > timedelta(seconds=window):
         return SkipReason.OUTSIDE_WINDOW
-    if pos.resumed_at is not None and fire <= pos.resumed_at:
-        return SkipReason.PAUSED
     return over
 
 
@@ -249,9 +256,8 @@ def _decide_on_time(result: Due, fire: datetime, flight: Flight, overlap: Overla
 def _after(pos: Position, due: Due) -> Position:
     """The position once the pass's decisions are taken (for the max_runs budget)."""
     started = sum(1 for run in due.start if run.trigger.scheduled)
-    return Position(spec=pos.spec, task_id=pos.task_id, anchor=pos.anchor,
-                    next_fire_at=due.next_fire_at, executed=pos.executed + started,
-                    resumed_at=pos.resumed_at, queue=tuple(due.queue))
+    return replace(pos, next_fire_at=due.next_fire_at, executed=pos.executed + started,
+                   queue=tuple(due.queue))
 
 
 def next_from_queue(queue: list[Run], flight: Flight, *, paused: bool) -> Run | None:
@@ -274,6 +280,14 @@ def may_dispatch_ahead(flight: Flight, queue: list[Run], *, paused: bool, draini
     return flight.total == 0 and not queue and not paused and not draining
 
 
+def lead(base_seconds: float, wake_lag_seconds: float, max_seconds: float) -> timedelta:
+    """How far ahead of its instant a run is dispatched: the configured lead, plus twice how
+    late the task's last timer fired (a backlogged engine), up to the maximum."""
+    if base_seconds <= 0:
+        return timedelta(0)
+    return timedelta(seconds=min(base_seconds + 2 * wake_lag_seconds, max(base_seconds, max_seconds)))
+
+
 def may_withdraw(instant: datetime, now: datetime) -> bool:
     """A waiting run can still be withdrawn safely (see WITHDRAW_MARGIN)."""
     return instant - now > WITHDRAW_MARGIN
@@ -290,14 +304,37 @@ def after_finish(pos: Position, flight: Flight, finished_at: datetime) -> dateti
     return bounded(next_fire(pos.spec, anchor=pos.anchor, after=finished_at), pos, flight)
 
 
-def give_back(pos: Position, flight: Flight, fire: datetime) -> datetime | None:
-    """A fire whose run did not start (withdrawn by a pause, or refused as late) goes back to
-    the schedule, to be decided again by this module when its time is looked at."""
-    upcoming = pos.next_fire_at
-    earliest = fire if upcoming is None or fire < upcoming else upcoming
-    if pos.spec.end_date is not None and earliest > pos.spec.end_date:
-        return upcoming
-    return earliest
+def take_back(pos: Position, flight: Flight, fire: datetime, now: datetime) -> Due:
+    """A fire whose run did not start (withdrawn by a pause or new bounds, or refused as late).
+
+    While nothing after it was decided, it goes back to the schedule and is decided again
+    when its time is looked at. Once later fires were decided, it is a missed fire, decided
+    alone by the missed-run policy (never by rewinding the schedule over the later ones)."""
+    spec = pos.spec
+    result = Due(next_fire_at=pos.next_fire_at, queue=list(pos.queue))
+    if spec.end_date is not None and fire > spec.end_date:
+        result.skipped.append((fire, SkipReason.RESCHEDULED))  # past the new end_date
+        return result
+    later_taken = (pos.latest_taken is not None and pos.latest_taken > fire) or (
+        flight.last_fire is not None and flight.last_fire > fire)
+    if not later_taken:
+        result.next_fire_at = bounded(fire, pos, flight)  # unless max_runs is reached meanwhile
+        return result
+    policy = spec.effective_missed_run_policy()
+    queued = sum(1 for run in pos.queue if run.trigger is Trigger.CATCHUP)
+    left = runs_left(pos, flight)
+    over = SkipReason.CATCHUP_CAP if policy is MissedRunPolicy.CATCHUP else SkipReason.MISSED
+    reason = _missed_reason(pos, fire, now, over)
+    room = policy is MissedRunPolicy.CATCHUP and queued < spec.max_catchup_runs
+    if reason is SkipReason.CATCHUP_CAP and room and (left is None or left > 0):
+        result.queue.insert(0, Run(scheduled_at=fire, trigger=Trigger.CATCHUP))
+    else:
+        result.skipped.append((fire, reason))
+        if result.next_fire_at is None and pos.latest_taken is not None and not is_fixed_delay(spec):
+            # max_runs may have ended the schedule counting this run: it did not run.
+            result.next_fire_at = bounded(next_fire(spec, anchor=pos.anchor, after=pos.latest_taken),
+                                          pos, flight)
+    return result
 
 
 @dataclass(frozen=True)
@@ -306,7 +343,9 @@ class Change:
 
     next_fire_at: datetime | None
     anchor: datetime
-    retimed: bool  # the timing changed: waiting scheduled runs are dropped as rescheduled
+    retimed: bool  # the timing changed
+    queue: list[Run] = field(default_factory=list)
+    dropped: list[Run] = field(default_factory=list)  # waiting runs the change ends: rescheduled
 
 
 BOUND_FIELDS = frozenset({"end_date", "max_runs"})
@@ -318,29 +357,54 @@ def change_schedule(pos: Position, flight: Flight, new_spec: TaskSpec, now: date
     ``give_back``); any other schedule change starts over from now."""
     changed = {name for name in ScheduleFields.model_fields
                if getattr(new_spec, name) != getattr(pos.spec, name)}
-    moved = Position(spec=new_spec, task_id=pos.task_id, anchor=pos.anchor,
-                     next_fire_at=pos.next_fire_at, executed=pos.executed,
-                     resumed_at=pos.resumed_at, queue=pos.queue)
+    moved = replace(pos, spec=new_spec)
+    asked = [run for run in pos.queue if not run.trigger.scheduled]
     if not changed:
-        return Change(pos.next_fire_at, pos.anchor, retimed=False)
+        return Change(pos.next_fire_at, pos.anchor, retimed=False, queue=list(pos.queue))
     if changed <= BOUND_FIELDS:
+        # Waiting runs of the schedule past the new bounds no longer run.
+        kept: list[Run] = []
+        dropped: list[Run] = []
+        room = None if new_spec.max_runs is None else max(
+            0, new_spec.max_runs - pos.executed - flight.scheduled)
+        for run in pos.queue:
+            past_end = new_spec.end_date is not None and run.scheduled_at > new_spec.end_date
+            if run.trigger.scheduled and (past_end or room is not None and room <= 0):
+                dropped.append(run)
+                continue
+            if run.trigger.scheduled and room is not None:
+                room -= 1
+            kept.append(run)
+        moved = replace(moved, queue=tuple(kept))
         upcoming = pos.next_fire_at
         if upcoming is None and not is_fixed_delay(new_spec):
             # The old bounds had ended the schedule; the new ones may let it go on after the
             # last fire taken.
             after = max(now, flight.last_fire) if flight.last_fire else now
             upcoming = next_fire(new_spec, anchor=pos.anchor, after=after)
-        return Change(bounded(upcoming, moved, flight), pos.anchor, retimed=False)
+        return Change(bounded(upcoming, moved, flight), pos.anchor, retimed=False,
+                      queue=kept, dropped=dropped)
     unqueued = Position(spec=new_spec, task_id=pos.task_id, anchor=now, next_fire_at=None,
-                        executed=pos.executed, queue=tuple(r for r in pos.queue
-                                                           if not r.trigger.scheduled))
-    return Change(bounded(first_fire(new_spec, now), unqueued, flight), now, retimed=True)
+                        executed=pos.executed, queue=tuple(asked))
+    return Change(bounded(first_fire(new_spec, now), unqueued, flight), now, retimed=True,
+                  queue=asked, dropped=[run for run in pos.queue if run.trigger.scheduled])
 
 
 def schedule_done(pos: Position, flight: Flight) -> bool:
     """Nothing is due, queued or in flight, and nothing will be: the task has ended (a fire
     withdrawn by a pause is back in ``next_fire_at``; fixed_delay plans after each run)."""
     return pos.next_fire_at is None and not pos.queue and not flight.total
+
+
+def final_status(spec: TaskSpec, last_run: ExecutionStatus | None) -> tuple[TaskStatus, str | None]:
+    """How a task whose schedule is done ends: a one-time task as its run did; a recurring
+    one COMPLETED."""
+    if spec.schedule_type is not ScheduleType.ONCE:
+        return TaskStatus.COMPLETED, None
+    if last_run is None:
+        return TaskStatus.COMPLETED, "its only run was skipped (see its executions for the reason)"
+    return {ExecutionStatus.COMPLETED: TaskStatus.COMPLETED,
+            ExecutionStatus.CANCELLED: TaskStatus.CANCELLED}.get(last_run, TaskStatus.FAILED), None
 
 
 def drifted(spec: TaskSpec, trigger: Trigger, lateness: timedelta) -> bool:

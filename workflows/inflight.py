@@ -72,8 +72,9 @@ class RunsInFlight:
             scheduled=sum(1 for f in live if f.run.trigger.scheduled),
             started=len(started),
             user_started=sum(1 for f in started if f.run.trigger is not Trigger.CATCHUP),
-            last_fire=max((f.run.scheduled_at for f in live if f.run.trigger.scheduled),
-                          default=None),
+            # Withdrawn ones too: their fires come back through policy.take_back.
+            last_fire=max((f.run.scheduled_at for f in self._flying.values()
+                           if f.run.trigger.scheduled), default=None),
         )
 
     def instants(self) -> list[datetime]:
@@ -92,7 +93,7 @@ class RunsInFlight:
             JobInput(
                 execution_id=run_id, task_id=task_id, tenant_id=tenant_id,
                 scheduled_at=run.scheduled_at, job=spec.job_details,
-                not_before=instant if wait else None, trigger=run.trigger,
+                not_before=instant if wait else None, sent_at=now, trigger=run.trigger,
                 run_timeout_seconds=spec.run_timeout_seconds,
                 late_after_seconds=late.total_seconds() if late is not None else None,
             ),

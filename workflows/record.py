@@ -16,7 +16,7 @@ from temporalio.exceptions import ActivityError
 with workflow.unsafe.imports_passed_through():
     from activities.contracts import NOTIFY, RECORD, Notification, Record
     from scheduling.spec import NotifyEvent
-    from scheduling.status import ExecutionStatus
+    from scheduling.status import ExecutionStatus, SkipReason, execution_id
     from store.records import ExecutionRecord, TaskSnapshot
     from workflows import attributes
     from workflows.describe import describe_schedule
@@ -57,6 +57,15 @@ class TaskRecord:
         if record.drifted:
             meter.create_counter("scheduler_drift_events",
                                  "runs that started past the drift threshold").add(1)
+
+    def skip(self, fire: datetime, reason: SkipReason, run_id: str | None = None) -> None:
+        """Record a fire that did not run, and why."""
+        state = self._state
+        state.skipped_count += 1
+        self.add(ExecutionRecord(
+            id=run_id or execution_id(state.task_id, fire), task_id=state.task_id,
+            tenant_id=state.tenant_id, scheduled_at=fire, status=ExecutionStatus.SKIPPED,
+            reason=reason.value, finished_at=workflow.now()))
 
     async def write(self, next_instant: datetime | None) -> None:
         """Write the pending execution rows and the task row, if either has anything new."""

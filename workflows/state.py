@@ -10,7 +10,8 @@ from activities.contracts import Notification
 from scheduling.fire import first_fire
 from scheduling.policy import Position, Run, instant_of
 from scheduling.spec import TaskSpec
-from scheduling.status import ExecutionStatus, TaskStatus
+from scheduling.status import ExecutionStatus, TaskStatus, Trigger
+from store.records import ExecutionRecord
 
 
 class ReplayRequest(BaseModel):
@@ -47,6 +48,8 @@ class TaskState(BaseModel):
     )
     cancel_requested: bool = False
     queue: list[Run] = Field(default_factory=list, description="runs waiting to start")
+    latest_taken: datetime | None = Field(
+        default=None, description="the newest fire taken from the schedule (decided or sent)")
     last_run: LastRun | None = None
     executed: int = Field(default=0, description="scheduled runs that ran (max_runs counts these)")
     manual_runs: int = Field(default=0, description="manual runs asked for (numbers their ids)")
@@ -69,6 +72,22 @@ class TaskState(BaseModel):
         """Runs that ran and ended, whatever started them."""
         return self.success_count + self.failure_count + self.cancelled_count
 
+    def count(self, record: ExecutionRecord, trigger: Trigger) -> None:
+        """Count a run that ran and ended; it is the last run now."""
+        status = ExecutionStatus(record.status)
+        if status is ExecutionStatus.COMPLETED:
+            self.success_count += 1
+            self.consecutive_failures = 0
+        elif status is ExecutionStatus.FAILED:
+            self.failure_count += 1
+            self.consecutive_failures += 1
+        else:
+            self.cancelled_count += 1
+        if trigger.scheduled:
+            self.executed += 1
+        self.last_run = LastRun(execution_id=record.id, scheduled_at=record.scheduled_at,
+                                status=status, finished_at=record.finished_at, error=record.error)
+
     def next_instant(self) -> datetime | None:
         """When the next fire runs (its jitter included); None while paused."""
         if self.paused or self.next_fire_at is None:
@@ -79,7 +98,8 @@ class TaskState(BaseModel):
         """Where the schedule stands, for the policy engine."""
         return Position(spec=self.spec, task_id=self.task_id, anchor=self.anchor,
                         next_fire_at=self.next_fire_at, executed=self.executed,
-                        resumed_at=self.resumed_at, queue=tuple(self.queue))
+                        resumed_at=self.resumed_at, queue=tuple(self.queue),
+                        latest_taken=self.latest_taken)
 
 
 class TaskWorkflowInput(BaseModel):

@@ -35,7 +35,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.describe import describe_schedule
     from workflows.inflight import Ended, RunsInFlight
     from workflows.record import TaskRecord
-    from workflows.state import LastRun, ReplayRequest, TaskState, TaskWorkflowInput
+    from workflows.state import ReplayRequest, TaskState, TaskWorkflowInput
 
 # A timer may fire a few milliseconds before the wake it was set for: this slack keeps that
 # from costing a second, tiny timer before the dispatch.
@@ -101,7 +101,9 @@ class TaskWorkflow:
         self._start_queued()
         self._dispatch_ahead()
         if policy.schedule_done(state.position(), self._runs.flight(now)):
-            self._finish(self._final_status(), state.status_reason or self._end_reason())
+            last = state.last_run.status if state.last_run else None
+            status, reason = policy.final_status(state.spec, last)
+            self._finish(status, state.status_reason or reason)
             await self._write()
             return True
         self._refresh_status()
@@ -113,8 +115,9 @@ class TaskWorkflow:
         now = workflow.now()
         due = policy.decide_due(state.position(), self._runs.flight(now), now)
         state.next_fire_at, state.queue = due.next_fire_at, due.queue
+        state.latest_taken = max(filter(None, [state.latest_taken, due.taken]), default=None)
         for fire, reason in due.skipped:
-            self._skip(fire, reason)
+            self._record.skip(fire, reason)
         if due.cancel_running:
             self._runs.cancel_started()
         for run in due.start:
@@ -144,6 +147,7 @@ class TaskWorkflow:
                                                  paused=state.paused, draining=self._draining())):
             return
         fire = state.next_fire_at
+        state.latest_taken = max(filter(None, [state.latest_taken, fire]))
         state.next_fire_at = None if policy.is_fixed_delay(state.spec) else next_fire(
             state.spec, anchor=state.anchor, after=fire)
         self._start(Run(scheduled_at=fire), instant=instant)
@@ -171,35 +175,28 @@ class TaskWorkflow:
         fire = ended.run.scheduled_at
         if ended.reason in GIVE_BACK or ended.reason is None:
             # Refused as late, or withdrawn by a pause or new bounds: the policy decides it again.
-            state.next_fire_at = policy.give_back(state.position(), self._runs.flight(workflow.now()), fire)
+            now = workflow.now()
+            back = policy.take_back(state.position(), self._runs.flight(now), fire, now)
+            state.next_fire_at, state.queue = back.next_fire_at, back.queue
+            for skipped, reason in back.skipped:
+                self._record.skip(skipped, reason)
         elif ended.run.trigger.scheduled or ended.run.trigger is Trigger.MANUAL:
             reason = SkipReason.CANCELLED if ended.reason == "cancelled" else SkipReason.RESCHEDULED
-            self._skip(fire, reason, ended.run_id)
+            self._record.skip(fire, reason, ended.run_id)
 
     def _ran(self, ended: Ended, record: ExecutionRecord) -> None:
-        state, spec = self._state, self._state.spec
+        state, spec, trigger = self._state, self._state.spec, ended.run.trigger
         now = workflow.now()
         # The start is the worker's clock, the end the workflow's: never before the start.
         record.finished_at = max(now, record.started_at) if record.started_at else now
-        status = ExecutionStatus(record.status)
         if record.started_at is not None:
             lateness = record.started_at - record.scheduled_at
             record.lateness_ms = max(0.0, lateness.total_seconds() * 1000)
-            record.drifted = policy.drifted(spec, ended.run.trigger, lateness)
+            record.drifted = policy.drifted(spec, trigger, lateness)
+        status = ExecutionStatus(record.status)
         record.dead_letter = policy.dead_letter_of(status)
-        if status is ExecutionStatus.COMPLETED:
-            state.success_count += 1
-            state.consecutive_failures = 0
-        elif status is ExecutionStatus.FAILED:
-            state.failure_count += 1
-            state.consecutive_failures += 1
-        else:
-            state.cancelled_count += 1
-        if ended.run.trigger.scheduled:
-            state.executed += 1
-        state.last_run = LastRun(execution_id=record.id, scheduled_at=record.scheduled_at,
-                                 status=status, finished_at=record.finished_at, error=record.error)
-        if policy.is_fixed_delay(spec) and ended.run.trigger.scheduled and not state.cancel_requested:
+        state.count(record, trigger)
+        if policy.is_fixed_delay(spec) and trigger.scheduled and not state.cancel_requested:
             state.next_fire_at = policy.after_finish(state.position(), self._runs.flight(now), now)
         self._record.add(record)
         if record.dead_letter is not None:
@@ -213,14 +210,6 @@ class TaskWorkflow:
             self._pause(tripped)
             self._record.notify(NotifyEvent.AUTO_PAUSED, record.id, tripped)
 
-    def _skip(self, fire: datetime, reason: SkipReason, run_id: str | None = None) -> None:
-        state = self._state
-        state.skipped_count += 1
-        self._record.add(ExecutionRecord(
-            id=run_id or execution_id(state.task_id, fire), task_id=state.task_id,
-            tenant_id=state.tenant_id, scheduled_at=fire, status=ExecutionStatus.SKIPPED,
-            reason=reason.value, finished_at=workflow.now()))
-
     async def _stop(self) -> None:
         """Cancel every run and queued run, record them, and end the task CANCELLED."""
         state = self._state
@@ -228,7 +217,7 @@ class TaskWorkflow:
         await self._runs.settled()
         self._absorb_ended()
         for run in state.queue:
-            self._skip(run.scheduled_at, SkipReason.CANCELLED, run.execution_id)
+            self._record.skip(run.scheduled_at, SkipReason.CANCELLED, run.execution_id)
         self._finish(TaskStatus.CANCELLED, state.status_reason or "cancelled")
         await self._write()
 
@@ -248,14 +237,15 @@ class TaskWorkflow:
         # "now" would fire that much late.
         now = workflow.now()
         instant = state.next_instant()
-        timeout = summary = None
+        wakes = [i for i in self._runs.instants() if i > now]  # a run starts: show RUNNING
+        summary = None
         if instant is not None:
             ahead = policy.may_dispatch_ahead(self._runs.flight(now), state.queue,
                                               paused=state.paused, draining=self._draining())
-            wake_at = instant - self._lead() if ahead else instant
-            timeout = max(wake_at - now, timedelta(milliseconds=1))
+            wakes.append(instant - self._lead() if ahead else instant)
             summary = (f"sleep until {instant.astimezone(state.spec.zone()).isoformat()} "
                        f"({describe_schedule(state.spec)})")
+        timeout = max(min(wakes) - now, timedelta(milliseconds=1)) if wakes else None
         try:
             await workflow.wait_condition(lambda: self._wake or bool(self._runs.ended),
                                           timeout=timeout, timeout_summary=summary)
@@ -267,11 +257,8 @@ class TaskWorkflow:
     # -- helpers of the loop ----------------------------------------------------------------
 
     def _lead(self) -> timedelta:
-        base = self._input.lead_seconds
-        if base <= 0:
-            return timedelta(0)
-        adaptive = base + 2 * self._state.wake_lag_seconds
-        return timedelta(seconds=min(max(base, adaptive), self._input.max_lead_seconds))
+        return policy.lead(self._input.lead_seconds, self._state.wake_lag_seconds,
+                           self._input.max_lead_seconds)
 
     def _draining(self) -> bool:
         """The history is long: no new run starts here; the next workflow run starts them."""
@@ -294,19 +281,6 @@ class TaskWorkflow:
         state.status, state.status_reason = status, reason
         state.next_fire_at = None
         state.queue = []
-
-    def _final_status(self) -> TaskStatus:
-        last = self._state.last_run
-        if self._state.spec.schedule_type is ScheduleType.ONCE and last is not None:
-            return {ExecutionStatus.COMPLETED: TaskStatus.COMPLETED,
-                    ExecutionStatus.CANCELLED: TaskStatus.CANCELLED}.get(last.status, TaskStatus.FAILED)
-        return TaskStatus.COMPLETED
-
-    def _end_reason(self) -> str | None:
-        state = self._state
-        if state.spec.schedule_type is ScheduleType.ONCE and state.last_run is None:
-            return "its only run was skipped (see its executions for the reason)"
-        return None
 
     # -- messages ---------------------------------------------------------------------------
 
@@ -391,11 +365,11 @@ class TaskWorkflow:
             change = policy.change_schedule(state.position(), self._runs.flight(workflow.now()),
                                             new_spec, workflow.now())
             state.spec = new_spec
-            state.next_fire_at, state.anchor = change.next_fire_at, change.anchor
+            state.next_fire_at, state.anchor, state.queue = change.next_fire_at, change.anchor, change.queue
             if change.retimed:
-                for old in [r for r in state.queue if r.trigger.scheduled]:
-                    state.queue.remove(old)
-                    self._skip(old.scheduled_at, SkipReason.RESCHEDULED)
+                state.latest_taken = None
+            for old in change.dropped:
+                self._record.skip(old.scheduled_at, SkipReason.RESCHEDULED)
             self._wake = True
             await self._write()
             return state

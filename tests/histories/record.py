@@ -23,6 +23,7 @@ from sqlalchemy import Engine
 from temporalio.api.enums.v1 import EventType
 from temporalio.testing import WorkflowEnvironment
 
+from activities.handlers import Handler
 from scheduling.spec import TaskChanges, TaskSpec
 from scheduling.status import workflow_id
 from store.engine import make_engine, migrate
@@ -74,22 +75,29 @@ async def until_in_flight(handle: TaskHandle, flying: bool = True) -> None:
     await until(reached)
 
 
-@scenario
-async def once(env: WorkflowEnvironment, engine: Engine) -> TaskHandle:
-    async with new_worker(env.client, engine) as worker:
-        run_at = await env.get_current_time() + 5 * MINUTE
-        handle = await start_task(env, worker.task_queue, spec(schedule_type="once", run_at=run_at))
+async def to_the_end(env: WorkflowEnvironment, engine: Engine, task: TaskSpec, *, lead: float = 0,
+                     handlers: dict[str, Handler] | None = None, history_limit: int = 10_000
+                     ) -> TaskHandle:
+    """Run a task on a worker of its own until it ends."""
+    async with new_worker(env.client, engine, handlers=handlers) as worker:
+        if lead:
+            handle = await start_ahead(env, worker.task_queue, task, lead)
+        else:
+            handle = await start_task(env, worker.task_queue, task, history_limit=history_limit)
         await handle.result()
     return handle
+
+
+@scenario
+async def once(env: WorkflowEnvironment, engine: Engine) -> TaskHandle:
+    run_at = await env.get_current_time() + 5 * MINUTE
+    return await to_the_end(env, engine, spec(schedule_type="once", run_at=run_at))
 
 
 @scenario
 async def interval_dispatched_ahead(env: WorkflowEnvironment, engine: Engine) -> TaskHandle:
-    async with new_worker(env.client, engine) as worker:
-        task = spec(schedule_type="interval", interval_seconds=3, max_runs=2)
-        handle = await start_ahead(env, worker.task_queue, task, lead=2)
-        await handle.result()
-    return handle
+    task = spec(schedule_type="interval", interval_seconds=3, max_runs=2)
+    return await to_the_end(env, engine, task, lead=2)
 
 
 @scenario
@@ -111,16 +119,18 @@ async def catchup(env: WorkflowEnvironment, engine: Engine) -> TaskHandle:
     return handle
 
 
+def every_second(policy: str, max_runs: int) -> TaskSpec:
+    """An every-second task whose job is the "slow" handler."""
+    return spec(schedule_type="interval", interval_seconds=1, overlap_policy=policy,
+                max_runs=max_runs, job_details=handler_job("slow"), heartbeat_timeout_seconds=1)
+
+
 @scenario
 async def continue_as_new_in_flight(env: WorkflowEnvironment, engine: Engine) -> TaskHandle:
-    # Every second, the first job lasts 2.5 s, allow: the history passes its limit while runs
-    # are going; the workflow drains them, then continues as new with the fires left.
-    task = spec(schedule_type="interval", interval_seconds=1, overlap_policy="allow", max_runs=5,
-                job_details=handler_job("slow"), heartbeat_timeout_seconds=1)
-    async with new_worker(env.client, engine, handlers={"slow": SlowFirst(2.5)}) as worker:
-        handle = await start_task(env, worker.task_queue, task, history_limit=40)
-        state = await handle.result()
-    assert state.continued_as_new > 0 and state.success_count == 5, state
+    # The first job lasts 2.5 s, allow: the history passes its limit while runs are going; the
+    # workflow drains them, then continues as new with the fires left.
+    handle = await to_the_end(env, engine, every_second("allow", 5), history_limit=40,
+                              handlers={"slow": SlowFirst(2.5)})
     # Record the first run of the chain: its history ends in the continue-as-new.
     first = env.client.get_workflow_handle(handle.id, run_id=handle.first_execution_run_id,
                                            result_type=TaskState)
@@ -129,35 +139,23 @@ async def continue_as_new_in_flight(env: WorkflowEnvironment, engine: Engine) ->
     return first
 
 
-async def overlapping(env: WorkflowEnvironment, engine: Engine, policy: str, slow: SlowFirst,
-                      max_runs: int) -> TaskHandle:
-    """An every-second task whose first job is slow, under ``policy``."""
-    task = spec(schedule_type="interval", interval_seconds=1, overlap_policy=policy,
-                max_runs=max_runs, job_details=handler_job("slow"), heartbeat_timeout_seconds=1)
-    async with new_worker(env.client, engine, handlers={"slow": slow}) as worker:
-        handle = await start_task(env, worker.task_queue, task)
-        await handle.result()
-    return handle
-
-
 @scenario
 async def buffer_one(env: WorkflowEnvironment, engine: Engine) -> TaskHandle:
-    return await overlapping(env, engine, "buffer_one", SlowFirst(2.5), max_runs=3)
+    return await to_the_end(env, engine, every_second("buffer_one", 3),
+                            handlers={"slow": SlowFirst(2.5)})
 
 
 @scenario
 async def cancel_running(env: WorkflowEnvironment, engine: Engine) -> TaskHandle:
-    return await overlapping(env, engine, "cancel_running", SlowFirst(0, until_cancelled=True), 2)
+    return await to_the_end(env, engine, every_second("cancel_running", 2),
+                            handlers={"slow": SlowFirst(0, until_cancelled=True)})
 
 
 @scenario
 async def fixed_delay(env: WorkflowEnvironment, engine: Engine) -> TaskHandle:
     task = spec(schedule_type="interval", interval_seconds=600, interval_mode="fixed_delay",
                 max_runs=2, job_details=handler_job("sleep", seconds=0.2))
-    async with new_worker(env.client, engine) as worker:
-        handle = await start_task(env, worker.task_queue, task)
-        await handle.result()
-    return handle
+    return await to_the_end(env, engine, task)
 
 
 @scenario
