@@ -116,6 +116,6 @@ def create_app(
     app.include_router(dead_letters.router)
     app.include_router(health.router)
     app.include_router(ui.router)
-    install_docs(app)
+    install_docs(app, sorted(load_handlers()))
 
     return app

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from importlib.resources import files
 from pathlib import Path
+from typing import Any
 
 from fastapi import APIRouter, FastAPI
 from fastapi.openapi.docs import (
@@ -24,8 +25,18 @@ ASSETS_DIR = Path(str(files("fastapi_offline") / "static"))
 OAUTH2_REDIRECT_URL = "/docs/oauth2-redirect"
 
 
-def install_docs(app: FastAPI) -> None:
-    """Serve /docs, /redoc and their scripts and styles from this process."""
+def install_docs(app: FastAPI, handlers: list[str]) -> None:
+    """Serve /docs, /redoc and their scripts and styles from this process; the OpenAPI
+    document names the handlers this deployment registered, the only ones a task may run."""
+    generate = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schemas = generate()["components"]["schemas"]
+            schemas["HandlerJob"]["properties"]["name"]["enum"] = handlers
+        return app.openapi_schema or generate()
+
+    app.openapi = openapi  # type: ignore[method-assign]  # FastAPI's documented extension point
     app.mount(ASSETS_URL, StaticFiles(directory=ASSETS_DIR), name="docs-assets")
     openapi_url = app.openapi_url or "/openapi.json"
     router = APIRouter(include_in_schema=False)
