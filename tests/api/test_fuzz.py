@@ -67,9 +67,10 @@ def test_api_matches_its_openapi_document_under_every_check(fuzz_target: dict[st
         "--request-timeout", "30", "--generation-database", "none", "--no-color",
         "--report", "junit", "--report-junit-path", str(root / "junit.xml"),
     ]
-    env = {**os.environ, "SCHEMATHESIS_HOOKS": "tests.api.fuzz_hooks",
+    env = {**os.environ, "SCHEMATHESIS_HOOKS": "tests.api.fuzz_hooks", "PYTHONPATH": str(ROOT),
            "FUZZ_WORKFLOW_QUEUE": ECHO_QUEUE}
-    run = subprocess.run(command, env=env, cwd=ROOT, capture_output=True, text=True, timeout=280)
+    # In the test's own folder: the CLI keeps a cache in its working directory.
+    run = subprocess.run(command, env=env, cwd=root, capture_output=True, text=True, timeout=280)
     report = run.stdout[-20_000:] + run.stderr[-2_000:]
     assert run.returncode == 0, report
     assert "17 selected / 17 total" in run.stdout, report
