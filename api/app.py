@@ -18,6 +18,7 @@ from api.guards import BodyGuard
 from api.metrics import ApiMetrics, MetricsMiddleware
 from api.ratelimit import TenantRateLimiter
 from api.routes import dead_letters, health, tasks, ui
+from api.routes.docs import install_docs
 from api.service import TaskService
 from api.temporal import TemporalGateway
 from store.engine import make_engine, migrate
@@ -92,6 +93,8 @@ def create_app(
         version="0.1.0",
         description=DESCRIPTION,
         lifespan=lifespan,
+        docs_url=None,  # served by install_docs, from local assets
+        redoc_url=None,
     )
     tracing = setup_tracing("task-scheduler-api", settings.otlp_endpoint)
     if tracing:
@@ -107,5 +110,6 @@ def create_app(
     app.include_router(dead_letters.router)
     app.include_router(health.router)
     app.include_router(ui.router)
+    install_docs(app, sorted(load_handlers()))
 
     return app

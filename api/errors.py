@@ -11,11 +11,14 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 PROBLEM = "application/problem+json"
+BODY_PARSE_ERROR = "There was an error parsing the body"
 TYPE_BASE = "https://task-scheduler.dev/problems/"
 log = structlog.get_logger("task_scheduler.api")
 
 # Fields of the design that this version does not implement yet: refused, never ignored.
 NOT_YET_SUPPORTED: frozenset[str] = frozenset()
+# Fields that belong to one kind of schedule only.
+SCHEDULE_FIELDS = frozenset({"run_at", "cron", "interval_seconds", "max_runs"})
 
 
 class ApiError(Exception):
@@ -83,18 +86,48 @@ def problem(status: int, slug: str, title: str, detail: str, **extra: Any) -> JS
     return JSONResponse(body, status_code=status, media_type=PROBLEM)
 
 
+# The tags of the discriminated unions in request bodies, by the field that holds the union.
+UNION_TAGS = {
+    "body": frozenset({"once", "cron", "interval"}),
+    "job_details": frozenset({"http", "handler", "workflow"}),
+}
+
+
+def _schedule_tag(loc: tuple[Any, ...]) -> str | None:
+    """The schedule_type a create body's error lies under, if any."""
+    if len(loc) > 1 and loc[0] == "body" and loc[1] in UNION_TAGS["body"]:
+        return str(loc[1])
+    return None
+
+
 def _field_path(loc: tuple[Any, ...]) -> str:
-    parts = [str(p) for p in loc if p not in ("body", "query", "path", "header")]
     # Discriminated unions add the tag to the path (job_details.http.url): drop it.
+    parts = [
+        str(p) for i, p in enumerate(loc)
+        if p not in ("body", "query", "path", "header")
+        and not (i > 0 and p in UNION_TAGS.get(str(loc[i - 1]), ()))
+    ]
     return ".".join(parts) or "body"
 
 
 def _message(error: dict[str, Any]) -> str:
     kind = error.get("type", "")
-    field = _field_path(tuple(error.get("loc", ())))
+    loc = tuple(error.get("loc", ()))
+    field = _field_path(loc)
     name = field.rsplit(".", 1)[-1]
     if kind == "json_invalid":
         return "the body is not valid JSON"
+    if kind in ("union_tag_invalid", "union_tag_not_found"):
+        context = error.get("ctx", {})
+        tag_field = str(context.get("discriminator", "")).strip("'")
+        prefix = f"{field}.{tag_field}" if field != "body" else tag_field
+        expected = context.get("expected_tags", "")
+        if kind == "union_tag_not_found":
+            return f"{prefix}: field required (one of {expected})"
+        return f"{prefix}: {context.get('tag')!r} is not one of {expected}"
+    tag = _schedule_tag(loc)
+    if kind == "none_required" and tag is not None and field in SCHEDULE_FIELDS:
+        return f"{field}: does not apply to schedule_type {tag!r}"
     if kind == "extra_forbidden":
         if name in NOT_YET_SUPPORTED:
             return f"{field}: not supported yet by this version; remove it"
@@ -105,11 +138,18 @@ def _message(error: dict[str, Any]) -> str:
     return f"{field}: {msg}" if field != "body" else msg
 
 
+def _field(error: dict[str, Any]) -> str:
+    loc = tuple(error.get("loc", ()))
+    if error.get("type") == "json_invalid":
+        return "body"  # its location is a character position, not a field
+    if error.get("type") in ("union_tag_invalid", "union_tag_not_found"):
+        return _message(error).split(":", 1)[0]
+    return _field_path(loc)
+
+
 def validation_problem(errors: list[dict[str, Any]]) -> JSONResponse:
     """422 naming every field at fault."""
-    cleaned = [
-        {"field": _field_path(tuple(e.get("loc", ()))), "message": _message(e)} for e in errors
-    ]
+    cleaned = [{"field": _field(e), "message": _message(e)} for e in errors]
     return problem(
         422,
         "validation",
@@ -135,6 +175,12 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        if exc.status_code == 400 and exc.detail == BODY_PARSE_ERROR:
+            # FastAPI's answer to a body it cannot decode (not UTF-8): invalid input, like
+            # any other body that is not a JSON object the route takes.
+            message = "the body is not valid JSON (send UTF-8 text)"
+            return problem(422, "validation", "Request validation failed", message, field="body",
+                           errors=[{"field": "body", "message": message}])
         slugs = {404: "not-found", 405: "method-not-allowed", 413: "too-large", 415: "unsupported-media-type"}
         response = problem(
             exc.status_code,

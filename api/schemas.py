@@ -3,11 +3,27 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 
-from scheduling.spec import TaskChanges, TaskSpec
+from api.cursors import NextCursor
+from scheduling.spec import (
+    MAX_INTERVAL_SECONDS,
+    MAX_NAME_LENGTH,
+    IntervalMode,
+    JobDetails,
+    MissedRunPolicy,
+    NotifySpec,
+    OverlapPolicy,
+    PolicyFields,
+    Priority,
+    RetrySpec,
+    ScheduleType,
+    TaskChanges,
+    TaskSpec,
+    count_not_text,
+)
 from store.models import TaskExecution
 from store.tasks import TaskView
 from workflows.state import TaskState
@@ -47,14 +63,139 @@ CREATE_EXAMPLES: dict[str, Any] = {
 }
 
 
-class TaskCreate(TaskSpec):
-    """Body of POST /task/create and /task/recurring."""
+# The create and update bodies describe to clients exactly what TaskSpec accepts; the API then
+# validates them into a TaskSpec (or TaskChanges), the one set of rules every path applies.
+def _rfc3339_text(value: Any) -> Any:
+    # Without this a number would pass as seconds since the epoch: the document says string.
+    if not isinstance(value, str | datetime):
+        raise ValueError("must be an RFC 3339 date-time string, e.g. 2026-12-01T10:00:00Z")
+    return value
 
 
-class TaskUpdate(TaskChanges):
-    """Body of POST /task/update: the task id and the fields to change."""
+Instant = Annotated[datetime, BeforeValidator(_rfc3339_text)]
+TaskName = Annotated[str, Field(min_length=1, max_length=MAX_NAME_LENGTH, examples=["nightly-report"])]
+Cron = Annotated[str, Field(max_length=200, description="5 fields, or 6 with seconds first",
+                            examples=["0 10 * * *"])]
+TimeZone = Annotated[str, Field(max_length=64, description="IANA name, for cron",
+                                examples=["Europe/Berlin"])]
+# At least a microsecond, the finest step a run time has; the tenant's quota sets the
+# shortest interval it allows (min_interval_seconds).
+IntervalSeconds = Annotated[float, Field(strict=True, ge=0.000001, le=MAX_INTERVAL_SECONDS)]
+MaxRuns = Annotated[int, Field(ge=1, description="stop after this many runs")]
+
+
+class _NewTask(PolicyFields):
+    """What every new task has, whatever its kind of schedule."""
+
+    task_name: TaskName
+    job_details: JobDetails
+    timezone: TimeZone = "UTC"
+    interval_mode: IntervalMode = Field(
+        default=IntervalMode.FIXED_RATE, description="for interval: fixed_rate or fixed_delay"
+    )
+    start_date: Instant | None = None
+    end_date: Instant | None = None
+
+    _counts = field_validator("max_runs", mode="before", check_fields=False)(count_not_text)
+
+    def spec(self) -> TaskSpec:
+        """The task as a TaskSpec (raises ValidationError naming the field at fault)."""
+        return TaskSpec.model_validate(self.model_dump(exclude_unset=True))
+
+
+class OnceTask(_NewTask):
+    """A task that runs once, at ``run_at``."""
+
+    schedule_type: Literal["once"]
+    run_at: Instant = Field(description="the instant to run, with a time zone offset")
+    # The other kinds' fields may be sent as null, as a flat client sends them; nothing else.
+    cron: None = None
+    interval_seconds: None = None
+    max_runs: None = None
+
+
+class CronTask(_NewTask):
+    """A task that runs at the times of a cron expression in ``timezone``."""
+
+    schedule_type: Literal["cron"]
+    cron: Cron
+    max_runs: MaxRuns | None = None
+    run_at: None = None
+    interval_seconds: None = None
+
+
+class IntervalTask(_NewTask):
+    """A task that runs every ``interval_seconds``."""
+
+    schedule_type: Literal["interval"]
+    interval_seconds: IntervalSeconds
+    max_runs: MaxRuns | None = None
+    run_at: None = None
+    cron: None = None
+
+
+TaskCreate = Annotated[OnceTask | CronTask | IntervalTask, Field(discriminator="schedule_type")]
+RecurringTaskCreate = Annotated[CronTask | IntervalTask, Field(discriminator="schedule_type")]
+
+
+# Fields an update may leave out but not set to null: null is no value they can take.
+NOT_NULL = (
+    "task_name", "job_details", "schedule_type", "timezone", "interval_mode", "retry_policy",
+    "heartbeat_timeout_seconds", "run_timeout_seconds", "priority", "max_catchup_runs",
+    "overlap_policy", "jitter_seconds",
+)
+
+
+def _update_schema(schema: dict[str, Any]) -> None:
+    # A field left out of an update keeps its value, so no field shows a default; and the
+    # fields that refuse null do not offer it.
+    for name, field in schema.get("properties", {}).items():
+        field.pop("default", None)
+        if name in NOT_NULL and "anyOf" in field:
+            (kept,) = (branch for branch in field.pop("anyOf") if branch != {"type": "null"})
+            field.update(kept)
+
+
+class TaskUpdate(BaseModel):
+    """Body of POST /task/update: the task id and the fields to change. A field left out keeps
+    its value; null clears a field that may be empty (and only such a field)."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra=_update_schema)
 
     task_id: str = Field(min_length=1, max_length=64)
+    task_name: TaskName | None = None
+    job_details: JobDetails | None = None
+    schedule_type: ScheduleType | None = None
+    run_at: Instant | None = None
+    cron: Cron | None = None
+    timezone: TimeZone | None = None
+    interval_seconds: IntervalSeconds | None = None
+    interval_mode: IntervalMode | None = None
+    start_date: Instant | None = None
+    end_date: Instant | None = None
+    max_runs: MaxRuns | None = None
+    retry_policy: RetrySpec | None = None
+    heartbeat_timeout_seconds: Annotated[float, Field(strict=True, ge=1, le=3600)] | None = None
+    run_timeout_seconds: Annotated[float, Field(strict=True, gt=0, le=7 * 86400)] | None = None
+    priority: Priority | None = None
+    missed_run_policy: MissedRunPolicy | None = None
+    max_catchup_runs: Annotated[int, Field(ge=1, le=10_000)] | None = None
+    overlap_policy: OverlapPolicy | None = None
+    catchup_window_seconds: Annotated[float, Field(strict=True, gt=0)] | None = None
+    jitter_seconds: Annotated[float, Field(strict=True, ge=0, le=3600)] | None = None
+    drift_threshold_seconds: Annotated[float, Field(strict=True, gt=0)] | None = None
+    max_consecutive_failures: Annotated[int, Field(ge=1, le=1000)] | None = None
+    notify: NotifySpec | None = None
+
+    _counts = field_validator("max_runs", "max_catchup_runs", "max_consecutive_failures",
+                              mode="before")(count_not_text)
+
+    @field_validator(*NOT_NULL, mode="before")
+    @classmethod
+    def _not_null(cls, value: Any) -> Any:
+        if value is None:
+            raise ValueError("may not be null; leave the field out to keep its value")
+        return value
 
     def changes(self) -> TaskChanges:
         """The requested changes without the task id."""
@@ -197,11 +338,11 @@ class TaskPage(BaseModel):
     """One page of tasks, newest first."""
 
     model_config = ConfigDict(
-        json_schema_extra={"examples": [{"items": [TASK_EXAMPLE], "next_cursor": "MjAyNi0xMS0xOFQw"}]}
+        json_schema_extra={"examples": [{"items": [TASK_EXAMPLE], "next_cursor": "1763453560123456.5b0c2e7c9f2d4e2a9a51d3c0b8f1a7e4"}]}
     )
 
     items: list[TaskOut]
-    next_cursor: str | None = Field(description="pass as ?cursor= for the next page")
+    next_cursor: NextCursor
 
 
 class ExecutionOut(BaseModel):
@@ -242,7 +383,7 @@ class DeadLetterPage(BaseModel):
     """One page of open dead letters, newest first."""
 
     items: list[DeadLetterOut]
-    next_cursor: str | None
+    next_cursor: NextCursor
 
 
 class ExecutionPage(BaseModel):
@@ -253,7 +394,7 @@ class ExecutionPage(BaseModel):
     )
 
     items: list[ExecutionOut]
-    next_cursor: str | None
+    next_cursor: NextCursor
 
 
 class Health(BaseModel):

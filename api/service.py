@@ -17,6 +17,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from activities.egress import EgressPolicy, EgressRefused
 from api.admission import TenantUsage, check_body_size, check_quota, check_task_limits
+from api.cursors import public_cursor, stored_cursor
 from api.errors import (
     InvalidTask,
     NotFound,
@@ -212,24 +213,26 @@ class TaskService:
         tenant = None if (all_tenants and who.is_admin) else who.tenant_id
         try:
             rows, next_cursor = await in_thread(
-                list_tasks, self.engine, tenant_id=tenant, limit=limit, cursor=cursor,
-                status=status, name=name,
+                list_tasks, self.engine, tenant_id=tenant, limit=limit,
+                cursor=stored_cursor(cursor), status=status, name=name,
             )
         except ValueError as exc:
             raise InvalidTask(f"cursor: {exc}", field="cursor") from exc
-        return TaskPage(items=[TaskOut.from_row(r) for r in rows], next_cursor=next_cursor)
+        return TaskPage(items=[TaskOut.from_row(r) for r in rows], next_cursor=public_cursor(next_cursor))
 
     async def executions(self, who: Principal, task_id: str, *, limit: int, cursor: str | None) -> ExecutionPage:
         """A task's run history, newest first."""
         task = await self._row(who, task_id)
         try:
             rows, next_cursor = await in_thread(
-                list_executions, self.engine, task_id=task_id, limit=limit, cursor=cursor,
-                tenant_id=task.tenant_id,
+                list_executions, self.engine, task_id=task_id, limit=limit,
+                cursor=stored_cursor(cursor), tenant_id=task.tenant_id,
             )
         except ValueError as exc:
             raise InvalidTask(f"cursor: {exc}", field="cursor") from exc
-        return ExecutionPage(items=[ExecutionOut.from_row(r) for r in rows], next_cursor=next_cursor)
+        return ExecutionPage(
+            items=[ExecutionOut.from_row(r) for r in rows], next_cursor=public_cursor(next_cursor)
+        )
 
     # ------------------------------------------------------------- changes
     async def update(
@@ -254,7 +257,11 @@ class TaskService:
         try:
             new_spec = changes.apply_to(spec)
         except ValidationError as exc:
-            raise InvalidTask(_first_error(exc)) from exc
+            if any(error["loc"] for error in exc.errors()):
+                raise InvalidTask(_first_error(exc)) from exc
+            # The body was valid; it is the task it would make that is not (cron on an
+            # interval task, an end_date before the task's start_date).
+            raise TaskConflict(f"the change does not fit task {task_id}: {_first_error(exc)}") from exc
         # The task's own tenant: an admin's key may change another tenant's task.
         quota = await in_thread(quota_for, self.engine, row.tenant_id, self.quota_defaults)
         check_body_size(quota, body_size)
@@ -322,7 +329,8 @@ class TaskService:
         tenant = None if who.is_admin else who.tenant_id
         try:
             rows, next_cursor = await in_thread(
-                list_dead_letters, self.engine, tenant_id=tenant, limit=limit, cursor=cursor
+                list_dead_letters, self.engine, tenant_id=tenant, limit=limit,
+                cursor=stored_cursor(cursor),
             )
         except ValueError as exc:
             raise InvalidTask(f"cursor: {exc}", field="cursor") from exc
@@ -330,7 +338,7 @@ class TaskService:
             DeadLetterOut(**ExecutionOut.from_row(row).model_dump(), task_name=name)
             for row, name in rows
         ]
-        return DeadLetterPage(items=items, next_cursor=next_cursor)
+        return DeadLetterPage(items=items, next_cursor=public_cursor(next_cursor))
 
     async def replay(
         self, who: Principal, execution_id: str, *, idempotency_key: str | None = None

@@ -67,6 +67,13 @@ DEFAULT_MISSED_RUN_POLICY = {
 }
 
 
+def count_not_text(value: Any) -> Any:
+    """A count comes as a JSON number (3 or 3.0), never as a string or a boolean."""
+    if isinstance(value, str | bool):
+        raise ValueError("must be a number")
+    return value
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -79,7 +86,7 @@ class HttpJob(_Strict):
     method: Literal["GET", "POST", "PUT", "PATCH", "DELETE"] = "POST"
     headers: dict[str, str] = Field(default_factory=dict)
     body: Any = None
-    timeout_seconds: float = Field(default=30.0, gt=0, le=3600)
+    timeout_seconds: float = Field(strict=True, default=30.0, gt=0, le=3600)
 
     @field_validator("url")
     @classmethod
@@ -114,7 +121,7 @@ class WorkflowJob(_Strict):
     workflow_type: str = Field(min_length=1, max_length=200)
     task_queue: str | None = Field(default=None, max_length=200)
     args: list[Any] = Field(default_factory=list)
-    execution_timeout_seconds: float | None = Field(default=None, gt=0)
+    execution_timeout_seconds: float | None = Field(strict=True, default=None, gt=0)
 
 
 JobDetails = Annotated[HttpJob | HandlerJob | WorkflowJob, Field(discriminator="type")]
@@ -124,9 +131,19 @@ class RetrySpec(_Strict):
     """How a failed run is retried before it counts as FAILED."""
 
     max_attempts: int = Field(default=3, ge=1, le=50)
-    initial_interval_seconds: float = Field(default=1.0, gt=0, le=3600)
-    backoff_coefficient: float = Field(default=2.0, ge=1, le=10)
-    maximum_interval_seconds: float = Field(default=300.0, gt=0, le=86400)
+    initial_interval_seconds: float = Field(strict=True, default=1.0, gt=0, le=3600)
+    backoff_coefficient: float = Field(strict=True, default=2.0, ge=1, le=10)
+    maximum_interval_seconds: float = Field(strict=True, default=300.0, gt=0, le=86400)
+
+    _count = field_validator("max_attempts", mode="before")(count_not_text)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> RetrySpec:
+        # Temporal refuses such a retry policy when the run is scheduled, which would leave
+        # the task's workflow stuck: refuse it up front instead.
+        if self.maximum_interval_seconds < self.initial_interval_seconds:
+            raise ValueError("maximum_interval_seconds must be at least initial_interval_seconds")
+        return self
 
 
 def _zone(name: str) -> ZoneInfo:
@@ -245,15 +262,15 @@ class PolicyFields(_Strict):
     )
     max_catchup_runs: int = Field(default=100, ge=1, le=10_000)
     catchup_window_seconds: float | None = Field(
-        default=None, gt=0, description="missed runs older than this are skipped, not caught up"
+        strict=True, default=None, gt=0, description="missed runs older than this are skipped, not caught up"
     )
     overlap_policy: OverlapPolicy = OverlapPolicy.SKIP
     jitter_seconds: float = Field(
-        default=0, ge=0, le=3600,
+        strict=True, default=0, ge=0, le=3600,
         description="spread each run by a deterministic offset in [0, jitter) from its time",
     )
     drift_threshold_seconds: float | None = Field(
-        default=None, gt=0, description="a run starting later than this is flagged and notified"
+        strict=True, default=None, gt=0, description="a run starting later than this is flagged and notified"
     )
     max_consecutive_failures: int | None = Field(
         default=5, ge=1, le=1000,
@@ -262,9 +279,13 @@ class PolicyFields(_Strict):
     notify: NotifySpec | None = None
 
     retry_policy: RetrySpec = Field(default_factory=RetrySpec)
-    heartbeat_timeout_seconds: float = Field(default=30.0, ge=1, le=3600)
+    heartbeat_timeout_seconds: float = Field(strict=True, default=30.0, ge=1, le=3600)
     run_timeout_seconds: float = Field(
-        default=3600.0, gt=0, le=7 * 86400, description="limit for one attempt of a run"
+        strict=True, default=3600.0, gt=0, le=7 * 86400, description="limit for one attempt of a run"
+    )
+
+    _counts = field_validator("max_catchup_runs", "max_consecutive_failures", mode="before")(
+        count_not_text
     )
 
 

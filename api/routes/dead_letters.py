@@ -6,6 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Query, Response, status
 
+from api.cursors import CursorQuery
 from api.deps import ServiceDep
 from api.ratelimit import ReaderDep, WriterDep
 from api.routes.tasks import ERRORS, OPERATION_RESPONSES, OperationKeyHeader
@@ -20,7 +21,7 @@ async def list_dead_letters(
     who: ReaderDep,
     service: ServiceDep,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
-    cursor: Annotated[str | None, Query(max_length=500)] = None,
+    cursor: CursorQuery = None,
 ) -> DeadLetterPage:
     """Open dead letters of the tenant, newest first."""
     return await service.dead_letters(who, limit=limit, cursor=cursor)

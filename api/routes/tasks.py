@@ -5,13 +5,20 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Body, Header, Path, Query, Request, Response, status
+from fastapi.exceptions import RequestValidationError
+from pydantic import ValidationError
 
+from api.cursors import CursorQuery
 from api.deps import ServiceDep
 from api.ratelimit import CreatorDep, ReaderDep, WriterDep
 from api.schemas import (
     CREATE_EXAMPLES,
+    CronTask,
     ExecutionPage,
+    IntervalTask,
+    OnceTask,
     PauseRequest,
+    RecurringTaskCreate,
     TaskCancel,
     TaskCreate,
     TaskOut,
@@ -25,10 +32,15 @@ router = APIRouter(tags=["tasks"])
 
 TaskIdPath = Annotated[str, Path(min_length=1, max_length=64, description="the task id")]
 CreateBody = Annotated[TaskCreate, Body(openapi_examples=CREATE_EXAMPLES)]
+RecurringBody = Annotated[
+    RecurringTaskCreate,
+    Body(openapi_examples={k: v for k, v in CREATE_EXAMPLES.items() if not k.startswith("once")}),
+]
 ERRORS = problem_responses({
     401: "missing or invalid API key",
     404: "no such task for this tenant",
-    409: "the task has ended and can no longer change",
+    409: "the task has ended and can no longer change, or the change does not fit the task "
+         "(e.g. cron on an interval task)",
     413: "the body is too large",
     415: "the body is not JSON",
     422: "invalid input; the message names the field",
@@ -68,11 +80,15 @@ OPERATION_RESPONSES = {**ERRORS, **problem_responses({422: KEY_REUSED})}
 
 
 async def _create(
-    request: Request, response: Response, body: TaskCreate, caller: CreatorDep, service: ServiceDep,
-    key: str | None, recurring_only: bool,
+    request: Request, response: Response, body: OnceTask | CronTask | IntervalTask,
+    caller: CreatorDep, service: ServiceDep, key: str | None, recurring_only: bool,
 ) -> TaskOut:
+    try:
+        spec = body.spec()
+    except ValidationError as exc:  # rendered as any other invalid body
+        raise RequestValidationError(exc.errors()) from exc
     task, created = await service.create(
-        caller.who, body, recurring_only=recurring_only, body_size=len(await request.body()),
+        caller.who, spec, recurring_only=recurring_only, body_size=len(await request.body()),
         idempotency_key=key, usage=caller.usage,
     )
     if not created:
@@ -91,7 +107,7 @@ async def create_task(
 
 @router.post("/task/recurring", status_code=status.HTTP_201_CREATED, responses=CREATE_RESPONSES)
 async def create_recurring_task(
-    request: Request, response: Response, body: CreateBody, caller: CreatorDep, service: ServiceDep,
+    request: Request, response: Response, body: RecurringBody, caller: CreatorDep, service: ServiceDep,
     idempotency_key: IdempotencyHeader = None,
 ) -> TaskOut:
     """Create a recurring (cron or interval) task."""
@@ -141,7 +157,7 @@ async def list_tasks(
     who: ReaderDep,
     service: ServiceDep,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
-    cursor: Annotated[str | None, Query(max_length=500)] = None,
+    cursor: CursorQuery = None,
     status: Annotated[TaskStatus | None, Query()] = None,
     name: Annotated[str | None, Query(max_length=200)] = None,
     all_tenants: Annotated[bool, Query(description="admin keys only")] = False,
@@ -159,7 +175,7 @@ async def list_executions(
     who: ReaderDep,
     service: ServiceDep,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
-    cursor: Annotated[str | None, Query(max_length=500)] = None,
+    cursor: CursorQuery = None,
 ) -> ExecutionPage:
     """A task's run history (runs and recorded skips), newest first."""
     return await service.executions(who, task_id, limit=limit, cursor=cursor)

@@ -53,7 +53,11 @@ BAD_BODIES = [
     ("negative interval", {**with_(cron=...), "schedule_type": "interval", "interval_seconds": -5}, "interval_seconds"),
     ("zero interval", {**with_(cron=...), "schedule_type": "interval", "interval_seconds": 0}, "interval_seconds"),
     ("reserved header", with_(job_details={"type": "http", "url": "https://e.com", "headers": {"Idempotency-Key": "x"}}), "headers"),
-    ("cron fields on once", {**GOOD, "schedule_type": "once", "run_at": FUTURE}, "cron"),
+    ("cron fields on once", {**GOOD, "schedule_type": "once", "run_at": FUTURE}, "cron: does not apply"),
+    ("run_at as a number", {**with_(cron=...), "schedule_type": "once", "run_at": 1893456000}, "run_at"),
+    ("jitter as a string", with_(jitter_seconds="5"), "jitter_seconds"),
+    ("retry maximum below initial", with_(retry_policy={"initial_interval_seconds": 600}), "maximum_interval_seconds"),
+    ("interval below a microsecond", {**with_(cron=...), "schedule_type": "interval", "interval_seconds": 1e-9}, "interval_seconds"),
     ("retry attempts zero", with_(retry_policy={"max_attempts": 0}), "max_attempts"),
 ]
 
@@ -83,6 +87,7 @@ async def test_malformed_json_and_wrong_content(stack: Stack) -> None:
     async with stack.client("t2") as api:
         broken = await api.post("/task/create", content=b'{"task_name": "x",', headers={"Content-Type": "application/json"})
         assert broken.status_code == 422 and "JSON" in broken.json()["detail"]
+        assert broken.json()["field"] == "body"
         not_object = await api.post("/task/create", json=["a", "b"])
         assert 400 <= not_object.status_code < 500
         empty = await api.post("/task/create")
@@ -93,7 +98,18 @@ async def test_malformed_json_and_wrong_content(stack: Stack) -> None:
 async def test_recurring_endpoint_refuses_once(stack: Stack) -> None:
     async with stack.client("t2") as api:
         response = await api.post("/task/recurring", json={**with_(cron=...), "schedule_type": "once", "run_at": FUTURE})
-    assert response.status_code == 422 and "schedule_type" in response.json()["detail"]
+    assert response.status_code == 422, response.text
+    assert response.json()["field"] == "schedule_type"
+    assert response.json()["detail"] == "schedule_type: 'once' is not one of 'cron', 'interval'"
+
+
+async def test_body_that_is_not_utf8_is_a_422_like_any_bad_body(stack: Stack) -> None:
+    async with stack.client("t2") as api:
+        for method, path in (("PATCH", "/task/cancel"), ("POST", "/task/update"), ("POST", "/task/create")):
+            response = await api.request(method, path, content=b"\xff\xfe{",
+                                         headers={"Content-Type": "application/json"})
+            assert response.status_code == 422, (path, response.text)
+            assert response.json()["field"] == "body" and "JSON" in response.json()["detail"]
 
 
 async def test_bad_update_changes_nothing(stack: Stack) -> None:
@@ -101,10 +117,14 @@ async def test_bad_update_changes_nothing(stack: Stack) -> None:
         task = (await api.post("/task/recurring", json=GOOD)).json()
         for change, field in (({"timezone": "Nowhere/Land"}, "timezone"), ({"cron": "x"}, "cron"), ({"cron": "0 0 31 4 *"}, "cron"),
                               ({"end_date": "2001-01-01T00:00:00Z"}, "end_date"), ({"bogus": 1}, "bogus"),
-                              ({"interval_seconds": 5}, "interval_seconds")):
+                              ({"priority": None}, "priority"), ({"max_catchup_runs": "3"}, "max_catchup_runs")):
             response = await api.post("/task/update", json={"task_id": task["task_id"], **change})
             assert response.status_code == 422, response.text
             assert field in response.json()["detail"]
+        # A valid change that does not fit this task (a cron task has no interval) is a conflict.
+        misfit = await api.post("/task/update", json={"task_id": task["task_id"], "interval_seconds": 5})
+        assert misfit.status_code == 409, misfit.text
+        assert "interval_seconds does not apply to schedule_type 'cron'" in misfit.json()["detail"]
         after = (await api.get(f"/tasks/{task['task_id']}")).json()
         assert after["schedule"] == task["schedule"] and after["next_run_at"] == task["next_run_at"]
         missing = await api.post("/task/update", json={"task_id": "does-not-exist", "cron": "* * * * *"})

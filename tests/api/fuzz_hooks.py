@@ -1,0 +1,80 @@
+"""Schemathesis hooks for the fuzz run (loaded through SCHEMATHESIS_HOOKS).
+
+A few values are judged against things no schema can state: the clock (run_at, end_date),
+how two fields compare (end_date after start_date, a retry's maximum interval not below its
+initial one), DNS and the egress allow-list (URLs), the cron grammar, the IANA time zone
+database, the workflow types this deployment allows, the tenant's shortest interval, and an
+Idempotency-Key's use by earlier requests. Right before a request is sent, each such value
+that the schema allows is replaced by one this deployment accepts; values the schema refuses
+are left as generated, so a case meant to be refused still is. Everything else is sent as
+generated."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import schemathesis
+
+TARGET_URL = os.environ.get("FUZZ_TARGET_URL", "http://127.0.0.1:9/hook")
+WORKFLOW_TYPE = os.environ.get("FUZZ_WORKFLOW_TYPE", "EchoWorkflow")
+WORKFLOW_QUEUE = os.environ.get("FUZZ_WORKFLOW_QUEUE", "echo")
+DATES = ("start_date", "run_at", "end_date")  # in the order they must come
+# The fuzzing tenant's min_interval_seconds: no task of the run fires while it lasts.
+SHORTEST_INTERVAL = 3600.0
+
+
+def _text(value: Any, longest: int, shortest: int = 0) -> bool:
+    return isinstance(value, str) and shortest <= len(value) <= longest
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _instant(value: Any) -> bool:
+    try:
+        return isinstance(value, str) and datetime.fromisoformat(value).tzinfo is not None
+    except ValueError:
+        return False
+
+
+def _task_fields(body: dict[str, Any]) -> None:
+    job = body.get("job_details")
+    if isinstance(job, dict):
+        if _text(job.get("url"), 2048):
+            job["url"] = TARGET_URL
+        if _text(job.get("workflow_type"), 200, shortest=1):
+            job["workflow_type"] = WORKFLOW_TYPE
+        if job.get("type") == "workflow" and (job.get("task_queue") is None or _text(job["task_queue"], 200)):
+            job["task_queue"] = WORKFLOW_QUEUE
+    notify = body.get("notify")
+    if isinstance(notify, dict) and _text(notify.get("url"), 2048):
+        notify["url"] = TARGET_URL
+    if _text(body.get("cron"), 200):
+        body["cron"] = "0 10 * * *"
+    if _text(body.get("timezone"), 64):
+        body["timezone"] = "Europe/Berlin"
+    interval = body.get("interval_seconds")
+    if _number(interval) and 0.000001 <= interval < SHORTEST_INTERVAL:
+        body["interval_seconds"] = SHORTEST_INTERVAL
+    retry = body.get("retry_policy")
+    if isinstance(retry, dict):
+        initial = retry.get("initial_interval_seconds", 1.0)
+        if _number(initial) and 0 < initial <= 3600 and _number(retry.get("maximum_interval_seconds", 300.0)):
+            retry["maximum_interval_seconds"] = max(retry.get("maximum_interval_seconds", 300.0), initial)
+    tomorrow = datetime.now(UTC).replace(microsecond=0) + timedelta(days=1)
+    for days, name in enumerate(DATES):
+        if _instant(body.get(name)):
+            body[name] = (tomorrow + timedelta(days=days)).isoformat()
+
+
+@schemathesis.hook
+def before_call(context: Any, case: Any, kwargs: Any) -> None:
+    """Pin the values above; a fresh Idempotency-Key for every request."""
+    if case.headers and _text(case.headers.get("Idempotency-Key"), 255, shortest=1):
+        case.headers["Idempotency-Key"] = uuid.uuid4().hex
+    if isinstance(case.body, dict):
+        _task_fields(case.body)
