@@ -206,7 +206,7 @@ async def test_trigger_runs_the_job_now_outside_the_schedule(
     assert first_at - slack <= rows[0].scheduled_at < first_at + timedelta(seconds=1)
     assert second_at - slack <= rows[1].scheduled_at < second_at + timedelta(seconds=1)
     # the schedule itself is untouched: same next fire, no scheduled run used up
-    assert state.next_fire_at == scheduled and state.run_count == 0
+    assert state.next_fire_at == scheduled and state.executed == 0 and state.run_count == 2
     assert state.success_count == 2 and state.status is TaskStatus.PENDING
 
 
