@@ -505,3 +505,17 @@ def test_a_long_pause_gives_the_same_reasons_in_several_passes_as_in_one(
     monkeypatch.setattr(policy, "FIRES_PER_PASS", 10**6)
     assert decide_in_passes(pos, now) == in_passes
 
+
+
+def test_under_catchup_the_on_time_fire_queues_behind_the_catch_up_runs() -> None:
+    # Back from an outage with catch-up runs queued and one going: the on-time fire is not an
+    # overlap of the user's run, it waits its turn behind the runs the scheduler queued.
+    spec = make_spec(schedule_type="interval", interval_seconds=60, missed_run_policy="catchup")
+    pos = Position(spec=spec, task_id=TASK, anchor=T0, next_fire_at=T0 + MINUTE)
+    back = decide_due(pos, Flight(), T0 + 5 * MINUTE)
+    assert [r.trigger for r in back.queue] == [Trigger.CATCHUP] * 4 + [Trigger.SCHEDULE]
+    first, *rest = back.queue
+    going = Flight(total=1, scheduled=1, started=1, user_started=0, last_fire=first.scheduled_at)
+    pos = replace(pos, next_fire_at=back.next_fire_at, queue=tuple(rest))
+    later = decide_due(pos, going, T0 + 6 * MINUTE)
+    assert later.skipped == [] and later.queue[-1] == Run(scheduled_at=T0 + 6 * MINUTE)

@@ -322,37 +322,3 @@ async def test_the_run_count_is_the_runs_that_ended(
     rows = executions(sqlite_engine, final.task_id)
     assert final.run_count == len([r for r in rows if r.status != "SKIPPED"]) == 4
     assert final.skipped_count == len([r for r in rows if r.status == "SKIPPED"])
-
-
-async def test_under_catchup_the_on_time_fire_queues_behind_the_catch_up_runs(
-    dev_env: WorkflowEnvironment, sqlite_engine: Engine
-) -> None:
-    job = Sleeping(0.3)
-    task = spec(schedule_type="interval", interval_seconds=1, missed_run_policy="catchup",
-                job_details=handler_job("slow"))
-    queue = f"tq-{uuid.uuid4()}"
-    async with new_worker(dev_env.client, sqlite_engine, task_queue=queue, handlers={"slow": job},
-                          max_cached_workflows=0):
-        handle = await start_task(dev_env, queue, task)
-
-        async def running() -> bool:
-            return (await task_state(handle)).success_count >= 1
-
-        await until(running)
-    await asyncio.sleep(8)  # both workers down across eight fires
-    async with new_worker(dev_env.client, sqlite_engine, task_queue=queue, handlers={"slow": job},
-                          max_cached_workflows=0):
-        async def caught_up() -> bool:
-            return (await task_state(handle)).success_count >= 14
-
-        await until(caught_up, timeout=60)
-        state = await task_state(handle)
-        await handle.terminate("test over")
-    rows = executions(sqlite_engine, state.task_id)
-    catchups = [r for r in rows if r.trigger == "catchup"]
-    assert len(catchups) >= 5
-    # A run of the user's that its worker's death left going may still meet the overlap
-    # policy; once the catch-up runs go, the on-time fires queue behind them.
-    first = min(r.started_at for r in catchups if r.started_at is not None)
-    assert [r for r in rows if r.reason == "overlap" and r.scheduled_at > first] == []
-    assert len({r.scheduled_at for r in rows}) == len(rows)  # each fire once
