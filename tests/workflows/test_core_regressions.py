@@ -92,8 +92,10 @@ async def test_continue_as_new_with_runs_in_flight_keeps_the_history_bounded_and
     job = Sleeping(1.3)  # longer than the interval: a run is always in flight
     task = spec(schedule_type="interval", interval_seconds=1, overlap_policy="allow",
                 job_details=handler_job("slow"), max_runs=8)
-    async with new_worker(time_env.client, sqlite_engine, handlers={"slow": job}) as worker:
-        handle = await start_task(time_env, worker.task_queue, task, history_limit=60)
+    async with (
+        new_worker(time_env.client, sqlite_engine, handlers={"slow": job}) as worker,
+        running_task(time_env, worker.task_queue, task, history_limit=60) as handle,
+    ):
         final = await handle.result()
     assert final.status is TaskStatus.COMPLETED and final.continued_as_new >= 1
     rows = executions(sqlite_engine, final.task_id)
@@ -211,8 +213,10 @@ async def test_skipped_fires_do_not_use_up_max_runs(
     job = Sleeping(2.5)
     task = spec(schedule_type="interval", interval_seconds=1, max_runs=3,
                 job_details=handler_job("slow"))
-    async with new_worker(time_env.client, sqlite_engine, handlers={"slow": job}) as worker:
-        handle = await start_task(time_env, worker.task_queue, task)
+    async with (
+        new_worker(time_env.client, sqlite_engine, handlers={"slow": job}) as worker,
+        running_task(time_env, worker.task_queue, task) as handle,
+    ):
         final = await handle.result()
     rows = executions(sqlite_engine, final.task_id)
     assert [r.status for r in rows if r.status != "SKIPPED"] == ["COMPLETED"] * 3
@@ -286,8 +290,10 @@ async def test_jitter_larger_than_the_interval_runs_every_fire_in_order(
     time_env: WorkflowEnvironment, sqlite_engine: Engine
 ) -> None:
     task = spec(schedule_type="interval", interval_seconds=2, jitter_seconds=30, max_runs=10)
-    async with new_worker(time_env.client, sqlite_engine) as worker:
-        handle = await start_task(time_env, worker.task_queue, task)
+    async with (
+        new_worker(time_env.client, sqlite_engine) as worker,
+        running_task(time_env, worker.task_queue, task) as handle,
+    ):
         final = await handle.result()
     rows = executions(sqlite_engine, final.task_id)
     assert statuses(rows) == ["COMPLETED"] * 10
@@ -316,8 +322,10 @@ async def test_the_run_count_is_the_runs_that_ended(
 ) -> None:
     job = Sleeping(1.5)
     task = spec(schedule_type="interval", interval_seconds=1, max_runs=4, job_details=handler_job("slow"))
-    async with new_worker(time_env.client, sqlite_engine, handlers={"slow": job}) as worker:
-        handle = await start_task(time_env, worker.task_queue, task)
+    async with (
+        new_worker(time_env.client, sqlite_engine, handlers={"slow": job}) as worker,
+        running_task(time_env, worker.task_queue, task) as handle,
+    ):
         final = await handle.result()
     rows = executions(sqlite_engine, final.task_id)
     assert final.run_count == len([r for r in rows if r.status != "SKIPPED"]) == 4
