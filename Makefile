@@ -29,7 +29,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench $(BENCH_ARGS)
 
 lint: $(STAMP)
-	$(BIN)/ruff check . && $(BIN)/mypy --strict scheduling store workflows activities api worker
+	$(BIN)/ruff check . && $(BIN)/mypy --strict scheduling store workflows activities api worker bench
 
 clean:
 	rm -rf $(VENV) .pytest_cache
