@@ -10,12 +10,15 @@ ENV PIP_NO_CACHE_DIR=1 \
 RUN python -m venv /opt/venv
 WORKDIR /src
 COPY pyproject.toml ./
+COPY cli ./cli
 COPY api ./api
-COPY activities ./activities
-COPY scheduling ./scheduling
-COPY store ./store
 COPY worker ./worker
 COPY workflows ./workflows
+COPY activities ./activities
+COPY jobs ./jobs
+COPY store ./store
+COPY scheduling ./scheduling
+COPY config ./config
 RUN /opt/venv/bin/pip install .
 
 FROM ${PYTHON_IMAGE} AS runtime

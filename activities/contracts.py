@@ -8,19 +8,13 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from scheduling.records import ExecutionRecord, TaskSnapshot
 from scheduling.spec import HandlerJob, HttpJob, WorkflowJob
 from scheduling.status import Trigger
-from store.records import ExecutionRecord, TaskSnapshot
 
 RUN_JOB = "run_job"
 RECORD = "record"
 NOTIFY = "notify"
-
-
-def jobs_queue(task_queue: str) -> str:
-    """The task queue of job activities: its own slots, so runs waiting for their instant
-    never starve workflow and bookkeeping work."""
-    return f"{task_queue}-jobs"
 
 
 class JobInput(BaseModel):

@@ -18,8 +18,6 @@ from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 
 from activities.contracts import RUN_JOB, JobFailureDetails, JobInput, JobResult
-from activities.egress import EgressRefused
-from activities.handlers import Handler, HandlerContext, call_handler
 from activities.instant import (
     STARTED,
     heartbeat_forever,
@@ -28,6 +26,8 @@ from activities.instant import (
     wait_for_instant,
 )
 from activities.run_rows import RunRows, completed_result
+from jobs.egress import EgressRefused
+from jobs.handlers import Handler, HandlerContext, call_handler
 from scheduling.policy import retryable_http_status
 from scheduling.spec import HandlerJob, HttpJob, WorkflowJob, redact_url
 from scheduling.status import JobFailure

@@ -12,7 +12,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.contracts import NOTIFY, Notification
-from activities.egress import EgressRefused
+from jobs.egress import EgressRefused
 
 log = structlog.get_logger("task_scheduler.notify")
 

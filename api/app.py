@@ -9,10 +9,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 from sqlalchemy import Engine
 from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
 
-from activities.egress import EgressPolicy
-from activities.handlers import load_handlers
 from api.errors import install_error_handlers
 from api.guards import BodyGuard
 from api.metrics import ApiMetrics, MetricsMiddleware
@@ -21,11 +18,14 @@ from api.routes import dead_letters, health, tasks, ui
 from api.routes.docs import install_docs
 from api.service import TaskService
 from api.temporal import TemporalGateway
+from config.settings import Settings
+from config.temporal import connect
+from config.tracing import setup_tracing
+from jobs.egress import EgressPolicy
+from jobs.handlers import load_handlers
 from store.engine import make_engine, migrate
 from store.quotas import Quota
-from worker.build import workflow_job_rules
-from worker.settings import Settings
-from worker.tracing import setup_tracing, temporal_interceptors
+from workflows.registry import workflow_job_rules
 
 DESCRIPTION = """
 Durable task scheduling. Every task is a Temporal workflow that sleeps until its next run,
@@ -46,34 +46,24 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         own_engine = engine is None
         db = engine or make_engine(settings.resolved_database_url)
-        if own_engine and settings.auto_migrate:
+        if own_engine and settings.database.auto_migrate:
             migrate(db)
-        temporal = client or await Client.connect(
-            settings.temporal_address,
-            namespace=settings.temporal_namespace,
-            data_converter=pydantic_data_converter,
-            interceptors=temporal_interceptors(tracing),
-            lazy=True,  # start even while Temporal is down; requests then answer 503
-        )
+        # lazy: start even while Temporal is down; requests then answer 503
+        temporal = client or await connect(settings.temporal.address, settings.temporal.namespace,
+                                           tracing=tracing, lazy=True)
         app.state.service = TaskService(
             db,
             TemporalGateway(
-                temporal, settings.task_queue, lead_seconds=settings.dispatch_lead_seconds,
-                max_lead_seconds=settings.dispatch_max_lead_seconds,
+                temporal, settings.temporal.task_queue, lead_seconds=settings.dispatch.lead_seconds,
+                max_lead_seconds=settings.dispatch.max_lead_seconds,
             ),
             load_handlers().keys(),
             EgressPolicy.from_list(settings.egress_allow_list, own_ports=settings.own_ports),
-            Quota(
-                max_active_tasks=settings.quota_max_active_tasks,
-                min_interval_seconds=settings.quota_min_interval_seconds,
-                allow_seconds_cron=settings.quota_allow_seconds_cron,
-                max_body_bytes=settings.quota_max_body_bytes,
-                max_header_bytes=settings.quota_max_header_bytes,
-            ),
+            Quota.from_settings(settings.quota),
             workflow_jobs=workflow_job_rules(settings),
         )
         app.state.rate_limiter = TenantRateLimiter(
-            settings.rate_limit_storage, settings.rate_limit_writes, settings.rate_limit_reads
+            settings.rate_limit.storage, settings.rate_limit.writes, settings.rate_limit.reads
         )
         # What startup made (modules, the app, its clients) lives as long as the process: keep
         # it out of the collector's full passes, which otherwise walk all of it and stall a
@@ -104,7 +94,7 @@ def create_app(
     metrics = ApiMetrics()
     app.state.metrics = metrics
     app.add_middleware(MetricsMiddleware, metrics=metrics)
-    app.add_middleware(BodyGuard, max_bytes=settings.max_request_bytes)
+    app.add_middleware(BodyGuard, max_bytes=settings.api.max_request_bytes)
     install_error_handlers(app)
     app.include_router(tasks.router)
     app.include_router(dead_letters.router)

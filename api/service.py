@@ -15,7 +15,6 @@ from pydantic import ValidationError
 from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
-from activities.egress import EgressPolicy, EgressRefused
 from api.admission import TenantUsage, check_body_size, check_quota, check_task_limits
 from api.cursors import public_cursor, stored_cursor
 from api.errors import (
@@ -35,8 +34,10 @@ from api.schemas import (
 )
 from api.store_calls import in_thread
 from api.temporal import TemporalGateway
+from jobs.egress import EgressPolicy, EgressRefused
 from scheduling.fire import first_fire
 from scheduling.policy import instant_of
+from scheduling.records import TaskSnapshot
 from scheduling.spacing import ShortestGaps
 from scheduling.spec import (
     HandlerJob,
@@ -53,7 +54,6 @@ from store.batch import BatchWriter
 from store.idempotency import complete_key
 from store.models import Task, TaskExecution
 from store.quotas import ActiveCounts, Quota, quota_and_active, quota_for
-from store.records import TaskSnapshot
 from store.tasks import (
     get_execution,
     get_task,

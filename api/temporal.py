@@ -25,13 +25,13 @@ from temporalio.client import (
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
-from activities.contracts import jobs_queue
 from api.errors import InvalidTask, OutcomeUnknown, ServiceUnavailable, TaskConflict
+from config.telemetry import WORKER_HEARTBEAT_INTERVAL
+from config.temporal import jobs_queue
 from scheduling.policy import Run
 from scheduling.spec import TaskChanges, TaskSpec
 from scheduling.status import Trigger, workflow_id
 from store.models import Task
-from worker.telemetry import WORKER_HEARTBEAT_INTERVAL
 from workflows.starter import start_task_workflow, state_from_row
 from workflows.state import ReplayRequest, TaskState
 from workflows.task import TaskWorkflow
@@ -194,7 +194,7 @@ class TemporalGateway:
         Not the pollers of DescribeTaskQueue: its ``last_access_time`` is when a poll began,
         and an idle poll waits up to a minute, so a poller of a live worker looks a minute old
         and one of a killed worker is still listed a minute later. Every worker process sends
-        Temporal a heartbeat every ``WORKER_HEARTBEAT_INTERVAL`` (worker/telemetry.py)."""
+        Temporal a heartbeat every ``WORKER_HEARTBEAT_INTERVAL`` (config/telemetry.py)."""
         if not await self._keeps_heartbeats():
             return None
         queues = (self.task_queue, jobs_queue(self.task_queue))

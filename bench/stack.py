@@ -223,10 +223,10 @@ class SchedulerStack(Stack):
             "SCHEDULER_API_HOST": HOST,
             "SCHEDULER_API_PORT": str(self.api_port),
             "SCHEDULER_API_WORKERS": str(self.api_workers),
-            "SCHEDULER_TASK_QUEUE": self.task_queue,
+            "SCHEDULER_TEMPORAL_TASK_QUEUE": self.task_queue,
             "SCHEDULER_ENV": "test",
             "SCHEDULER_LOG_LEVEL": "WARNING",
-            "SCHEDULER_AUTO_MIGRATE": "false",
+            "SCHEDULER_DATABASE_AUTO_MIGRATE": "false",
             # The per-tenant rate limits and quota are policy, not capacity: lift them so the
             # benchmark measures what the stack can do (all bench tasks share one tenant).
             "SCHEDULER_RATE_LIMIT_WRITES": "1000000/second",

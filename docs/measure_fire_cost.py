@@ -61,9 +61,9 @@ from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Worker
 
-from activities.egress import EgressPolicy, guarded_client
-from activities.handlers import HandlerContext
 from bench.baseline import BareInput, BareWorkflow, empty
+from jobs.egress import EgressPolicy, guarded_client
+from jobs.handlers import HandlerContext
 from scheduling.spec import TaskSpec
 from scheduling.status import workflow_id
 from store.engine import make_engine, migrate

@@ -10,6 +10,7 @@ from typing import Any, cast
 from sqlalchemy import Connection, Engine, Table, bindparam, func, select
 from sqlalchemy.orm import Session
 
+from config.settings import QuotaSettings
 from store.keys import ActiveKey, active_key
 from store.models import TASK_TABLE, TenantQuota, utcnow
 
@@ -27,18 +28,26 @@ _ACTIVE = select(func.count()).select_from(TASK_TABLE).where(
 )
 
 
+_DEFAULT = QuotaSettings()
+
+
 @dataclass(frozen=True)
 class Quota:
-    """The limits one tenant works within."""
+    """The limits one tenant works within; the defaults are the settings' (config/settings.py)."""
 
-    max_active_tasks: int = 10_000
-    min_interval_seconds: float = 1.0
-    allow_seconds_cron: bool = False
-    max_body_bytes: int = 64 * 1024
-    max_header_bytes: int = 8 * 1024
+    max_active_tasks: int = _DEFAULT.max_active_tasks
+    min_interval_seconds: float = _DEFAULT.min_interval_seconds
+    allow_seconds_cron: bool = _DEFAULT.allow_seconds_cron
+    max_body_bytes: int = _DEFAULT.max_body_bytes
+    max_header_bytes: int = _DEFAULT.max_header_bytes
     # Granted workflow types and task queues for workflow jobs ("*": all the deployment allows).
     workflow_types: tuple[str, ...] = ()
     workflow_task_queues: tuple[str, ...] = ()
+
+    @classmethod
+    def from_settings(cls, settings: QuotaSettings) -> Quota:
+        """Every tenant's quota unless overridden: the deployment's quota settings."""
+        return cls(**settings.model_dump())
 
 
 def quota_for(engine: Engine, tenant_id: str, defaults: Quota) -> Quota:

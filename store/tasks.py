@@ -27,9 +27,9 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 from sqlmodel import col, select
 
+from scheduling.records import ExecutionRecord, TaskSnapshot
 from scheduling.status import DeadLetter, ExecutionStatus, Trigger
 from store.models import EXECUTION_TABLE, TASK_TABLE, Task, TaskExecution, utcnow
-from store.records import ExecutionRecord, TaskSnapshot
 
 # How a run that ran can end.
 RUN_OUTCOMES = (ExecutionStatus.COMPLETED, ExecutionStatus.FAILED, ExecutionStatus.CANCELLED)

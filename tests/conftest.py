@@ -26,8 +26,9 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
-from activities.egress import EgressPolicy, guarded_client
-from activities.handlers import Handler
+from config.settings import Settings, environment_names
+from jobs.egress import EgressPolicy, guarded_client
+from jobs.handlers import Handler
 from scheduling.workflow_jobs import WorkflowJobRules
 from store.engine import make_engine, migrate
 from tests.target import TargetServer
@@ -216,3 +217,17 @@ async def new_worker(
         async with main, jobs:
             yield main
     executor.shutdown(wait=False)
+
+
+def settings_of(**names: Any) -> Settings:
+    """Settings from names as the environment spells them, without the prefix
+    (``api_port=8100`` is ``SCHEDULER_API_PORT``); an unknown name is an error."""
+    paths = {env.removeprefix("SCHEDULER_").lower(): path for path, env in environment_names().items()}
+    nested: dict[str, Any] = {}
+    for name, value in names.items():
+        group, _, field = paths[name].partition(".")
+        if field:
+            nested.setdefault(group, {})[field] = value
+        else:
+            nested[group] = value
+    return Settings(**nested)

@@ -6,7 +6,7 @@ ahead of its instant waits in its slot. A worker process runs one of them or bot
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import timedelta
@@ -14,10 +14,7 @@ from typing import Any
 
 import httpx
 from sqlalchemy import Engine
-from temporalio import workflow
 from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.runtime import Runtime
 from temporalio.worker import (
     PollerBehavior,
     PollerBehaviorAutoscaling,
@@ -28,39 +25,13 @@ from temporalio.worker import (
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from activities.bookkeeping import BookkeepingActivities
-from activities.contracts import jobs_queue
-from activities.handlers import Handler, load_handlers
 from activities.jobs import JobActivities
 from activities.notify import NotifyActivities
-from scheduling.workflow_jobs import WorkflowJobRules, names
+from config.temporal import jobs_queue
+from jobs.handlers import Handler, load_handlers
+from scheduling.workflow_jobs import WorkflowJobRules
 from store.batch import BatchWriter
-from worker.settings import Settings
-from worker.tracing import temporal_interceptors
-from workflows.task import TaskWorkflow
-
-WORKFLOWS: Sequence[type] = (TaskWorkflow,)
-
-
-def workflow_job_rules(settings: Settings) -> WorkflowJobRules:
-    """What workflow jobs may start in this deployment, and what never: the workflow types
-    these workers run and their task queues."""
-    own = frozenset(workflow._Definition.must_from_class(cls).name or "" for cls in WORKFLOWS)
-    queue = settings.task_queue
-    return WorkflowJobRules(
-        allowed_types=names(settings.workflow_job_types),
-        allowed_queues=names(settings.workflow_job_task_queues),
-        own_types=own - {""}, own_queues=frozenset({queue, jobs_queue(queue)}),
-    )
-
-
-async def connect(
-    address: str, namespace: str, runtime: Runtime | None = None, *, tracing: bool = False
-) -> Client:
-    """A Temporal client that speaks pydantic models (and carries traces when tracing is on)."""
-    return await Client.connect(
-        address, namespace=namespace, data_converter=pydantic_data_converter, runtime=runtime,
-        interceptors=temporal_interceptors(tracing),
-    )
+from workflows.registry import WORKFLOWS
 
 
 @dataclass

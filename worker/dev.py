@@ -25,9 +25,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from config.settings import Settings
 from store.engine import make_engine, migrate
 from store.keys import ensure_key
-from worker.settings import Settings
 from workflows.attributes import DEFINITIONS
 
 DEV_TENANT = "dev"
@@ -78,12 +78,12 @@ SQLITE_PRAGMA_FLAGS = [
 def dev_server_command(settings: Settings, side_ports: tuple[int, int] | None = None) -> list[str]:
     """The dev server with a SQLite file in WAL mode, its cache sized for herds and the task
     search attributes; ``side_ports`` are its HTTP API and metrics ports (else random)."""
-    host, _, port = settings.temporal_address.rpartition(":")
+    host, _, port = settings.temporal.address.rpartition(":")
     command = [
         temporal_binary(), "server", "start-dev",
         "--ip", host or "127.0.0.1",
         "--port", port,
-        "--ui-port", str(settings.temporal_ui_port),
+        "--ui-port", str(settings.temporal.ui_port),
         "--db-filename", str((settings.data_dir / "temporal.db").resolve()),
         *SQLITE_PRAGMA_FLAGS,
         "--log-level", "warn",
@@ -98,8 +98,8 @@ def dev_server_command(settings: Settings, side_ports: tuple[int, int] | None = 
 
 def dev_api_key(settings: Settings) -> str:
     """SCHEDULER_DEV_API_KEY, or a key generated once and kept under the data directory."""
-    if settings.dev_api_key is not None:
-        return settings.dev_api_key.get_secret_value()
+    if settings.dev.api_key is not None:
+        return settings.dev.api_key.get_secret_value()
     path = settings.data_dir / "dev_api_key"
     if path.exists():
         return path.read_text().strip()
@@ -156,11 +156,11 @@ def wait_for_health(url: str, timeout: float) -> str | None:
 
 def worker_roles(settings: Settings) -> list[tuple[str, str, int]]:
     """(name, role, metrics port) of each worker process: two processes need two ports."""
-    port = settings.worker_metrics_port or 9464
-    if not settings.dev_jobs_worker:
+    port = settings.worker.metrics_port or 9464
+    if not settings.dev.jobs_worker:
         return [("worker", "all", port)]
     return [("worker", "workflows", port),
-            ("jobs worker", "jobs", settings.dev_jobs_metrics_port or port + 1)]
+            ("jobs worker", "jobs", settings.dev.jobs_metrics_port or port + 1)]
 
 
 def deny_ports(settings: Settings, workers: list[tuple[str, str, int]], side_ports: tuple[int, int]) -> str:
@@ -168,7 +168,7 @@ def deny_ports(settings: Settings, workers: list[tuple[str, str, int]], side_por
     (which dev allows): every worker's metrics port (each process knows only its own) and the
     dev server's HTTP API and metrics ports."""
     ports = [str(port) for port in (*(port for _, _, port in workers), *side_ports)]
-    return ",".join(filter(None, [settings.egress_deny_ports.strip(), *ports]))
+    return ",".join(filter(None, [settings.egress.deny_ports.strip(), *ports]))
 
 
 @dataclass
@@ -225,8 +225,8 @@ def run_dev(settings: Settings) -> int:
     engine.dispose()
 
     env = {**os.environ, "SCHEDULER_DATA_DIR": str(settings.data_dir.resolve()),
-           "SCHEDULER_DATABASE_URL": settings.resolved_database_url, "SCHEDULER_AUTO_MIGRATE": "false"}
-    cli = [sys.executable, "-m", "worker.cli"]
+           "SCHEDULER_DATABASE_URL": settings.resolved_database_url, "SCHEDULER_DATABASE_AUTO_MIGRATE": "false"}
+    cli = [sys.executable, "-m", "cli.main"]
     workers = worker_roles(settings)
     # Fixed here rather than left to the dev server's choice, so that they can be denied.
     side_ports = (_free_port(), _free_port())
@@ -257,21 +257,21 @@ def run_dev(settings: Settings) -> int:
 
     try:
         server = start("temporal", dev_server_command(settings, side_ports))
-        wait_for_port(settings.temporal_address, 60, server.process)
+        wait_for_port(settings.temporal.address, 60, server.process)
         for name, role, port in workers:
             start(name, [*cli, "worker", "--role", role, "--metrics-port", str(port)])
         api = start("api", [*cli, "api"])
-        wait_for_port(f"{settings.api_host}:{settings.api_port}", 60, api.process)
-        unhealthy = wait_for_health(f"http://{settings.api_host}:{settings.api_port}/checkHealth", 60)
+        wait_for_port(f"{settings.api.host}:{settings.api.port}", 60, api.process)
+        unhealthy = wait_for_health(f"http://{settings.api.host}:{settings.api.port}/checkHealth", 60)
         if unhealthy is not None:
             print(f"not healthy after 60 s: {unhealthy}", flush=True)
         print(
             "\ntask-scheduler is running:\n"
-            f"  API          http://{settings.api_host}:{settings.api_port}  (docs: /docs)\n"
-            f"  Temporal UI  http://127.0.0.1:{settings.temporal_ui_port}\n"
+            f"  API          http://{settings.api.host}:{settings.api.port}  (docs: /docs)\n"
+            f"  Temporal UI  http://127.0.0.1:{settings.temporal.ui_port}\n"
             + "".join(f"  {name:<12} metrics on http://127.0.0.1:{port}/metrics\n"
                       for name, _, port in workers) +
-            f"  Temporal     {settings.temporal_address}  (namespace {settings.temporal_namespace})\n"
+            f"  Temporal     {settings.temporal.address}  (namespace {settings.temporal.namespace})\n"
             f"  database     {settings.resolved_database_url}\n"
             f"  dev API key  {key}\n"
             "Press Ctrl-C to stop.\n",

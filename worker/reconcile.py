@@ -29,11 +29,11 @@ from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
 from scheduling.fire import next_fire
+from scheduling.records import TaskSnapshot
 from scheduling.spec import ScheduleType, TaskSpec
 from scheduling.status import workflow_id
 from store.models import Task
 from store.quotas import ACTIVE_STATUSES
-from store.records import TaskSnapshot
 from store.tasks import mark_task, save_snapshot, scheduled_runs_executed
 from workflows.starter import start_task_workflow, state_from_row
 from workflows.state import TaskState

@@ -13,19 +13,16 @@ import structlog
 from temporalio.client import Client
 from temporalio.runtime import Runtime
 
-from activities.egress import EgressPolicy, guarded_client
+from config.settings import Settings
+from config.telemetry import make_runtime
+from config.temporal import connect
+from config.tracing import setup_tracing
+from jobs.egress import EgressPolicy, guarded_client
 from store.engine import make_engine, migrate
-from worker.build import (
-    build_activities,
-    build_jobs_worker,
-    build_workflow_worker,
-    connect,
-    workflow_job_rules,
-)
+from worker.backlog import watch_backlog
+from worker.build import build_activities, build_jobs_worker, build_workflow_worker
 from worker.reconcile import Reconciler
-from worker.settings import Settings
-from worker.telemetry import make_runtime, watch_backlog
-from worker.tracing import setup_tracing
+from workflows.registry import workflow_job_rules
 
 log = structlog.get_logger("task_scheduler.worker")
 
@@ -38,11 +35,11 @@ async def connect_with_retry(
     while not stop.is_set():
         try:
             return await connect(
-                settings.temporal_address, settings.temporal_namespace, runtime,
+                settings.temporal.address, settings.temporal.namespace, runtime,
                 tracing=setup_tracing("task-scheduler-worker", settings.otlp_endpoint),
             )
         except Exception as exc:  # the server may still be starting
-            log.warning("temporal.unavailable", address=settings.temporal_address, error=str(exc))
+            log.warning("temporal.unavailable", address=settings.temporal.address, error=str(exc))
             try:
                 await asyncio.wait_for(stop.wait(), delay)
             except TimeoutError:
@@ -54,7 +51,7 @@ async def connect_with_retry(
 async def run_worker(settings: Settings) -> None:
     """Poll the task queues of this process's role until a stop signal arrives, then finish
     in-flight work."""
-    role = settings.worker_role
+    role = settings.worker.role
     runs_workflows, runs_jobs = role in ("all", "workflows"), role in ("all", "jobs")
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -63,11 +60,11 @@ async def run_worker(settings: Settings) -> None:
     engine = make_engine(settings.resolved_database_url)
     # A jobs-only process writes into tables the workflows side (or `migrate`) creates: two
     # processes migrating one database at once could both try to create them.
-    if settings.auto_migrate and runs_workflows:
+    if settings.database.auto_migrate and runs_workflows:
         migrate(engine)
     bind = (
-        f"{settings.worker_metrics_host}:{settings.worker_metrics_port}"
-        if settings.worker_metrics_port
+        f"{settings.worker.metrics_host}:{settings.worker.metrics_port}"
+        if settings.worker.metrics_port
         else None
     )
     runtime = make_runtime(bind)
@@ -87,36 +84,36 @@ async def run_worker(settings: Settings) -> None:
         workers = []
         if runs_workflows:
             workers.append(build_workflow_worker(
-                client, task_queue=settings.task_queue, activities=activities, executor=executor,
-                max_concurrent_workflow_tasks=settings.worker_max_concurrent_workflow_tasks,
-                max_cached_workflows=settings.worker_max_cached_workflows,
-                sandboxed=settings.worker_workflow_sandbox,
+                client, task_queue=settings.temporal.task_queue, activities=activities, executor=executor,
+                max_concurrent_workflow_tasks=settings.worker.max_concurrent_workflow_tasks,
+                max_cached_workflows=settings.worker.max_cached_workflows,
+                sandboxed=settings.worker.workflow_sandbox,
             ))
         if runs_jobs:
             workers.append(build_jobs_worker(
-                client, task_queue=settings.task_queue, activities=activities,
-                max_concurrent_activities=settings.worker_max_concurrent_activities,
+                client, task_queue=settings.temporal.task_queue, activities=activities,
+                max_concurrent_activities=settings.worker.max_concurrent_activities,
             ))
-        log.info("worker.started", role=role, task_queue=settings.task_queue,
-                 address=settings.temporal_address)
+        log.info("worker.started", role=role, task_queue=settings.temporal.task_queue,
+                 address=settings.temporal.address)
         async with contextlib.AsyncExitStack() as running:
             for worker in workers:
                 await running.enter_async_context(worker)
             background = []
             if runs_workflows:
                 reconciler = Reconciler(
-                    engine, client, settings.task_queue,
-                    grace=timedelta(seconds=settings.reconcile_grace_seconds),
-                    window=timedelta(hours=settings.reconcile_window_hours),
-                    full_every=timedelta(seconds=settings.reconcile_full_interval_seconds),
-                    lead_seconds=settings.dispatch_lead_seconds,
+                    engine, client, settings.temporal.task_queue,
+                    grace=timedelta(seconds=settings.reconcile.grace_seconds),
+                    window=timedelta(hours=settings.reconcile.window_hours),
+                    full_every=timedelta(seconds=settings.reconcile.full_interval_seconds),
+                    lead_seconds=settings.dispatch.lead_seconds,
                 )
                 background.append(asyncio.create_task(reconciler.run_forever(
-                    timedelta(seconds=settings.reconcile_interval_seconds), stop
+                    timedelta(seconds=settings.reconcile.interval_seconds), stop
                 )))
                 if bind is not None:
                     background.append(asyncio.create_task(
-                        watch_backlog(client, runtime, settings.task_queue, stop)
+                        watch_backlog(client, runtime, settings.temporal.task_queue, stop)
                     ))
             if bind is not None:
                 log.info("worker.metrics", address=f"http://{bind}/metrics")

@@ -16,12 +16,13 @@ from temporalio.common import Priority, RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
-    from activities.contracts import RUN_JOB, JobFailureDetails, JobInput, JobResult, jobs_queue
+    from activities.contracts import RUN_JOB, JobFailureDetails, JobInput, JobResult
+    from config.temporal import jobs_queue
     from scheduling.policy import Flight, Run, late_limit, may_withdraw
+    from scheduling.records import ExecutionRecord
     from scheduling.spec import TaskSpec
     from scheduling.status import PRIORITY_KEYS, ExecutionStatus, JobFailure, Trigger
     from scheduling.waiting import waiting_heartbeat_timeout
-    from store.records import ExecutionRecord
     from workflows.describe import describe_job
 
 # Room, past the job's own run timeout and the wait for its instant, before the server gives

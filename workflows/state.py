@@ -9,9 +9,9 @@ from pydantic import BaseModel, Field
 from activities.contracts import Notification
 from scheduling.fire import first_fire
 from scheduling.policy import Position, Run, instant_of
+from scheduling.records import ExecutionRecord
 from scheduling.spec import TaskSpec
 from scheduling.status import ExecutionStatus, TaskStatus, Trigger
-from store.records import ExecutionRecord
 
 
 class ReplayRequest(BaseModel):

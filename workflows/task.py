@@ -22,6 +22,7 @@ with workflow.unsafe.imports_passed_through():
     from scheduling import policy
     from scheduling.fire import next_fire
     from scheduling.policy import Run
+    from scheduling.records import ExecutionRecord
     from scheduling.spec import NotifyEvent, ScheduleFields, ScheduleType, TaskChanges, check_timing
     from scheduling.status import (
         FINAL_STATUSES,
@@ -31,7 +32,6 @@ with workflow.unsafe.imports_passed_through():
         Trigger,
         execution_id,
     )
-    from store.records import ExecutionRecord
     from workflows.describe import describe_schedule
     from workflows.inflight import Ended, RunsInFlight
     from workflows.record import TaskRecord

@@ -20,14 +20,13 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
 from api.app import create_app
+from cli.main import SERVER_OPTIONS
+from config.telemetry import make_runtime
 from store.engine import make_engine, migrate
 from store.keys import create_key
 from store.quotas import set_quota
-from tests.conftest import new_worker
-from worker.build import workflow_job_rules
-from worker.cli import SERVER_OPTIONS
-from worker.settings import Settings
-from worker.telemetry import make_runtime
+from tests.conftest import new_worker, settings_of
+from workflows.registry import workflow_job_rules
 
 
 @dataclass
@@ -63,10 +62,10 @@ async def stack(dev_env: WorkflowEnvironment, tmp_path_factory: pytest.TempPathF
         "admin": create_key(engine, "ops", admin=True)[1],
     }
     queue = f"api-{uuid.uuid4()}"
-    allowed: dict[str, Any] = {"task_queue": queue, "workflow_job_types": "EchoWorkflow",
+    allowed: dict[str, Any] = {"temporal_task_queue": queue, "workflow_job_types": "EchoWorkflow",
                                "workflow_job_task_queues": f"{queue}-echo"}
     set_quota(engine, "t1", workflow_types=["EchoWorkflow"], workflow_task_queues=[f"{queue}-echo"])
-    rules = workflow_job_rules(Settings(env="test", **allowed))
+    rules = workflow_job_rules(settings_of(env="test", **allowed))
     # The worker's client heartbeats as a worker process does, so /checkHealth sees it alive.
     worker_client = await Client.connect(
         dev_env.client.service_client.config.target_host, namespace=dev_env.client.namespace,
@@ -93,7 +92,7 @@ async def serve_api(env: WorkflowEnvironment, engine: Engine, /, **settings: Any
     port = _free_port()
     settings.setdefault("egress_allow", "127.0.0.1")
     settings.setdefault("env", "test")
-    app = create_app(Settings(api_port=port, **settings), engine=engine, client=env.client)
+    app = create_app(settings_of(api_port=port, **settings), engine=engine, client=env.client)
     server = uvicorn.Server(uvicorn.Config(
         app, host="127.0.0.1", port=port, log_level="warning", lifespan="on", **SERVER_OPTIONS
     ))

@@ -15,14 +15,13 @@ import httpx
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
-from activities.egress import EgressPolicy, static_resolver
+from jobs.egress import EgressPolicy, static_resolver
 from store.engine import make_engine, migrate
 from store.keys import create_key
 from tests.api.conftest import Stack, serve_api
 from tests.api.test_e2e import wait_for_status
-from tests.conftest import new_worker
+from tests.conftest import new_worker, settings_of
 from tests.target import TargetServer
-from worker.settings import Settings
 
 BAD_URLS = [
     "http://0177.0.0.1/", "http://a..b/", "http://xn--/", "http://0x7f.1/", "http://2130706433/",
@@ -93,10 +92,10 @@ async def dev_stack(dev_env: WorkflowEnvironment, tmp_path: Path) -> AsyncIterat
     key = create_key(engine, "t1")[1]
     queue = f"dev-{uuid.uuid4()}"
     temporal = dev_env.client.service_client.config.target_host
-    async with serve_api(dev_env, engine, env="dev", egress_allow="", task_queue=queue,
+    async with serve_api(dev_env, engine, env="dev", egress_allow="", temporal_task_queue=queue,
                          temporal_address=temporal) as base_url:
         api_port = int(base_url.rsplit(":", 1)[1])
-        settings = Settings(env="dev", api_port=api_port, temporal_address=temporal)
+        settings = settings_of(env="dev", api_port=api_port, temporal_address=temporal)
         assert "127.0.0.0/8" in settings.egress_allow_list  # dev's loopback default
         egress = EgressPolicy.from_list(
             settings.egress_allow_list, own_ports=settings.own_ports,

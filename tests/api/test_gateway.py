@@ -141,7 +141,7 @@ async def test_an_admin_update_is_held_to_the_quota_of_the_task_s_tenant(stack: 
 
 async def test_rate_limit_answers_429_with_retry_after(stack: Stack) -> None:
     tenant = f"rate-{uuid.uuid4().hex[:6]}"
-    async with serve_api(stack.env, stack.engine, task_queue=stack.task_queue,
+    async with serve_api(stack.env, stack.engine, temporal_task_queue=stack.task_queue,
                          rate_limit_writes="3/minute", rate_limit_reads="5/minute") as url:
         async with _tenant_client(stack, tenant, url) as api:
             statuses = [(await api.post("/task/create", json=BODY)).status_code for _ in range(4)]

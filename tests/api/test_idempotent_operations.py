@@ -93,8 +93,7 @@ async def test_a_trigger_whose_answer_timed_out_is_not_run_again(
     """The first try reaches the workflow but no worker answers in time (504); the client
     retries with its key once a worker is back: the one update Temporal holds is the run."""
     queue = f"idem-{uuid.uuid4()}"
-    # hold_after_seconds=0: the workflow starts at once, not held as a task due an hour ahead.
-    async with serve_api(stack.env, stack.engine, task_queue=queue, hold_after_seconds=0) as url:
+    async with serve_api(stack.env, stack.engine, temporal_task_queue=queue) as url:
         async with httpx.AsyncClient(base_url=url, timeout=60, headers={
                 "Authorization": f"Bearer {stack.keys['t1']}"}) as api:
             # No workflow cache: nothing sticks to this worker once it is gone.

@@ -21,16 +21,16 @@ from temporalio.service import RPCError, RPCStatusCode
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
-from activities.contracts import RUN_JOB, JobInput, jobs_queue
+from activities.contracts import RUN_JOB, JobInput
+from config.temporal import jobs_queue
 from scheduling.spec import WorkflowJob
 from store.engine import make_engine, migrate
 from store.keys import create_key
 from store.quotas import set_quota
 from tests.api.conftest import serve_api
 from tests.api.test_e2e import wait_for_status
-from tests.conftest import new_worker
-from worker.build import workflow_job_rules
-from worker.settings import Settings
+from tests.conftest import new_worker, settings_of
+from workflows.registry import workflow_job_rules
 from workflows.state import TaskState
 
 HOSTILE, VICTIM, UNGRANTED, TYPE_ONLY, GRANTED, REVOKED = (
@@ -84,7 +84,7 @@ async def deployment(dev_env: WorkflowEnvironment, tmp_path_factory: pytest.Temp
     queue = f"wfa-{uuid.uuid4()}"
     partner = f"{queue}-partner"
     allowed: dict[str, Any] = {
-        "task_queue": queue, "workflow_job_types": "PartnerReport,TaskWorkflow",
+        "temporal_task_queue": queue, "workflow_job_types": "PartnerReport,TaskWorkflow",
         "workflow_job_task_queues": f"{partner},{queue},{jobs_queue(queue)}",
     }
     keys = {t: create_key(engine, t)[1] for t in (HOSTILE, VICTIM, UNGRANTED, TYPE_ONLY, GRANTED, REVOKED)}
@@ -92,11 +92,11 @@ async def deployment(dev_env: WorkflowEnvironment, tmp_path_factory: pytest.Temp
     set_quota(engine, TYPE_ONLY, workflow_types=["PartnerReport"])
     for tenant in (GRANTED, REVOKED):
         set_quota(engine, tenant, workflow_types=["PartnerReport"], workflow_task_queues=[partner])
-    rules = workflow_job_rules(Settings(env="test", **allowed))
+    rules = workflow_job_rules(settings_of(env="test", **allowed))
     async with (
         new_worker(dev_env.client, engine, task_queue=queue, workflow_jobs=rules),
         Worker(dev_env.client, task_queue=partner, workflows=[PartnerReport, ForgedRun]),
-        serve_api(dev_env, engine, hold_after_seconds=0, **allowed) as base_url,
+        serve_api(dev_env, engine, **allowed) as base_url,
     ):
         yield Deployment(base_url, dev_env, queue, partner, keys, engine)
     engine.dispose()
@@ -281,7 +281,7 @@ async def test_workflow_jobs_are_off_unless_the_deployment_names_them(dev_env: W
     _, key = create_key(engine, HOSTILE)
     set_quota(engine, HOSTILE, workflow_types=["*"], workflow_task_queues=["*"])
     try:
-        async with serve_api(dev_env, engine, task_queue=f"off-{uuid.uuid4()}") as base_url:
+        async with serve_api(dev_env, engine, temporal_task_queue=f"off-{uuid.uuid4()}") as base_url:
             async with httpx.AsyncClient(base_url=base_url, headers={"Authorization": f"Bearer {key}"}) as api:
                 detail = await refused(api, "/task/create", workflow_task(
                     {"workflow_type": "PartnerReport", "task_queue": "partner"}), "job_details.type")

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 
 import pytest
 
-from worker.settings import Settings
+from config.settings import Settings, environment_names
 
 # Variables the deployment may set before Settings reads them (none today). Keep it empty
 # unless a field is on its way, so a typo cannot hide behind it.
@@ -16,7 +16,7 @@ AWAITED_SETTINGS: set[str] = set()
 
 def unknown_settings(env: Mapping[str, str]) -> set[str]:
     """SCHEDULER_* names in env that Settings does not read (it ignores unknown ones silently)."""
-    known = {f"SCHEDULER_{name.upper()}" for name in Settings.model_fields}
+    known = set(environment_names().values())
     return {k for k in env if k.startswith("SCHEDULER_")} - known - AWAITED_SETTINGS
 
 

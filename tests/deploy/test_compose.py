@@ -20,11 +20,11 @@ import jsonschema
 import pytest
 import yaml
 
+from config.settings import Settings
 from tests.deploy.compose_file import COMPOSE, DOTENV, VARIABLE, MissingVariable, interpolate
 from tests.deploy.dockerfile import REPO, dockerfile_user
 from tests.deploy.settings_env import settings_from, unknown_settings
 from worker.dev import SERVER_CACHE_FLAGS, dev_server_command
-from worker.settings import Settings
 
 SCHEMA = Path(__file__).with_name("compose-spec.json")
 
@@ -165,7 +165,7 @@ def test_the_workflows_and_the_job_runs_have_worker_services_of_their_own(
     roles = {}
     for name in ("worker", "jobs-worker"):
         env = {k: str(v) for k, v in services[name]["environment"].items()}
-        roles[name] = settings_from(env, monkeypatch).worker_role
+        roles[name] = settings_from(env, monkeypatch).worker.role
         # each container serves its metrics where its healthcheck looks
         port = env["SCHEDULER_WORKER_METRICS_PORT"]
         assert f"127.0.0.1:{port}/metrics" in " ".join(services[name]["healthcheck"]["test"])
@@ -254,7 +254,7 @@ def test_our_services_reach_temporal_and_postgresql_by_service_name(
     settings = settings_from(env, monkeypatch)
     assert settings.env == "production" and settings.resolved_log_format == "json"
 
-    host, _, port = settings.temporal_address.partition(":")
+    host, _, port = settings.temporal.address.partition(":")
     assert host == "temporal" and host in services
     assert f"{port}:{port}" in " ".join(services["temporal"]["ports"])
 
@@ -263,7 +263,7 @@ def test_our_services_reach_temporal_and_postgresql_by_service_name(
     assert url.scheme == "postgresql" and url.hostname == "postgresql" and url.port == 5432
     assert url.username == pg["SCHEDULER_DB_USER"] and url.password == pg["SCHEDULER_DB_PASSWORD"]
     assert url.path == f"/{pg['SCHEDULER_DB_NAME']}"
-    assert settings.auto_migrate is False, "replicas must not race to migrate; `migrate` does it"
+    assert settings.database.auto_migrate is False, "replicas must not race to migrate; `migrate` does it"
 
 
 def test_our_services_run_our_image_as_non_root_on_a_read_only_root(

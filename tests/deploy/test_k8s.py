@@ -143,14 +143,14 @@ def test_each_scaled_object_scales_its_workers_on_the_queue_they_poll(
     scaled, worker = scaled_deployment(objects, name)
     assert pod_spec(worker)["containers"][0]["args"] == ["worker"]
     env = container_env(worker, objects, example_secret)
-    assert settings_from(env, monkeypatch).worker_role == role
+    assert settings_from(env, monkeypatch).worker.role == role
 
     (trigger,) = scaled["spec"]["triggers"]
     meta = trigger["metadata"]
     assert trigger["type"] == "temporal"
     assert set(meta) <= KEDA_TEMPORAL_KEYS, set(meta) - KEDA_TEMPORAL_KEYS
     assert all(isinstance(v, str) for v in meta.values()), "KEDA trigger metadata is string-only"
-    assert meta["taskQueue"] == env["SCHEDULER_TASK_QUEUE"] + queue_suffix
+    assert meta["taskQueue"] == env["SCHEDULER_TEMPORAL_TASK_QUEUE"] + queue_suffix
     assert meta["namespace"] == env["SCHEDULER_TEMPORAL_NAMESPACE"]
     endpoint = env[meta["endpointFromEnv"]] if "endpointFromEnv" in meta else meta["endpoint"]
     assert endpoint == env["SCHEDULER_TEMPORAL_ADDRESS"]
@@ -239,9 +239,9 @@ def test_app_pods_get_settings_the_app_reads(
     env = container_env(objects[workload], objects, example_secret)
     assert not unknown_settings(env), unknown_settings(env)
     settings = settings_from(env, monkeypatch)
-    assert settings.env == "production" and settings.auto_migrate is False
+    assert settings.env == "production" and settings.database.auto_migrate is False
     assert settings.resolved_database_url.startswith("postgresql://")
-    assert settings.temporal_address.endswith(":7233")
+    assert settings.temporal.address.endswith(":7233")
 
 
 def test_the_secret_example_holds_no_real_values(example_secret: dict[str, str]) -> None:

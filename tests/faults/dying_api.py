@@ -8,7 +8,7 @@ import sys
 from typing import Any
 
 from api.temporal import TemporalGateway
-from worker.cli import main
+from cli.main import main
 
 _start = TemporalGateway.start_task
 

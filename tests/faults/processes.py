@@ -38,7 +38,7 @@ def process_env(*, temporal: str, database_url: str, task_queue: str, **extra: s
         "SCHEDULER_ENV": "test",
         "SCHEDULER_TEMPORAL_ADDRESS": temporal,
         "SCHEDULER_DATABASE_URL": database_url,
-        "SCHEDULER_TASK_QUEUE": task_queue,
+        "SCHEDULER_TEMPORAL_TASK_QUEUE": task_queue,
         "SCHEDULER_EGRESS_ALLOW": "127.0.0.1",
         "SCHEDULER_LOG_LEVEL": "WARNING",
     }
@@ -50,7 +50,7 @@ def start_process(role: str, env: dict[str, str], log: Path) -> subprocess.Popen
     """`task-scheduler <role>` as a child process logging to a file; role ``dying-api`` is an
     API that dies between a create's workflow start and its row write (tests/faults/dying_api.py)."""
     command = (["-m", "tests.faults.dying_api"] if role == "dying-api"
-               else ["-m", "worker.cli", role])
+               else ["-m", "cli.main", role])
     return subprocess.Popen(
         [sys.executable, *command], env=env, cwd=ROOT,
         stdout=log.open("ab"), stderr=subprocess.STDOUT,

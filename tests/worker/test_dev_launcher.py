@@ -54,7 +54,7 @@ class DevStack:
         offset = self.log.stat().st_size if self.log.exists() else 0
         out = self.log.open("a")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "worker.cli", "dev"], env=env, stdout=out, stderr=subprocess.STDOUT,
+            [sys.executable, "-m", "cli.main", "dev"], env=env, stdout=out, stderr=subprocess.STDOUT,
             text=True, cwd=Path(__file__).resolve().parents[2],
         )
         deadline = time.monotonic() + 90

@@ -9,9 +9,9 @@ from pathlib import Path
 
 from temporalio.client import Client
 
+from tests.conftest import settings_of
 from tests.faults.processes import free_port
 from worker.dev import WAL_CHECKPOINT_PAGES, dev_server_command, wait_for_port
-from worker.settings import Settings
 
 SQLITE_DEFAULT_CHECKPOINT_PAGES = 1_000
 WAL_HEADER_BYTES = 32
@@ -37,15 +37,15 @@ async def _start_many(address: str, count: int, concurrency: int) -> None:
 
 
 async def test_the_wal_outgrows_the_sqlite_default_and_stays_bounded(tmp_path: Path) -> None:
-    settings = Settings(temporal_address=f"127.0.0.1:{free_port()}", temporal_ui_port=free_port(),
+    settings = settings_of(temporal_address=f"127.0.0.1:{free_port()}", temporal_ui_port=free_port(),
                         data_dir=tmp_path)
     log = (tmp_path / "server.log").open("wb")
     server = subprocess.Popen([*dev_server_command(settings), "--headless"], stdout=log,
                               stderr=subprocess.STDOUT)
     try:
-        wait_for_port(settings.temporal_address, 60, server)
+        wait_for_port(settings.temporal.address, 60, server)
         # About 250 pages of WAL per start: 600 starts write many times the 16,000 pages.
-        await _start_many(settings.temporal_address, 600, 32)
+        await _start_many(settings.temporal.address, 600, 32)
         wal = tmp_path / "temporal.db-wal"
         size = wal.stat().st_size  # the file keeps its largest size until the server closes it
         page = _page_size(tmp_path / "temporal.db")

@@ -60,9 +60,9 @@ class RoleStack:
             "SCHEDULER_ENV": "test",
             "SCHEDULER_DATA_DIR": str(self.directory),
             "SCHEDULER_DATABASE_URL": f"sqlite:///{self.directory / 'scheduler.db'}",
-            "SCHEDULER_AUTO_MIGRATE": "false",
+            "SCHEDULER_DATABASE_AUTO_MIGRATE": "false",
             "SCHEDULER_TEMPORAL_ADDRESS": self.address,
-            "SCHEDULER_TASK_QUEUE": self.task_queue,
+            "SCHEDULER_TEMPORAL_TASK_QUEUE": self.task_queue,
             "SCHEDULER_API_HOST": "127.0.0.1",
             "SCHEDULER_API_PORT": str(self.api_port),
             "SCHEDULER_EGRESS_ALLOW": "127.0.0.1",
@@ -72,7 +72,7 @@ class RoleStack:
         log = self.directory / f"{role}.log"
         with log.open("wb") as out:
             child = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "worker.cli", *argv, env=self.env(), cwd=ROOT,
+                sys.executable, "-m", "cli.main", *argv, env=self.env(), cwd=ROOT,
                 stdout=out, stderr=asyncio.subprocess.STDOUT,
             )
         started = Process(role, child, log, metrics_port)

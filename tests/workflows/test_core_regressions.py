@@ -17,7 +17,7 @@ from sqlalchemy import Engine
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
-from activities.handlers import HandlerContext
+from jobs.handlers import HandlerContext
 from scheduling.spec import TaskChanges, TaskSpec
 from scheduling.status import TaskStatus, workflow_id
 from tests.conftest import new_worker

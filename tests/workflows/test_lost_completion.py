@@ -15,7 +15,7 @@ from temporalio.worker import ActivityInboundInterceptor, ExecuteActivityInput
 from temporalio.worker import Interceptor as WorkerInterceptor
 
 from activities.contracts import RUN_JOB
-from activities.handlers import HandlerContext
+from jobs.handlers import HandlerContext
 from scheduling.status import TaskStatus
 from tests.conftest import new_worker
 from tests.workflows.helpers import executions, handler_job, spec, start_task

@@ -9,10 +9,10 @@ import pytest
 from sqlalchemy import Engine
 from temporalio.testing import WorkflowEnvironment
 
+from config.logging import configure_logging
 from tests.conftest import new_worker
 from tests.target import TargetServer
 from tests.workflows.helpers import spec, start_task
-from worker.logging import configure_logging
 
 SECRET = "Bearer sk-live-0123456789"
 BODY_SECRET = "hunter2-password"

@@ -11,7 +11,7 @@ import pytest
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from worker import cli
+from cli import main as cli
 
 
 @pytest.mark.parametrize("workers", ["1", "2"])
@@ -21,7 +21,7 @@ def test_the_api_command_runs_uvicorn_with_httptools_on_asyncio(
     seen: dict[str, Any] = {}
     monkeypatch.setattr(uvicorn, "run", lambda app, **options: seen.update(options, app=app))
     monkeypatch.setenv("SCHEDULER_ENV", "test")
-    monkeypatch.setenv("SCHEDULER_AUTO_MIGRATE", "false")
+    monkeypatch.setenv("SCHEDULER_DATABASE_AUTO_MIGRATE", "false")
 
     assert cli.main(["api", "--workers", workers]) == 0
 

@@ -1,7 +1,7 @@
 """Run one HTTP task through API, workflow and activity with tracing on; print the spans.
 
 Used by test_tracing.py in a child process, since a tracer provider is set once per process.
-Usage: python -m tests.worker.trace_probe <temporal address>
+Usage: python -m tests.config.trace_probe <temporal address>
 """
 
 from __future__ import annotations
@@ -17,13 +17,13 @@ import httpx
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from config.temporal import connect
+from config.tracing import setup_tracing
 from store.engine import make_engine, migrate
 from store.keys import create_key
 from tests.api.conftest import serve_api
 from tests.conftest import new_worker
 from tests.target import TargetServer
-from worker.build import connect
-from worker.tracing import setup_tracing
 
 
 async def main(address: str) -> None:
@@ -44,7 +44,7 @@ async def main(address: str) -> None:
         env = Env()
         env.client = client  # type: ignore[attr-defined]
         async with new_worker(client, engine, task_queue=queue):
-            async with serve_api(env, engine, task_queue=queue, dispatch_lead_seconds=0) as url:  # type: ignore[arg-type]
+            async with serve_api(env, engine, temporal_task_queue=queue, dispatch_lead_seconds=0) as url:  # type: ignore[arg-type]
                 async with httpx.AsyncClient(base_url=url, headers={"Authorization": f"Bearer {key}"}) as api:
                     created = await api.post("/task/create", json={
                         "task_name": "traced", "schedule_type": "once",

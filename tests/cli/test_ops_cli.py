@@ -31,7 +31,7 @@ class Cli:
 
     async def __call__(self, *argv: str) -> tuple[int, str, str]:
         child = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "worker.cli", *argv, env=self.env,
+            sys.executable, "-m", "cli.main", *argv, env=self.env,
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
         )
         out, err = await asyncio.wait_for(child.communicate(), timeout=60)

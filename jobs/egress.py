@@ -29,7 +29,7 @@ from urllib.parse import urlsplit
 import httpcore
 import httpx
 
-from activities.special_addresses import Address, Network, non_public
+from jobs.special_addresses import Address, Network, non_public
 
 Resolver = Callable[[str, int], Awaitable[list[str]]]
 RESOLVE_TIMEOUT_SECONDS = 5.0

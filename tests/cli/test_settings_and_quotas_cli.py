@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
+from cli.main import main
+from config.settings import Settings
 from store.engine import make_engine
 from store.quotas import Quota, quota_for
-from worker.cli import main
-from worker.settings import Settings
 
 
 def test_dev_api_key_is_refused_outside_dev(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -19,7 +19,7 @@ def test_dev_api_key_is_refused_outside_dev(monkeypatch: pytest.MonkeyPatch) -> 
     with pytest.raises(ValidationError, match="refused when SCHEDULER_ENV=production"):
         Settings()
     monkeypatch.setenv("SCHEDULER_ENV", "dev")
-    assert Settings().dev_api_key is not None
+    assert Settings().dev.api_key is not None
     monkeypatch.setenv("SCHEDULER_ENV", "production")
     monkeypatch.delenv("SCHEDULER_DEV_API_KEY")
     assert Settings().egress_allow_list == []  # nothing private is reachable by default
@@ -42,7 +42,7 @@ def test_quotas_cli_sets_shows_and_clears(tmp_path: Path, monkeypatch: pytest.Mo
 
 
 def test_workflow_job_settings_name_what_may_start(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert Settings().workflow_job_types == "" and Settings().workflow_job_task_queues == ""
+    assert Settings().workflow_job.types == "" and Settings().workflow_job.task_queues == ""
     monkeypatch.setenv("SCHEDULER_WORKFLOW_JOB_TYPES", "Report, *")
     with pytest.raises(ValidationError, match="not a wildcard"):
         Settings()

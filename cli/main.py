@@ -10,9 +10,9 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Literal, TypedDict
 
-from worker import ops
-from worker.logging import configure_logging
-from worker.settings import Settings
+from cli import ops
+from config.logging import configure_logging
+from config.settings import Settings
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
@@ -35,22 +35,22 @@ SERVER_OPTIONS: ServerOptions = {"http": "httptools", "loop": "asyncio"}
 def _api(settings: Settings, args: argparse.Namespace) -> int:
     import uvicorn
 
-    workers = args.workers or settings.api_workers
-    host, port, level = settings.api_host, settings.api_port, settings.log_level.lower()
+    workers = args.workers or settings.api.workers
+    host, port, level = settings.api.host, settings.api.port, settings.log.level.lower()
     if workers == 1:
         from api.app import create_app
 
         uvicorn.run(create_app(settings), host=host, port=port, log_level=level, access_log=False,
                     **SERVER_OPTIONS)
         return 0
-    if settings.auto_migrate:
+    if settings.database.auto_migrate:
         # Once, here: the API processes would otherwise race each other to the schema.
         from store.engine import make_engine, migrate
 
         migrate(make_engine(settings.resolved_database_url))
-        os.environ["SCHEDULER_AUTO_MIGRATE"] = "false"
+        os.environ["SCHEDULER_DATABASE_AUTO_MIGRATE"] = "false"
     # The processes share the port; each builds its app from the same environment.
-    uvicorn.run("worker.cli:api_app", factory=True, workers=workers, host=host, port=port,
+    uvicorn.run("cli.main:api_app", factory=True, workers=workers, host=host, port=port,
                 log_level=level, access_log=False, **SERVER_OPTIONS)
     return 0
 
@@ -60,7 +60,7 @@ def api_app() -> FastAPI:
     from api.app import create_app
 
     settings = Settings()
-    configure_logging(settings.resolved_log_format, settings.log_level)
+    configure_logging(settings.resolved_log_format, settings.log.level)
     return create_app(settings)
 
 
@@ -69,10 +69,11 @@ def _worker(settings: Settings, args: argparse.Namespace) -> int:
 
     overrides: dict[str, object] = {}
     if args.role is not None:
-        overrides["worker_role"] = args.role
+        overrides["role"] = args.role
     if args.metrics_port is not None:
-        overrides["worker_metrics_port"] = args.metrics_port or None
-    asyncio.run(run_worker(settings.model_copy(update=overrides)))
+        overrides["metrics_port"] = args.metrics_port or None
+    worker = settings.worker.model_copy(update=overrides)
+    asyncio.run(run_worker(settings.model_copy(update={"worker": worker})))
     return 0
 
 
@@ -89,7 +90,7 @@ def _keys(settings: Settings, args: argparse.Namespace) -> int:
     from store.keys import create_key, list_keys, revoke_key
 
     engine = make_engine(settings.resolved_database_url)
-    if settings.auto_migrate:
+    if settings.database.auto_migrate:
         migrate(engine)
     if args.keys_command == "create":
         row, plain = create_key(engine, args.tenant, admin=args.admin)
@@ -119,15 +120,9 @@ def _quotas(settings: Settings, args: argparse.Namespace) -> int:
     from store.quotas import Quota, quota_for, set_quota
 
     engine = make_engine(settings.resolved_database_url)
-    if settings.auto_migrate:
+    if settings.database.auto_migrate:
         migrate(engine)
-    defaults = Quota(
-        max_active_tasks=settings.quota_max_active_tasks,
-        min_interval_seconds=settings.quota_min_interval_seconds,
-        allow_seconds_cron=settings.quota_allow_seconds_cron,
-        max_body_bytes=settings.quota_max_body_bytes,
-        max_header_bytes=settings.quota_max_header_bytes,
-    )
+    defaults = Quota.from_settings(settings.quota)
     if args.quotas_command == "set":
         kinds: dict[str, Callable[[str], object]] = {"max_active_tasks": int, "min_interval_seconds": float, "max_body_bytes": int,
                  "max_header_bytes": int,
@@ -217,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
     settings = Settings()
     if args.command in ("tasks", "dead-letters"):
         return ops.run(args, settings.data_dir)  # a client of the API: it logs nothing itself
-    configure_logging(settings.resolved_log_format, settings.log_level)
+    configure_logging(settings.resolved_log_format, settings.log.level)
     if args.command == "dev":
         from worker.dev import run_dev
 

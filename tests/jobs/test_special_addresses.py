@@ -9,8 +9,8 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from activities.egress import EgressPolicy, EgressRefused
-from activities.special_addresses import (
+from jobs.egress import EgressPolicy, EgressRefused
+from jobs.special_addresses import (
     IPV4_MAPPED,
     IPV4_NOT_GLOBAL,
     IPV6_GLOBAL_IN_IETF_BLOCK,

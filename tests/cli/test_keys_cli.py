@@ -9,10 +9,10 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from cli.main import main
 from store.engine import make_engine
 from store.keys import find_active_key
 from store.models import ApiKey
-from worker.cli import main
 
 
 def test_keys_lifecycle(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:

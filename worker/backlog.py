@@ -1,5 +1,4 @@
-"""Worker metrics: the Temporal SDK's Prometheus endpoint, carrying the SDK's own worker
-metrics and the scheduler's (runs, lateness, durations, retries, backlog)."""
+"""The task queues' backlog, published as worker metrics: the signal to autoscale workers on."""
 
 from __future__ import annotations
 
@@ -11,36 +10,11 @@ from temporalio.api.enums.v1 import TaskQueueType
 from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client
-from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
+from temporalio.runtime import Runtime
 
-from activities.contracts import jobs_queue
+from config.temporal import jobs_queue
 
 log = structlog.get_logger("task_scheduler.telemetry")
-
-SECONDS_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300]
-
-
-# How often each worker tells Temporal it is alive (the SDK's default is a minute). The API's
-# /checkHealth calls a worker down once its heartbeats stop (api/temporal.py).
-WORKER_HEARTBEAT_INTERVAL = timedelta(seconds=2)
-
-
-def make_runtime(bind_address: str | None) -> Runtime:
-    """The worker's runtime: heartbeats every ``WORKER_HEARTBEAT_INTERVAL``, and Prometheus
-    metrics on ``bind_address`` when one is given."""
-    metrics = None if not bind_address else PrometheusConfig(
-        bind_address=bind_address,
-        counters_total_suffix=True,
-        durations_as_seconds=True,
-        histogram_bucket_overrides={
-            "scheduler_fire_lateness": SECONDS_BUCKETS,
-            "scheduler_job_duration": SECONDS_BUCKETS,
-        },
-    )
-    return Runtime(
-        telemetry=TelemetryConfig(metrics=metrics),
-        worker_heartbeat_interval=WORKER_HEARTBEAT_INTERVAL,
-    )
 
 
 async def watch_backlog(

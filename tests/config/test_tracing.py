@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_one_trace_spans_api_workflow_activity_and_http_call(dev_env: WorkflowEnvironment) -> None:
     address = dev_env.client.service_client.config.target_host
     result = subprocess.run(
-        [sys.executable, "-m", "tests.worker.trace_probe", address],
+        [sys.executable, "-m", "tests.config.trace_probe", address],
         capture_output=True, text=True, timeout=120, cwd=ROOT,
     )
     assert result.returncode == 0, result.stderr[-3000:]

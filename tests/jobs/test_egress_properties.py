@@ -11,8 +11,8 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from activities.egress import EgressPolicy, EgressRefused, target_host
-from activities.special_addresses import non_public
+from jobs.egress import EgressPolicy, EgressRefused, target_host
+from jobs.special_addresses import non_public
 
 LABEL_CHARS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_"
 labels = st.one_of(

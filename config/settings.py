@@ -1,0 +1,280 @@
+"""Process settings, read from the environment.
+
+Every setting is ``SCHEDULER_<GROUP>_<NAME>`` (``SCHEDULER_API_PORT``, ``SCHEDULER_QUOTA_MAX_ACTIVE_TASKS``)
+or, for the few outside a group, ``SCHEDULER_<NAME>``. Fields marked ``KEY`` make the README's table
+(``python -m config.readme`` writes it; a test checks it)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field, SecretStr, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+KEY: dict[str, Any] = {"key": True}  # json_schema_extra of the settings the README lists
+
+
+class DatabaseSettings(BaseModel):
+    url: str | None = Field(
+        default=None, json_schema_extra=KEY,
+        description="SQLAlchemy URL of the task database (postgresql+psycopg://...); unset: a "
+        "SQLite file in the data directory",
+    )
+    auto_migrate: bool = Field(
+        default=True, description="apply the schema migrations at start (the API and the worker)"
+    )
+
+
+class TemporalSettings(BaseModel):
+    address: str = Field(default="127.0.0.1:7233", json_schema_extra=KEY,
+                         description="Temporal frontend, host:port")
+    namespace: str = Field(default="default", description="Temporal namespace")
+    task_queue: str = Field(
+        default="task-scheduler", json_schema_extra=KEY,
+        description="task queue of the task workflows; job runs use `<task queue>-jobs`",
+    )
+    ui_port: int = Field(default=8233, description="`task-scheduler dev`: the Temporal web UI's port")
+
+
+class ApiSettings(BaseModel):
+    host: str = Field(default="127.0.0.1", description="address the API listens on")
+    port: int = Field(default=8000, json_schema_extra=KEY, description="port the API listens on")
+    workers: int = Field(
+        default=1, ge=1, le=64,
+        description="API processes sharing the port; the in-memory rate limit then counts per "
+        "process (use a redis:// rate limit storage to share it)",
+    )
+    max_request_bytes: int = Field(default=1024 * 1024, description="largest request body accepted")
+
+
+class RateLimitSettings(BaseModel):
+    storage: str = Field(
+        default="memory://", description="limits storage URI; redis://... to share across replicas"
+    )
+    writes: str = Field(default="50/second", description="writes per API key")
+    reads: str = Field(default="200/second", description="reads per API key")
+
+
+class WorkerSettings(BaseModel):
+    role: Literal["all", "workflows", "jobs"] = Field(
+        default="all", json_schema_extra=KEY,
+        description="what this worker process runs: `workflows` (task workflows, bookkeeping, "
+        "reconciler, backlog metrics), `jobs` (the job runs) or `all` of it",
+    )
+    metrics_host: str = Field(default="127.0.0.1", description="address of the worker's metrics")
+    metrics_port: int | None = Field(
+        default=None, description="serve the worker's Prometheus metrics on this port"
+    )
+    max_concurrent_activities: int = Field(
+        default=20_000, ge=1,
+        description="activity slots per worker; a run dispatched ahead holds one while it waits "
+        "for its instant, so a herd of N needs N",
+    )
+    max_concurrent_workflow_tasks: int = Field(default=200, ge=1,
+                                               description="workflow task slots per worker")
+    max_cached_workflows: int = Field(
+        default=4000, ge=0,
+        description="task workflows kept in memory between their workflow tasks; a task woken "
+        "outside the cache replays its history first (docs/capacity.md)",
+    )
+    workflow_sandbox: bool = Field(
+        default=False,
+        description="run task workflows in the SDK's sandbox, which re-imports the workflow "
+        "module for every workflow run and costs memory and start time (docs/capacity.md); the "
+        "tests run the workflows in it, so non-deterministic code fails there",
+    )
+
+
+class DevSettings(BaseModel):
+    api_key: SecretStr | None = Field(
+        default=None, description="`task-scheduler dev`: an API key accepted as is (refused in "
+        "production)",
+    )
+    jobs_worker: bool = Field(
+        default=True,
+        description="`task-scheduler dev` runs the job runs in a worker process of their own "
+        "(false: one worker process for everything)",
+    )
+    jobs_metrics_port: int | None = Field(
+        default=None,
+        description="`task-scheduler dev`: the jobs worker's metrics port (default: the worker "
+        "metrics port + 1)",
+    )
+
+
+class LogSettings(BaseModel):
+    format: Literal["console", "json"] | None = Field(
+        default=None, description="console or json; default: console in dev, json elsewhere"
+    )
+    level: str = Field(default="INFO", description="log level")
+
+
+class EgressSettings(BaseModel):
+    allow: str = Field(
+        default="", json_schema_extra=KEY,
+        description="comma-separated hosts, IPs or CIDRs that HTTP jobs may reach although "
+        "they are not public (loopback, private, link-local...)",
+    )
+    deny_ports: str = Field(
+        default="", pattern=r"^\s*(\d+\s*(,\s*\d+\s*)*)?$",
+        description="comma-separated ports that jobs and webhooks may never call on an address "
+        "that is not public, allowlisted or not; the scheduler's own (API, Temporal gRPC and "
+        "UI, worker metrics) are always among them",
+    )
+
+
+class WorkflowJobSettings(BaseModel):
+    types: str = Field(
+        default="",
+        description="comma-separated workflow types that workflow jobs may start; empty (the "
+        "default): workflow jobs are off. The scheduler's own are never allowed, and a tenant "
+        "starts only those it was granted (`task-scheduler quotas set --workflow-types`)",
+    )
+    task_queues: str = Field(
+        default="",
+        description="comma-separated task queues that workflow jobs may start workflows on; "
+        "empty: workflow jobs are off. The scheduler's own queues are never allowed, and a "
+        "tenant uses only those it was granted (`quotas set --workflow-task-queues`)",
+    )
+
+
+class QuotaSettings(BaseModel):
+    """Every tenant's limits unless `task-scheduler quotas set` overrides them."""
+
+    max_active_tasks: int = Field(default=100_000, ge=0, json_schema_extra=KEY,
+                                  description="tasks a tenant may have pending, running or paused")
+    min_interval_seconds: float = Field(default=1.0, ge=0, json_schema_extra=KEY,
+                                        description="shortest interval (and cron spacing) a tenant may ask for")
+    allow_seconds_cron: bool = Field(default=False, description="allow six-field cron with seconds")
+    max_body_bytes: int = Field(default=64 * 1024, ge=0, description="largest HTTP job body")
+    max_header_bytes: int = Field(default=8 * 1024, ge=0, description="largest HTTP job headers")
+
+
+class DispatchSettings(BaseModel):
+    lead_seconds: float = Field(
+        default=10.0, ge=0, json_schema_extra=KEY,
+        description="dispatch each run this long ahead; the job waits for its instant on the "
+        "worker (0 turns it off); grows with the backlog the task sees, up to the maximum",
+    )
+    max_lead_seconds: float = Field(
+        default=60.0, ge=0,
+        description="the longest lead: a task whose timers fire late (a backlogged engine) "
+        "dispatches up to this long ahead",
+    )
+
+
+class ReconcileSettings(BaseModel):
+    interval_seconds: float = Field(
+        default=60.0, gt=0,
+        description="how often the reconciler looks at the task workflows closed since its "
+        "last pass (terminated, cancelled, failed, timed out)",
+    )
+    full_interval_seconds: float = Field(
+        default=3600.0, gt=0,
+        description="how often (and at start) it compares every row and running workflow of "
+        "the window, which lists them all from Temporal's visibility",
+    )
+    grace_seconds: float = Field(default=30.0, ge=0,
+                                 description="a row younger than this is not repaired yet")
+    window_hours: float = Field(default=24.0, gt=0,
+                                description="how far back the full pass looks")
+
+
+class Settings(BaseSettings):
+    """Settings shared by the API, the worker and the dev launcher; defaults run the embedded stack."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="SCHEDULER_", env_nested_delimiter="_", env_nested_max_split=1, extra="ignore"
+    )
+
+    env: Literal["dev", "test", "production"] = Field(
+        default="dev", json_schema_extra=KEY,
+        description="dev, test or production: production refuses dev conveniences",
+    )
+    data_dir: Path = Field(default=Path(".data"), json_schema_extra=KEY,
+                           description="where the embedded stack keeps its files")
+    otlp_endpoint: str | None = Field(
+        default=None, json_schema_extra=KEY, description="OTLP/HTTP traces endpoint; unset: no tracing"
+    )
+    http_max_response_bytes: int = Field(default=1024, ge=0,
+                                         description="bytes of a job's HTTP response kept in its run")
+
+    database: DatabaseSettings = DatabaseSettings()
+    temporal: TemporalSettings = TemporalSettings()
+    api: ApiSettings = ApiSettings()
+    rate_limit: RateLimitSettings = RateLimitSettings()
+    worker: WorkerSettings = WorkerSettings()
+    dev: DevSettings = DevSettings()
+    log: LogSettings = LogSettings()
+    egress: EgressSettings = EgressSettings()
+    workflow_job: WorkflowJobSettings = WorkflowJobSettings()
+    quota: QuotaSettings = QuotaSettings()
+    dispatch: DispatchSettings = DispatchSettings()
+    reconcile: ReconcileSettings = ReconcileSettings()
+
+    @model_validator(mode="after")
+    def _refuse_dev_secrets_outside_dev(self) -> Settings:
+        if self.env == "production" and self.dev.api_key is not None:
+            raise ValueError(
+                "SCHEDULER_DEV_API_KEY is a development convenience and is refused when "
+                "SCHEDULER_ENV=production; create keys with `task-scheduler keys create`"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _workflow_jobs_named(self) -> Settings:
+        for name in ("types", "task_queues"):
+            if "*" in (entry.strip() for entry in getattr(self.workflow_job, name).split(",")):
+                raise ValueError(
+                    f"SCHEDULER_WORKFLOW_JOB_{name.upper()}: name what workflow jobs may start; "
+                    "'*' is not a wildcard here"
+                )
+        return self
+
+    @property
+    def resolved_database_url(self) -> str:
+        """The database URL, defaulting to a SQLite file under the data directory."""
+        if self.database.url:
+            return self.database.url
+        return f"sqlite:///{(self.data_dir / 'scheduler.db').resolve()}"
+
+    @property
+    def own_ports(self) -> frozenset[int]:
+        """The ports jobs and webhooks may never call off the public internet: the API's,
+        Temporal's, the worker metrics' and the listed ones."""
+        _, _, temporal = self.temporal.address.rpartition(":")
+        listed = (entry.strip() for entry in self.egress.deny_ports.split(","))
+        ports = {self.api.port, self.temporal.ui_port, self.worker.metrics_port,
+                 self.dev.jobs_metrics_port, *(int(port) for port in listed if port)}
+        if temporal.isdigit():
+            ports.add(int(temporal))
+        return frozenset(port for port in ports if port)
+
+    @property
+    def egress_allow_list(self) -> list[str]:
+        """The egress allowlist; in dev, loopback is allowed unless set explicitly."""
+        entries = [e.strip() for e in self.egress.allow.split(",") if e.strip()]
+        if not entries and self.env == "dev":
+            return ["127.0.0.0/8", "::1/128", "localhost"]
+        return entries
+
+    @property
+    def resolved_log_format(self) -> str:
+        """Console logs in dev, JSON elsewhere, unless set explicitly."""
+        if self.log.format:
+            return self.log.format
+        return "console" if self.env == "dev" else "json"
+
+
+def environment_names() -> dict[str, str]:
+    """Every variable Settings reads, by its dotted field path (``api.port``: ``SCHEDULER_API_PORT``)."""
+    names: dict[str, str] = {}
+    for name, field in Settings.model_fields.items():
+        group = field.annotation
+        if isinstance(group, type) and issubclass(group, BaseModel):
+            for sub in group.model_fields:
+                names[f"{name}.{sub}"] = f"SCHEDULER_{name}_{sub}".upper()
+        else:
+            names[name] = f"SCHEDULER_{name}".upper()
+    return names
