@@ -19,7 +19,8 @@ from prometheus_client.registry import Collector
 from sqlalchemy import Engine
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from api.temporal import QueueReading, TemporalGateway
+from api.temporal import TemporalGateway
+from config.temporal import QueueReading
 from scheduling.status import TaskStatus
 from store.stats import LATENESS_BOUNDS_SECONDS, ServiceCounts, read_service_counts
 from store.tasks import RUN_OUTCOMES

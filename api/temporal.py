@@ -2,19 +2,15 @@
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from temporalio.api.enums.v1 import TaskQueueType, WorkerStatus
-from temporalio.api.taskqueue.v1 import TaskQueue
+from temporalio.api.enums.v1 import WorkerStatus
 from temporalio.api.workflowservice.v1 import (
     DescribeNamespaceRequest,
-    DescribeTaskQueueRequest,
     ListWorkersRequest,
 )
 from temporalio.client import (
@@ -27,7 +23,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from api.errors import InvalidTask, OutcomeUnknown, ServiceUnavailable, TaskConflict
 from config.telemetry import WORKER_HEARTBEAT_INTERVAL
-from config.temporal import jobs_queue
+from config.temporal import QueueReading, describe_queues, jobs_queue
 from scheduling.policy import Run
 from scheduling.spec import TaskChanges, TaskSpec
 from scheduling.status import Trigger, workflow_id
@@ -163,29 +159,8 @@ class TemporalGateway:
         }
 
     async def describe_queues(self) -> list[QueueReading]:
-        """The task queue (workflow and activity side) and the jobs queue, as the server
-        describes them: approximate backlog and the pollers it saw in the last minute."""
-        watched = (
-            ("workflow", self.task_queue, "workflow", TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW),
-            ("activity", self.task_queue, "activity", TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY),
-            ("jobs", jobs_queue(self.task_queue), "activity", TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY),
-        )
-
-        async def describe(name: str, queue: str, kind: str, kind_enum: Any) -> QueueReading:
-            response = await self.client.workflow_service.describe_task_queue(
-                DescribeTaskQueueRequest(
-                    namespace=self.client.namespace, task_queue=TaskQueue(name=queue),
-                    task_queue_type=kind_enum, report_stats=True,
-                ),
-                timeout=timedelta(seconds=3),
-            )
-            return QueueReading(
-                name=name, task_queue=queue, type=kind, pollers=len(response.pollers),
-                backlog=int(response.stats.approximate_backlog_count),
-                backlog_age_seconds=response.stats.approximate_backlog_age.ToTimedelta().total_seconds(),
-            )
-
-        return list(await asyncio.gather(*(describe(*w) for w in watched)))
+        """The scheduler's task queues as Temporal describes them."""
+        return await describe_queues(self.client, self.task_queue)
 
     async def live_workers(self) -> dict[str, int] | None:
         """Workers of the task queue and of the jobs queue whose last heartbeat is younger than
@@ -227,15 +202,3 @@ class TemporalGateway:
             )
             self._heartbeats = described.namespace_info.capabilities.worker_heartbeats
         return self._heartbeats
-
-
-@dataclass(frozen=True)
-class QueueReading:
-    """One task queue (of one type) as Temporal describes it."""
-
-    name: str  # workflow, activity or jobs
-    task_queue: str
-    type: str  # workflow or activity
-    pollers: int
-    backlog: int
-    backlog_age_seconds: float

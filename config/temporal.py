@@ -2,6 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
+from dataclasses import dataclass
+from datetime import timedelta
+
+from temporalio.api.enums.v1 import TaskQueueType
+from temporalio.api.taskqueue.v1 import TaskQueue
+from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.runtime import Runtime
@@ -25,3 +32,39 @@ async def connect(
         address, namespace=namespace, data_converter=pydantic_data_converter, runtime=runtime,
         interceptors=temporal_interceptors(tracing), lazy=lazy,
     )
+
+
+@dataclass(frozen=True)
+class QueueReading:
+    """One task queue (of one type) as Temporal describes it."""
+
+    name: str  # workflow, activity or jobs
+    task_queue: str
+    type: str  # workflow or activity
+    pollers: int
+    backlog: int
+    backlog_age_seconds: float
+
+
+async def describe_queues(client: Client, task_queue: str, *, timeout: float = 3.0) -> list[QueueReading]:
+    """The task queue (workflow and activity side) and the jobs queue, as the server
+    describes them: approximate backlog and the pollers it saw in the last minute."""
+    watched = (
+        ("workflow", task_queue, "workflow", TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW),
+        ("activity", task_queue, "activity", TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY),
+        ("jobs", jobs_queue(task_queue), "activity", TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY),
+    )
+
+    async def describe(name: str, queue: str, kind: str, kind_enum: TaskQueueType.ValueType) -> QueueReading:
+        response = await client.workflow_service.describe_task_queue(
+            DescribeTaskQueueRequest(namespace=client.namespace, task_queue=TaskQueue(name=queue),
+                                     task_queue_type=kind_enum, report_stats=True),
+            timeout=timedelta(seconds=timeout),
+        )
+        return QueueReading(
+            name=name, task_queue=queue, type=kind, pollers=len(response.pollers),
+            backlog=int(response.stats.approximate_backlog_count),
+            backlog_age_seconds=response.stats.approximate_backlog_age.ToTimedelta().total_seconds(),
+        )
+
+    return list(await asyncio.gather(*(describe(*w) for w in watched)))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any, Protocol
 
 from temporalio.client import Client
 from temporalio.common import Priority, WorkflowIDReusePolicy
@@ -12,7 +13,6 @@ from scheduling.fire import first_fire
 from scheduling.policy import Run
 from scheduling.spec import TaskSpec
 from scheduling.status import PRIORITY_KEYS, TaskStatus, workflow_id
-from store.models import Task
 from workflows import attributes
 from workflows.state import TaskState, TaskWorkflowInput
 
@@ -61,8 +61,22 @@ async def start_task_workflow(
     return True
 
 
+class TaskRow(Protocol):
+    """What a new workflow run of a task takes from the task's stored row."""
+
+    id: str
+    tenant_id: str
+    spec: dict[str, Any]
+    created_at: datetime
+    status: str
+    status_reason: str | None
+    success_count: int
+    failure_count: int
+    skipped_count: int
+
+
 def state_from_row(
-    row: Task, *, next_fire_at: datetime | None, queue: list[Run] | None = None,
+    row: TaskRow, *, next_fire_at: datetime | None, queue: list[Run] | None = None,
     executed: int = 0, reason: str,
 ) -> TaskState:
     """A workflow state rebuilt from a task row (its workflow is gone or has ended): a paused

@@ -9,7 +9,7 @@ from fastapi import APIRouter, Path, Query, Response, status
 from api.cursors import CursorQuery
 from api.deps import ServiceDep
 from api.ratelimit import ReaderDep, WriterDep
-from api.routes.tasks import ERRORS, OPERATION_RESPONSES, OperationKeyHeader
+from api.routes.common import ERRORS, OPERATION_RESPONSES, OperationKeyHeader
 from api.schemas import DeadLetterPage, ExecutionOut
 
 router = APIRouter(tags=["dead letters"])

@@ -4,13 +4,20 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Body, Header, Path, Query, Request, Response, status
+from fastapi import APIRouter, Body, Path, Query, Request, Response, status
 from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
 
 from api.cursors import CursorQuery
 from api.deps import ServiceDep
 from api.ratelimit import CreatorDep, ReaderDep, WriterDep
+from api.routes.common import (
+    ERRORS,
+    KEY_REUSED,
+    OPERATION_RESPONSES,
+    IdempotencyHeader,
+    OperationKeyHeader,
+)
 from api.schemas import (
     CREATE_EXAMPLES,
     CronTask,
@@ -36,47 +43,12 @@ RecurringBody = Annotated[
     RecurringTaskCreate,
     Body(openapi_examples={k: v for k, v in CREATE_EXAMPLES.items() if not k.startswith("once")}),
 ]
-ERRORS = problem_responses({
-    401: "missing or invalid API key",
-    404: "no such task for this tenant",
-    409: "the task has ended and can no longer change, or the change does not fit the task "
-         "(e.g. cron on an interval task)",
-    413: "the body is too large",
-    415: "the body is not JSON",
-    422: "invalid input; the message names the field",
-    429: "over the tenant's rate limit; see Retry-After",
-    503: "Temporal or the database is unavailable",
-    504: "a change was sent but its outcome is unknown; read the task",
-})
-
-
-IdempotencyHeader = Annotated[
-    str | None,
-    Header(
-        alias="Idempotency-Key",
-        min_length=1,
-        max_length=255,
-        description="retries with the same key and body return the same task (200)",
-    ),
-]
-OperationKeyHeader = Annotated[
-    str | None,
-    Header(
-        alias="Idempotency-Key",
-        min_length=1,
-        max_length=255,
-        description="a retry with the same key and body acts once and gets the first answer; "
-        "the key is the tenant's own",
-    ),
-]
-KEY_REUSED = "invalid input, or the Idempotency-Key was used with another request; the message names the field"
 CREATE_RESPONSES = {
     **ERRORS,
     **problem_responses({403: "a tenant quota is exceeded", 422: KEY_REUSED}),
     200: {"description": "the same Idempotency-Key and body were seen before: the same task",
           "model": TaskOut},
 }
-OPERATION_RESPONSES = {**ERRORS, **problem_responses({422: KEY_REUSED})}
 
 
 async def _create(
