@@ -67,7 +67,7 @@ def create_app(
         )
         # What startup made (modules, the app, its clients) lives as long as the process: keep
         # it out of the collector's full passes, which otherwise walk all of it and stall a
-        # request for 100 ms and more now and then.
+        # request now and then.
         gc.collect()
         gc.freeze()
         try:

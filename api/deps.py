@@ -26,7 +26,7 @@ def service_of(request: Request) -> TaskService:
 
 async def get_service(request: Request) -> TaskService:
     """``service_of`` as a dependency. Every dependency here is a coroutine: FastAPI sends a
-    plain function to a thread and back, 0.3-0.6 ms of CPU per request under a burst."""
+    plain function to a thread and back, which costs CPU on every request."""
     return service_of(request)
 
 

@@ -25,10 +25,8 @@ class ServerOptions(TypedDict):
     loop: Literal["asyncio"]
 
 
-# httptools parses HTTP in C, where h11 (uvicorn's fallback) parses it in Python: in alternating
-# runs of 3,000 creates at 32 clients a create's API CPU fell from 3.3 ms to 2.5-2.8 ms. uvloop,
-# which uvicorn would also take up if it were installed, made it 3.0-3.1 ms with httptools in
-# the same runs, so the loop is named too (docs/capacity.md, "API").
+# httptools parses HTTP in C, where h11 (uvicorn's fallback) parses it in Python; the loop is
+# named too, so that an installed uvloop is not taken up (measured: docs/capacity.md, "API").
 SERVER_OPTIONS: ServerOptions = {"http": "httptools", "loop": "asyncio"}
 
 

@@ -88,8 +88,10 @@ class WorkerSettings(BaseModel):
 
 class DevSettings(BaseModel):
     api_key: SecretStr | None = Field(
-        default=None, description="`task-scheduler dev`: an API key accepted as is (refused in "
-        "production)",
+        default=None, json_schema_extra=KEY,
+        description="`task-scheduler dev`: an API key accepted as is; unset: one generated once "
+        "under the data directory. Refused in production: create keys with `task-scheduler keys "
+        "create --tenant T`",
     )
     jobs_worker: bool = Field(
         default=True,
@@ -113,8 +115,9 @@ class LogSettings(BaseModel):
 class EgressSettings(BaseModel):
     allow: str = Field(
         default="", json_schema_extra=KEY,
-        description="comma-separated hosts, IPs or CIDRs that HTTP jobs may reach although "
-        "they are not public (loopback, private, link-local...)",
+        description="comma-separated hosts, IPs or CIDRs that HTTP jobs and webhooks may reach "
+        "although they are not public (loopback, private, link-local...); empty: none, but "
+        "loopback in dev",
     )
     deny_ports: str = Field(
         default="", pattern=r"^\s*(\d+\s*(,\s*\d+\s*)*)?$",

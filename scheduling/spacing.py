@@ -28,8 +28,8 @@ class _Walk:
 class ShortestGaps:
     """Shortest gaps between runs, with the fires of recent cron schedules remembered.
 
-    A cron gap is sampled over the next 50 fires, about 2 ms of croniter at every create of a
-    cron task. Tasks mostly share a few schedules, and the fires after any instant are the same
+    A cron gap is sampled over the next 50 fires, croniter work at every create of a cron
+    task. Tasks mostly share a few schedules, and the fires after any instant are the same
     whichever create walked them, so a later create of the same schedule walks only what time
     has added. One instance per API process, used from its event loop."""
 

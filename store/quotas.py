@@ -93,8 +93,7 @@ def _active(connection: Connection, tenant_id: str) -> int:
 class ActiveCounts:
     """Active task counts per tenant, remembered for a second by one API process.
 
-    Counting reads every active task of the tenant in the index (4 ms at 100,000), on every
-    create. A remembered count, plus the creates this process made since, stands in for it
+    Counting reads every active task of the tenant in the index, on every create. A remembered count, plus the creates this process made since, stands in for it
     while it is well below the tenant's limit; near the limit (and for a refusal) the count is
     always read afresh, so a quota never refuses on a stale count."""
 

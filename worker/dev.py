@@ -63,10 +63,8 @@ SERVER_CACHE_FLAGS = [
 # The server's SQLite file: WAL, synced at each checkpoint (a crash of the server loses nothing;
 # a power cut can lose what came after the last checkpoint). SQLite checkpoints every 1,000 pages
 # (4 MB) by default, on the connection that commits, so inside the server's request path. A
-# workflow start writes about 250 pages of WAL, so a burst of starts waited on a checkpoint and
-# its two fsyncs every few starts. Every 16,000 pages (64 MB), bare starts at 32 clients went
-# from 157-197/s to 223-229/s and their p99 from 256-336 ms to 236-251 ms, in interleaved runs
-# (bench/README.md, "The dev server's checkpoints"). The WAL file stays at about 64 MB.
+# burst of workflow starts then waits on a checkpoint and its two fsyncs every few starts;
+# every 16,000 pages (64 MB, the WAL file's size then) starts run faster (measured: docs/capacity.md).
 WAL_CHECKPOINT_PAGES = 16_000
 SQLITE_PRAGMA_FLAGS = [
     "--sqlite-pragma", "journal_mode=wal",

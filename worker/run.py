@@ -118,8 +118,8 @@ async def run_worker(settings: Settings) -> None:
             if bind is not None:
                 log.info("worker.metrics", address=f"http://{bind}/metrics")
             # What is loaded by now lives as long as the process: out of the collector's
-            # full passes, which otherwise stalled the event loop ~100 ms (every run due then
-            # started that late).
+            # full passes, which otherwise stall the event loop (and every run due then
+            # starts that late).
             gc.collect()
             gc.freeze()
             await stop.wait()

@@ -1,0 +1,75 @@
+"""The README's settings table, made from the settings' own descriptions.
+
+``python -m config.readme`` rewrites the table in README.md; a test fails when it is stale."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+from pydantic.fields import FieldInfo
+
+from config.settings import Settings
+
+BEGIN = "<!-- settings table: python -m config.readme -->"
+END = "<!-- end of settings table -->"
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def _default(field: FieldInfo) -> str:
+    value: Any = field.get_default(call_default_factory=True)
+    if value is None:
+        return "unset"
+    if value == "":
+        return "empty"
+    if isinstance(value, bool):
+        return f"`{str(value).lower()}`"
+    return f"`{value}`"
+
+
+def _key_fields() -> list[tuple[str, FieldInfo]]:
+    found = []
+    for name, field in Settings.model_fields.items():
+        group = field.annotation
+        if isinstance(group, type) and issubclass(group, BaseModel):
+            found += [(f"SCHEDULER_{name}_{sub}".upper(), info)
+                      for sub, info in group.model_fields.items() if _is_key(info)]
+        elif _is_key(field):
+            found.append((f"SCHEDULER_{name}".upper(), field))
+    return found
+
+
+def _is_key(field: FieldInfo) -> bool:
+    extra = field.json_schema_extra
+    return isinstance(extra, dict) and bool(extra.get("key"))
+
+
+def table() -> str:
+    """The settings marked KEY, one row each."""
+    rows = ["| setting | default | what |", "|---|---|---|"]
+    for env, field in _key_fields():
+        what = (field.description or "").replace("|", "\\|")
+        rows.append(f"| `{env}` | {_default(field)} | {what} |")
+    return "\n".join(rows)
+
+
+def with_table(readme: str) -> str:
+    """The README text with its settings table replaced by the current one."""
+    head, _, rest = readme.partition(BEGIN)
+    _, _, tail = rest.partition(END)
+    return f"{head}{BEGIN}\n{table()}\n{END}{tail}"
+
+
+def main() -> int:
+    text = README.read_text()
+    if BEGIN not in text or END not in text:
+        print(f"README.md has no {BEGIN} ... {END} block", file=sys.stderr)
+        return 1
+    README.write_text(with_table(text))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,16 @@
+"""The README's settings table is the settings' own: names, defaults and descriptions."""
+
+from __future__ import annotations
+
+from config.readme import README, table, with_table
+
+
+def test_the_readme_table_is_generated_from_the_settings() -> None:
+    text = README.read_text()
+    assert with_table(text) == text, "the settings table is stale: run `python -m config.readme`"
+
+
+def test_the_table_lists_the_key_settings_with_their_defaults() -> None:
+    rows = table().splitlines()[2:]
+    assert "| `SCHEDULER_TEMPORAL_ADDRESS` | `127.0.0.1:7233` |" in "\n".join(rows)
+    assert 8 <= len(rows) <= 15  # the settings that matter, on one screen
