@@ -8,10 +8,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
-from config.settings import Settings
+from config.settings import setting_fields
 
 BEGIN = "<!-- settings table: python -m config.readme -->"
 END = "<!-- end of settings table -->"
@@ -29,18 +28,6 @@ def _default(field: FieldInfo) -> str:
     return f"`{value}`"
 
 
-def _key_fields() -> list[tuple[str, FieldInfo]]:
-    found = []
-    for name, field in Settings.model_fields.items():
-        group = field.annotation
-        if isinstance(group, type) and issubclass(group, BaseModel):
-            found += [(f"SCHEDULER_{name}_{sub}".upper(), info)
-                      for sub, info in group.model_fields.items() if _is_key(info)]
-        elif _is_key(field):
-            found.append((f"SCHEDULER_{name}".upper(), field))
-    return found
-
-
 def _is_key(field: FieldInfo) -> bool:
     extra = field.json_schema_extra
     return isinstance(extra, dict) and bool(extra.get("key"))
@@ -49,7 +36,9 @@ def _is_key(field: FieldInfo) -> bool:
 def table() -> str:
     """The settings marked KEY, one row each."""
     rows = ["| setting | default | what |", "|---|---|---|"]
-    for env, field in _key_fields():
+    for _, env, field in setting_fields():
+        if not _is_key(field):
+            continue
         what = (field.description or "").replace("|", "\\|")
         rows.append(f"| `{env}` | {_default(field)} | {what} |")
     return "\n".join(rows)

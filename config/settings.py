@@ -6,10 +6,12 @@ or, for the few outside a group, ``SCHEDULER_<NAME>``. Fields marked ``KEY`` mak
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field, SecretStr, model_validator
+from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 KEY: dict[str, Any] = {"key": True}  # json_schema_extra of the settings the README lists
@@ -270,14 +272,18 @@ class Settings(BaseSettings):
         return "console" if self.env == "dev" else "json"
 
 
-def environment_names() -> dict[str, str]:
-    """Every variable Settings reads, by its dotted field path (``api.port``: ``SCHEDULER_API_PORT``)."""
-    names: dict[str, str] = {}
+def setting_fields() -> Iterator[tuple[str, str, FieldInfo]]:
+    """Every setting: its dotted path (``api.port``), its variable (``SCHEDULER_API_PORT``)
+    and its field."""
     for name, field in Settings.model_fields.items():
         group = field.annotation
         if isinstance(group, type) and issubclass(group, BaseModel):
-            for sub in group.model_fields:
-                names[f"{name}.{sub}"] = f"SCHEDULER_{name}_{sub}".upper()
+            for sub, info in group.model_fields.items():
+                yield f"{name}.{sub}", f"SCHEDULER_{name}_{sub}".upper(), info
         else:
-            names[name] = f"SCHEDULER_{name}".upper()
-    return names
+            yield name, f"SCHEDULER_{name}".upper(), field
+
+
+def environment_names() -> dict[str, str]:
+    """Every variable Settings reads, by its dotted field path (``api.port``: ``SCHEDULER_API_PORT``)."""
+    return {path: env for path, env, _ in setting_fields()}
