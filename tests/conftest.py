@@ -62,11 +62,12 @@ async def register_search_attributes(client: Client) -> None:
     )
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture
 async def time_env() -> AsyncIterator[WorkflowEnvironment]:
-    """A time-skipping test server for workflow semantics, shared by the session.
+    """A time-skipping test server of the test's own (it starts in a tenth of a second).
 
-    Its clock only moves forward: each test skips it by hours to years."""
+    One server per test: time skips to the next timer of any workflow on it, so a workflow
+    another test left behind would move this test's clock and lock its skipping."""
     env = await start_time_skipping()
     yield env
     await env.shutdown()
