@@ -15,9 +15,10 @@ from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
     from activities.contracts import NOTIFY, RECORD, Notification, Record
+    from scheduling import policy
     from scheduling.records import ExecutionRecord, TaskSnapshot
     from scheduling.spec import NotifyEvent
-    from scheduling.status import ExecutionStatus, SkipReason, execution_id
+    from scheduling.status import ExecutionStatus, SkipReason, Trigger, execution_id
     from workflows import attributes
     from workflows.describe import describe_schedule
     from workflows.state import TaskState
@@ -57,6 +58,25 @@ class TaskRecord:
         if record.drifted:
             meter.create_counter("scheduler_drift_events",
                                  "runs that started past the drift threshold").add(1)
+
+    def finished(self, record: ExecutionRecord, trigger: Trigger) -> None:
+        """A run that ran has ended: complete its row (end, lateness, drift, dead letter), write
+        it with the next ``write`` and tell the webhook of a dead letter or a drift."""
+        now = workflow.now()
+        # The start is the worker's clock, the end the workflow's: never before the start.
+        record.finished_at = max(now, record.started_at) if record.started_at else now
+        if record.started_at is not None:
+            lateness = record.started_at - record.scheduled_at
+            record.lateness_ms = max(0.0, lateness.total_seconds() * 1000)
+            record.drifted = policy.drifted(self._state.spec, trigger, lateness)
+        record.dead_letter = policy.dead_letter_of(ExecutionStatus(record.status))
+        self.add(record)
+        if record.dead_letter is not None:
+            self.notify(NotifyEvent.FAILED, record.id, record.error)
+            self.notify(NotifyEvent.DEAD_LETTERED, record.id, "retries exhausted; replayable")
+        if record.drifted:
+            workflow.logger.warning("run drifted", extra={"execution_id": record.id})
+            self.notify(NotifyEvent.DRIFT, record.id, f"started {record.lateness_ms:.0f} ms late")
 
     def skip(self, fire: datetime, reason: SkipReason, run_id: str | None = None) -> None:
         """Record a fire that did not run, and why."""

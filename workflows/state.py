@@ -10,8 +10,8 @@ from activities.contracts import Notification
 from scheduling.fire import first_fire
 from scheduling.policy import Position, Run, instant_of
 from scheduling.records import ExecutionRecord
-from scheduling.spec import TaskSpec
-from scheduling.status import ExecutionStatus, TaskStatus, Trigger
+from scheduling.spec import ScheduleType, TaskSpec
+from scheduling.status import FINAL_STATUSES, ExecutionStatus, TaskStatus, Trigger, execution_id
 
 
 class ReplayRequest(BaseModel):
@@ -87,6 +87,63 @@ class TaskState(BaseModel):
             self.executed += 1
         self.last_run = LastRun(execution_id=record.id, scheduled_at=record.scheduled_at,
                                 status=status, finished_at=record.finished_at, error=record.error)
+
+    def request_cancel(self, reason: str | None) -> bool:
+        """Ask the task to end CANCELLED; False once it has ended."""
+        if self.status in FINAL_STATUSES:
+            return False
+        self.cancel_requested, self.status_reason = True, reason or "cancelled"
+        return True
+
+    def pause(self, reason: str | None) -> bool:
+        """Stop starting runs; False when ended or already paused."""
+        if self.status in FINAL_STATUSES or self.paused:
+            return False
+        self.paused, self.status_reason = True, reason or "paused"
+        return True
+
+    def resume(self, now: datetime) -> bool:
+        """Start runs again, the failure streak forgotten; False when not paused.
+        Fires inside the pause are recorded as skipped, not caught up; a one-time task's fire
+        is left to its missed-run policy."""
+        if not self.paused:
+            return False
+        self.paused, self.status_reason, self.consecutive_failures = False, None, 0
+        if self.spec.schedule_type is not ScheduleType.ONCE:
+            self.resumed_at = now
+        return True
+
+    def add_manual_run(self, now: datetime) -> bool:
+        """Queue a run outside the schedule, numbered; False once ended or being cancelled."""
+        if self.status in FINAL_STATUSES or self.cancel_requested:
+            return False
+        self.manual_runs += 1
+        self.queue.append(Run(scheduled_at=now, trigger=Trigger.MANUAL, execution_id=execution_id(
+            self.task_id, now, Trigger.MANUAL, self.manual_runs)))
+        return True
+
+    def add_replay(self, request: ReplayRequest) -> None:
+        """Queue a dead-lettered run again, under its own execution id."""
+        self.queue.append(Run(scheduled_at=request.scheduled_at, trigger=Trigger.REPLAY,
+                              execution_id=request.execution_id))
+
+    def refresh_status(self, *, running: bool) -> None:
+        """RUNNING while a run has started, else PAUSED or PENDING."""
+        paused_or_pending = TaskStatus.PAUSED if self.paused else TaskStatus.PENDING
+        self.status = TaskStatus.RUNNING if running else paused_or_pending
+
+    def closed_to(self, verb: str) -> str | None:
+        """Why the task can no longer be ``verb`` (ended or being cancelled), or None."""
+        if self.status in FINAL_STATUSES:
+            return f"task is {self.status.value} and can no longer be {verb}"
+        if self.cancel_requested:
+            return f"task is being cancelled and can no longer be {verb}"
+        return None
+
+    def finish(self, status: TaskStatus, reason: str | None) -> None:
+        """The task has ended: nothing more is scheduled or queued."""
+        self.status, self.status_reason = status, reason
+        self.next_fire_at, self.queue = None, []
 
     def next_instant(self) -> datetime | None:
         """When the next fire runs (its jitter included); None while paused."""

@@ -23,9 +23,8 @@ with workflow.unsafe.imports_passed_through():
     from scheduling.fire import next_fire
     from scheduling.policy import Run
     from scheduling.records import ExecutionRecord
-    from scheduling.spec import NotifyEvent, ScheduleFields, ScheduleType, TaskChanges, check_timing
+    from scheduling.spec import NotifyEvent, ScheduleFields, TaskChanges, check_timing
     from scheduling.status import (
-        FINAL_STATUSES,
         ExecutionStatus,
         SkipReason,
         TaskStatus,
@@ -103,7 +102,7 @@ class TaskWorkflow:
         if policy.schedule_done(state.position(), self._runs.flight(now)):
             last = state.last_run.status if state.last_run else None
             status, reason = policy.final_status(state.spec, last)
-            self._finish(status, state.status_reason or reason)
+            self._state.finish(status, state.status_reason or reason)
             await self._write()
             return True
         self._refresh_status()
@@ -185,28 +184,14 @@ class TaskWorkflow:
             self._record.skip(fire, reason, ended.run_id)
 
     def _ran(self, ended: Ended, record: ExecutionRecord) -> None:
-        state, spec, trigger = self._state, self._state.spec, ended.run.trigger
-        now = workflow.now()
-        # The start is the worker's clock, the end the workflow's: never before the start.
-        record.finished_at = max(now, record.started_at) if record.started_at else now
-        if record.started_at is not None:
-            lateness = record.started_at - record.scheduled_at
-            record.lateness_ms = max(0.0, lateness.total_seconds() * 1000)
-            record.drifted = policy.drifted(spec, trigger, lateness)
-        status = ExecutionStatus(record.status)
-        record.dead_letter = policy.dead_letter_of(status)
+        state, trigger = self._state, ended.run.trigger
+        self._record.finished(record, trigger)
         state.count(record, trigger)
-        if policy.is_fixed_delay(spec) and trigger.scheduled and not state.cancel_requested:
-            state.next_fire_at = policy.after_finish(state.position(), self._runs.flight(now), now)
-        self._record.add(record)
-        if record.dead_letter is not None:
-            self._record.notify(NotifyEvent.FAILED, record.id, record.error)
-            self._record.notify(NotifyEvent.DEAD_LETTERED, record.id, "retries exhausted; replayable")
-        if record.drifted:
-            workflow.logger.warning("run drifted", extra={"execution_id": record.id})
-            self._record.notify(NotifyEvent.DRIFT, record.id, f"started {record.lateness_ms:.0f} ms late")
-        tripped = policy.breaker_trips(spec, state.consecutive_failures)
-        if status is ExecutionStatus.FAILED and tripped and not state.paused:
+        if policy.is_fixed_delay(state.spec) and trigger.scheduled and not state.cancel_requested:
+            state.next_fire_at = policy.after_finish(state.position(), self._runs.flight(workflow.now()),
+                                                     workflow.now())
+        tripped = policy.breaker_trips(state.spec, state.consecutive_failures)
+        if record.status == ExecutionStatus.FAILED and tripped and not state.paused:
             self._pause(tripped)
             self._record.notify(NotifyEvent.AUTO_PAUSED, record.id, tripped)
 
@@ -218,7 +203,7 @@ class TaskWorkflow:
         self._absorb_ended()
         for run in state.queue:
             self._record.skip(run.scheduled_at, SkipReason.CANCELLED, run.execution_id)
-        self._finish(TaskStatus.CANCELLED, state.status_reason or "cancelled")
+        self._state.finish(TaskStatus.CANCELLED, state.status_reason or "cancelled")
         await self._write()
 
     async def _write(self) -> None:
@@ -270,17 +255,7 @@ class TaskWorkflow:
         return self._draining() and not len(self._runs) and not self._runs.ended
 
     def _refresh_status(self) -> None:
-        state = self._state
-        if self._runs.flight(workflow.now()).started:
-            state.status = TaskStatus.RUNNING
-        else:
-            state.status = TaskStatus.PAUSED if state.paused else TaskStatus.PENDING
-
-    def _finish(self, status: TaskStatus, reason: str | None) -> None:
-        state = self._state
-        state.status, state.status_reason = status, reason
-        state.next_fire_at = None
-        state.queue = []
+        self._state.refresh_status(running=bool(self._runs.flight(workflow.now()).started))
 
     # -- messages ---------------------------------------------------------------------------
 
@@ -347,8 +322,7 @@ class TaskWorkflow:
     async def replay_update(self, request: ReplayRequest) -> TaskState:
         """Run a dead-lettered run again, under its own execution id."""
         async with self._lock:
-            self._state.queue.append(Run(scheduled_at=request.scheduled_at, trigger=Trigger.REPLAY,
-                                         execution_id=request.execution_id))
+            self._state.add_replay(request)
             self._wake = True
             return self._state
 
@@ -402,49 +376,24 @@ class TaskWorkflow:
         check_timing(changes.apply_to(self._state.spec), workflow.now())
 
     def _refuse_if_final(self, verb: str) -> None:
-        state = self._state
-        if state.status in FINAL_STATUSES or state.cancel_requested:
-            status = "being cancelled" if state.status not in FINAL_STATUSES else state.status.value
-            raise ApplicationError(f"task is {status} and can no longer be {verb}",
-                                   type="TaskFinished", non_retryable=True)
+        if (why := self._state.closed_to(verb)) is not None:
+            raise ApplicationError(why, type="TaskFinished", non_retryable=True)
 
     def _request_cancel(self, reason: str | None) -> None:
-        if self._state.status in FINAL_STATUSES:
-            return
-        self._state.cancel_requested = True
-        self._state.status_reason = reason or "cancelled"
-        self._wake = True
+        if self._state.request_cancel(reason):
+            self._wake = True
 
     def _pause(self, reason: str | None) -> None:
-        state = self._state
-        if state.status in FINAL_STATUSES or state.paused:
-            return
-        state.paused = True
-        state.status_reason = reason or "paused"
-        self._runs.withdraw("paused")
-        self._refresh_status()
-        self._wake = True
+        if self._state.pause(reason):
+            self._runs.withdraw("paused")
+            self._refresh_status()
+            self._wake = True
 
     def _resume(self) -> None:
-        state = self._state
-        if not state.paused:
-            return
-        state.paused = False
-        state.status_reason = None
-        state.consecutive_failures = 0
-        if state.spec.schedule_type is not ScheduleType.ONCE:
-            # Fires inside the pause are recorded as skipped, not caught up; a one-time task's
-            # fire is left to its missed-run policy.
-            state.resumed_at = workflow.now()
-        self._refresh_status()
-        self._wake = True
+        if self._state.resume(workflow.now()):
+            self._refresh_status()
+            self._wake = True
 
     def _trigger(self) -> None:
-        state = self._state
-        if state.status in FINAL_STATUSES or state.cancel_requested:
-            return
-        now = workflow.now()
-        state.manual_runs += 1
-        state.queue.append(Run(scheduled_at=now, trigger=Trigger.MANUAL, execution_id=execution_id(
-            state.task_id, now, Trigger.MANUAL, state.manual_runs)))
-        self._wake = True
+        if self._state.add_manual_run(workflow.now()):
+            self._wake = True
