@@ -128,9 +128,10 @@ class TaskState(BaseModel):
                               execution_id=request.execution_id))
 
     def refresh_status(self, *, running: bool) -> None:
-        """RUNNING while a run has started, else PAUSED or PENDING."""
-        paused_or_pending = TaskStatus.PAUSED if self.paused else TaskStatus.PENDING
-        self.status = TaskStatus.RUNNING if running else paused_or_pending
+        """PAUSED while paused (a run going on finishes; the row must keep the pause), else
+        RUNNING while a run has started, else PENDING."""
+        running_or_pending = TaskStatus.RUNNING if running else TaskStatus.PENDING
+        self.status = TaskStatus.PAUSED if self.paused else running_or_pending
 
     def closed_to(self, verb: str) -> str | None:
         """Why the task can no longer be ``verb`` (ended or being cancelled), or None."""

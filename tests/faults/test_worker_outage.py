@@ -85,6 +85,9 @@ async def test_worker_down_across_fire_times_then_missed_run_policies_decide(
     for policy in ("single_catchup", "catchup"):
         assert [(r.status, r.trigger) for r in runs(f"once-{policy}")] == [("COMPLETED", "catchup")]
     assert not [r for r in target.received if r.path == "/once/skip"]
+    # Dispatched to the worker that died and refused as late when it came back: its row says
+    # SKIPPED missed, not RUNNING.
+    assert [(r.status, r.reason) for r in runs("stranded-skip")] == [("SKIPPED", "missed")]
 
     # Under the skip policy no run may start more than a minute after its instant, not even one
     # that had been dispatched ahead to the worker that died.

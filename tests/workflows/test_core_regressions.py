@@ -6,22 +6,30 @@ time-skipping server."""
 from __future__ import annotations
 
 import asyncio
+import re
 import uuid
+from collections import Counter
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from datetime import timedelta
+from typing import Any
 
 import httpx
-from sqlalchemy import Engine
+from sqlalchemy import Engine, event
+from temporalio.api.enums.v1 import EventType
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
 from jobs.handlers import HandlerContext
 from scheduling.spec import TaskChanges, TaskSpec
 from scheduling.status import TaskStatus, workflow_id
+from store.tasks import get_task
 from tests.conftest import new_worker
+from tests.target import TargetServer
 from tests.workflows.helpers import (
+    Blocker,
+    Failing,
     executions,
     handler_job,
     pass_time_without_worker,
@@ -35,7 +43,7 @@ from tests.workflows.helpers import (
 )
 from worker.build import ActivitySet, build_activities, build_jobs_worker, build_workflow_worker
 from workflows.starter import start_task_workflow
-from workflows.state import TaskState
+from workflows.state import TaskState, TaskWorkflowInput
 from workflows.task import TaskWorkflow
 
 
@@ -330,3 +338,138 @@ async def test_the_run_count_is_the_runs_that_ended(
     rows = executions(sqlite_engine, final.task_id)
     assert final.run_count == len([r for r in rows if r.status != "SKIPPED"]) == 4
     assert final.skipped_count == len([r for r in rows if r.status == "SKIPPED"])
+
+
+class FailsFirst:
+    """A handler that fails the first attempts of chosen runs: ``{ordinal: failing attempts}``,
+    runs numbered from 1 in the order they first call; counts every call per run."""
+
+    def __init__(self, failures: dict[int, int]) -> None:
+        self.failures = failures
+        self.calls: Counter[str] = Counter()
+
+    async def __call__(self, ctx: HandlerContext) -> None:
+        self.calls[ctx.execution_id] += 1
+        ordinal = list(self.calls).index(ctx.execution_id) + 1
+        if self.calls[ctx.execution_id] <= self.failures.get(ordinal, 0):
+            raise RuntimeError(f"attempt {self.calls[ctx.execution_id]} of run {ordinal} fails")
+
+
+async def test_a_retrying_run_skips_the_fires_due_meanwhile_under_overlap_skip(
+    time_env: WorkflowEnvironment, sqlite_engine: Engine
+) -> None:
+    job = FailsFirst({1: 2})  # the first run retries twice, 100 s apart: three fires come due
+    task = spec(schedule_type="interval", interval_seconds=60, overlap_policy="skip", max_runs=2,
+                job_details=handler_job("flaky"),
+                retry_policy={"max_attempts": 3, "initial_interval_seconds": 100.0,
+                              "backoff_coefficient": 1.0})
+    async with (
+        new_worker(time_env.client, sqlite_engine, handlers={"flaky": job}) as worker,
+        running_task(time_env, worker.task_queue, task) as handle,
+    ):
+        final = await handle.result()
+    rows = executions(sqlite_engine, final.task_id)
+    assert [(r.status, r.reason) for r in rows] == (
+        [("COMPLETED", None)] + [("SKIPPED", "overlap")] * 3 + [("COMPLETED", None)])
+    assert [r.attempts for r in rows if r.status == "COMPLETED"] == [3, 1]
+    assert list(job.calls.values()) == [3, 1]
+
+
+async def test_a_retry_runs_again_only_its_own_run(
+    time_env: WorkflowEnvironment, sqlite_engine: Engine
+) -> None:
+    job = FailsFirst({2: 1})
+    task = spec(schedule_type="interval", interval_seconds=60, overlap_policy="allow", max_runs=3,
+                job_details=handler_job("flaky"),
+                retry_policy={"max_attempts": 3, "initial_interval_seconds": 10.0})
+    async with (
+        new_worker(time_env.client, sqlite_engine, handlers={"flaky": job}) as worker,
+        running_task(time_env, worker.task_queue, task) as handle,
+    ):
+        final = await handle.result()
+    rows = executions(sqlite_engine, final.task_id)
+    assert statuses(rows) == ["COMPLETED"] * 3
+    assert [job.calls[r.id] for r in rows] == [1, 2, 1] == [r.attempts for r in rows]
+
+
+async def test_continue_as_new_does_not_wait_for_a_webhook_delivery(
+    dev_env: WorkflowEnvironment, sqlite_engine: Engine, target: TargetServer
+) -> None:
+    # Every run fails and tells a webhook that takes 5 s to answer: a delivery is always
+    # pending when the short history asks the task to continue as new.
+    task = spec(schedule_type="interval", interval_seconds=2, max_runs=5,
+                job_details=handler_job("failing"), retry_policy={"max_attempts": 1},
+                notify={"url": target.url("/slow/5"), "events": ["failed"]})
+    async with (
+        new_worker(dev_env.client, sqlite_engine, handlers={"failing": Failing()}) as worker,
+        running_task(dev_env, worker.task_queue, task, history_limit=40) as handle,
+    ):
+        final = await handle.result()
+        first_run = dev_env.client.get_workflow_handle(handle.id, run_id=handle.first_execution_run_id)
+        history = await first_run.fetch_history()
+    last = history.events[-1]
+    assert last.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW
+    carried = dev_env.client.data_converter.payload_converter.from_payload(
+        last.workflow_execution_continued_as_new_event_attributes.input.payloads[0],
+        TaskWorkflowInput)
+    assert carried.state is not None and carried.state.notifications, "it continued with a delivery pending"
+    assert final.status is TaskStatus.COMPLETED and final.continued_as_new >= 1
+    rows = executions(sqlite_engine, final.task_id)
+    assert [(r.status, r.trigger) for r in rows] == [("FAILED", "schedule")] * 5
+    told = {r.json()["execution_id"] for r in target.received}
+    assert told == {r.id for r in rows}, "every failure was told, across the continue-as-new"
+
+
+async def test_every_task_row_write_is_the_workflows_versioned_write(
+    time_env: WorkflowEnvironment, sqlite_engine: Engine
+) -> None:
+    written: list[str] = []
+
+    def seen(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        if re.match(r"\s*(INSERT INTO|UPDATE) task\b", statement, re.IGNORECASE):
+            written.append(statement)
+
+    event.listen(sqlite_engine, "before_cursor_execute", seen)
+    job = Sleeping(1.0)
+    task = spec(schedule_type="interval", interval_seconds=3600, job_details=handler_job("slow"))
+    async with (
+        new_worker(time_env.client, sqlite_engine, handlers={"slow": job}) as worker,
+        running_task(time_env, worker.task_queue, task) as handle,
+    ):
+        await handle.signal(TaskWorkflow.trigger_signal)
+
+        async def done() -> bool:
+            return (await task_state(handle)).success_count == 1
+
+        await until(done)
+        state = await task_state(handle)
+    assert job.runs and written, "the run ran and the task row was written"
+    # The jobs worker's run wrote none of them: each is the versioned upsert of the workflow.
+    assert all("state_version" in statement for statement in written)
+    row = get_task(sqlite_engine, state.task_id, "t1")
+    assert row is not None and row.status == "PENDING" and row.last_run_status == "COMPLETED"
+
+
+async def test_a_pause_signal_during_a_run_is_saved_in_the_task_row(
+    time_env: WorkflowEnvironment, sqlite_engine: Engine
+) -> None:
+    job = Blocker()
+    task = spec(schedule_type="interval", interval_seconds=3600, job_details=handler_job("block"))
+    async with (
+        new_worker(time_env.client, sqlite_engine, handlers={"block": job}) as worker,
+        running_task(time_env, worker.task_queue, task) as handle,
+    ):
+        await handle.signal(TaskWorkflow.trigger_signal)
+        await asyncio.wait_for(job.started.wait(), 30)
+        await handle.signal(TaskWorkflow.pause_signal, "ops")
+        task_id = (await task_state(handle)).task_id
+
+        async def saved() -> bool:
+            row = get_task(sqlite_engine, task_id, "t1")
+            return row is not None and row.status == "PAUSED"
+
+        await until(saved)
+        state = await task_state(handle)
+        # The pause stops new runs; the run going on is left to finish.
+        assert not job.cancelled.is_set() and state.running
+    assert state.paused and state.status is TaskStatus.PAUSED
