@@ -94,10 +94,7 @@ class JobActivities:
             # From here the job has started: a retry after a crash is a retry, not a late start.
             heartbeats = asyncio.create_task(heartbeat_forever(info.heartbeat_timeout, STARTED))
             async with asyncio.timeout(job_input.run_timeout_seconds):
-                result = await self._attempt(job_input, info.attempt, bound)
-            if self._rows is not None:
-                self._rows.completed(job_input, result, bound)
-            return result
+                return await self._attempt(job_input, info.attempt, bound)
         except TimeoutError as exc:
             raise ApplicationError(
                 f"the run took longer than run_timeout_seconds={job_input.run_timeout_seconds:g}",
@@ -113,7 +110,10 @@ class JobActivities:
         # time is skipped (tests) or the job waited here for its instant.
         started = max(datetime.now(UTC), activity.info().started_time.astimezone(UTC))
         labels = {"job_type": job_input.job.type, "trigger": job_input.trigger.value}
-        self._announce(job_input, started, attempt, labels, bound)
+        # The start's and the end's bookkeeping (metric, log line, row) wait in the loop's
+        # queue, in order, behind the other runs woken for this instant: those start first.
+        loop = asyncio.get_running_loop()
+        loop.call_soon(self._announce, job_input, started, attempt, labels, bound)
         try:
             result = await self._run(job_input, attempt)
         except asyncio.CancelledError:
@@ -127,10 +127,9 @@ class JobActivities:
                 bound.warning("job.failed", error=str(exc), retryable=not exc.non_retryable)
                 raise _with_start(exc, started) from exc.__cause__
             raise
-        ended = datetime.now(UTC)
-        _record_duration(ended - started, labels, "completed")
-        bound.info("job.completed")
-        return result.model_copy(update={"started_at": started})
+        result = result.model_copy(update={"started_at": started})
+        loop.call_soon(self._finished, job_input, result, datetime.now(UTC) - started, labels, bound)
+        return result
 
     async def _run(self, job_input: JobInput, attempt: int) -> JobResult:
         job = job_input.job
@@ -157,6 +156,14 @@ class JobActivities:
         # not when its start is committed (a final outcome is never overwritten by it).
         if self._rows is not None:
             self._rows.started(job_input, started, attempt, bound)
+
+    def _finished(self, job_input: JobInput, result: JobResult, took: timedelta,
+                  labels: dict[str, str], bound: Any) -> None:
+        """The end of a successful attempt: its metric and log line, and its row on the way."""
+        _record_duration(took, labels, "completed")
+        bound.info("job.completed")
+        if self._rows is not None:
+            self._rows.completed(job_input, result, bound)
 
     async def _run_http(self, job: HttpJob, job_input: JobInput, attempt: int) -> JobResult:
         with _tracer.start_as_current_span(
