@@ -79,11 +79,8 @@ async def start_task(
 async def running_task(
     env: WorkflowEnvironment, task_queue: str, task_spec: TaskSpec, **options: Any
 ) -> AsyncIterator[TaskHandle]:
-    """A started task whose workflow is terminated when the test leaves it running.
-
-    The time-skipping server is shared by the session: a leftover workflow's timer would fire
-    later with no worker and hold the clock of every later test.
-    """
+    """A started task whose workflow is terminated when the test leaves it running (on a
+    shared server, a leftover workflow would go on firing into later tests)."""
     handle = await start_task(env, task_queue, task_spec, **options)
     try:
         yield handle
