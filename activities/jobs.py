@@ -129,6 +129,12 @@ class JobActivities:
             raise
         result = result.model_copy(update={"started_at": started})
         loop.call_soon(self._finished, job_input, result, datetime.now(UTC) - started, labels, bound)
+        try:
+            await asyncio.sleep(0)  # the SDK's report of this end, too, waits behind those starts
+        except asyncio.CancelledError:
+            # The job has run: it reports its end whatever was asked meanwhile.
+            if (task := asyncio.current_task()) is not None:
+                task.uncancel()
         return result
 
     async def _run(self, job_input: JobInput, attempt: int) -> JobResult:

@@ -32,19 +32,21 @@ RUN_JOB_ACTIVITY = "run_job"
 
 @dataclass
 class Plan:
-    """One-time instants (one task each) and interval tasks (1 s, `interval_fires` fires from
-    `interval_start`), all as epoch seconds."""
+    """One-time instants (one task each) and interval tasks (every `interval_every` seconds,
+    `interval_fires` fires from `interval_start`), all as epoch seconds."""
 
     once: list[float]
     interval_tasks: int = 0
     interval_start: float = 0.0
     interval_fires: int = 0
+    interval_every: int = 1
 
     def expected(self) -> dict[str, list[float]]:
         """Task key → the instants it must run at."""
         tasks = {f"once-{i}": [t] for i, t in enumerate(self.once)}
         for j in range(self.interval_tasks):
-            tasks[f"interval-{j}"] = [self.interval_start + k for k in range(self.interval_fires)]
+            tasks[f"interval-{j}"] = [self.interval_start + k * self.interval_every
+                                      for k in range(self.interval_fires)]
         return tasks
 
     @property
@@ -52,7 +54,7 @@ class Plan:
         """When the last run is due."""
         ends = list(self.once)
         if self.interval_tasks:
-            ends.append(self.interval_start + self.interval_fires - 1)
+            ends.append(self.interval_start + (self.interval_fires - 1) * self.interval_every)
         return max(ends)
 
     @property
@@ -168,8 +170,8 @@ def task_body(key: str, plan: Plan, instants: list[float]) -> tuple[str, dict[st
         }
     return "/task/recurring", {
         "task_name": f"bench-{key}", "job_details": job, "schedule_type": "interval",
-        "interval_seconds": 1, "start_date": iso(plan.interval_start),
-        "end_date": iso(plan.interval_start + plan.interval_fires - 1 + 0.5),
+        "interval_seconds": plan.interval_every, "start_date": iso(plan.interval_start),
+        "end_date": iso(instants[-1] + 0.5),
     }
 
 

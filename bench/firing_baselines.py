@@ -111,7 +111,7 @@ async def fire_schedules(plan_at: Callable[[], Plan]) -> Fired:
                 spec = once_spec(instants[0])
             else:
                 spec = ScheduleSpec(
-                    intervals=[ScheduleIntervalSpec(every=timedelta(seconds=1))],
+                    intervals=[ScheduleIntervalSpec(every=timedelta(seconds=plan.interval_every))],
                     start_at=datetime.fromtimestamp(instants[0], UTC),
                     end_at=datetime.fromtimestamp(instants[-1] + 0.5, UTC),
                 )
@@ -169,7 +169,9 @@ async def fire_apscheduler(plan_at: Callable[[], Plan]) -> Fired:
         async def job() -> None:
             now = time.time()
             # An interval job does not know its fire time; it is the nearest second of its grid.
-            at = instant if instant is not None else plan.interval_start + round(now - plan.interval_start)
+            every = plan.interval_every
+            at = instant if instant is not None else (
+                plan.interval_start + round((now - plan.interval_start) / every) * every)
             fired.add(key, at, now)
         return job
 
@@ -178,7 +180,7 @@ async def fire_apscheduler(plan_at: Callable[[], Plan]) -> Fired:
             scheduler.add_job(job_for(key, instants[0]), DateTrigger(datetime.fromtimestamp(instants[0], UTC)))
         else:
             scheduler.add_job(job_for(key, None), IntervalTrigger(
-                seconds=1, start_date=datetime.fromtimestamp(instants[0], UTC),
+                seconds=plan.interval_every, start_date=datetime.fromtimestamp(instants[0], UTC),
                 end_date=datetime.fromtimestamp(instants[-1] + 0.5, UTC), timezone=UTC))
     fired.create_seconds = time.time() - began
     scheduler.start()

@@ -104,15 +104,15 @@ async def run(args: argparse.Namespace) -> Report:
 
 
 def herd_targets(size: int, p99: dict[str, float]) -> list[Target]:
-    """Targets: herd of 1,000 p99 ≤ 0.1 × bare and ≤ 0.02 × schedules; 10,000 ≤ 0.25 × bare."""
+    """Targets: herd of 1,000 p99 ≤ 0.01 × bare and ≤ 0.002 × schedules; 10,000 ≤ 0.25 × bare."""
     found = []
     value = p99["scheduler"]
     if size < 5000:
-        found.append(Target(f"herd {size} p99 (table) ≤ 0.1 × bare", value, 0.1 * p99["bare"], " s",
+        found.append(Target(f"herd {size} p99 (table) ≤ 0.01 × bare", value, 0.01 * p99["bare"], " s",
                             ratio(value, p99["bare"]), "bare"))
         if "schedules" in p99:
-            found.append(Target(f"herd {size} p99 (table) ≤ 0.02 × schedules", value,
-                                0.02 * p99["schedules"], " s", ratio(value, p99["schedules"]), "schedules"))
+            found.append(Target(f"herd {size} p99 (table) ≤ 0.002 × schedules", value,
+                                0.002 * p99["schedules"], " s", ratio(value, p99["schedules"]), "schedules"))
     else:
         found.append(Target(f"herd {size} p99 (table) ≤ 0.25 × bare", value, 0.25 * p99["bare"], " s",
                             ratio(value, p99["bare"]), "bare"))

@@ -27,8 +27,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags of this workload."""
     parser.add_argument("--steady-tasks", type=int, default=600, help="one-time tasks spread over the window")
     parser.add_argument("--steady-seconds", type=float, default=60.0, help="the spread window")
-    parser.add_argument("--interval-tasks", type=int, default=100, help="interval tasks (every 1 s)")
-    parser.add_argument("--interval-seconds", type=int, default=60, help="how many 1 s fires each")
+    parser.add_argument("--interval-tasks", type=int, default=100, help="interval tasks")
+    parser.add_argument("--interval-seconds", type=int, default=60, help="how many fires each")
+    parser.add_argument("--interval-every", type=int, default=1, help="the interval tasks' period (s)")
     parser.add_argument("--steady-margin", type=float, default=15.0)
     parser.add_argument(
         "--steady-topologies", default=None,
@@ -50,6 +51,7 @@ def steady_plan(system: str, args: argparse.Namespace) -> Plan:
         interval_tasks=args.interval_tasks,
         interval_start=float(math.ceil(start + args.steady_seconds + 2)),
         interval_fires=args.interval_seconds,
+        interval_every=args.interval_every,
     )
 
 
@@ -138,7 +140,8 @@ async def run(args: argparse.Namespace) -> Report:
         ]
     lines = [
         (f"## Steady: {args.steady_tasks} one-time tasks over {args.steady_seconds:g} s, then "
-         f"{args.interval_tasks} interval tasks every 1 s for {args.interval_seconds} s"),
+         f"{args.interval_tasks} interval tasks every {args.interval_every} s, "
+         f"{args.interval_seconds} fires each"),
         table(["system", "kind", "runs", "p50", "p90", "p99", "max", "> 10 ms", "exactly once"], rows),
         "",
         targets_table(targets),
