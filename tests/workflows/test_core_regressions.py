@@ -50,12 +50,15 @@ from workflows.task import TaskWorkflow
 class Sleeping:
     """A handler that takes ``seconds`` of real time, heartbeating; records each run."""
 
-    def __init__(self, seconds: float) -> None:
+    def __init__(self, seconds: float, *, slow_runs: int | None = None) -> None:
         self.seconds = seconds
+        self.slow_runs = slow_runs  # only the first ones take time, when set
         self.runs: list[str] = []
 
     async def __call__(self, ctx: HandlerContext) -> None:
         self.runs.append(ctx.execution_id)
+        if self.slow_runs is not None and len(self.runs) > self.slow_runs:
+            return
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.seconds
         while loop.time() < deadline:
@@ -473,3 +476,25 @@ async def test_a_pause_signal_during_a_run_is_saved_in_the_task_row(
         # The pause stops new runs; the run going on is left to finish.
         assert not job.cancelled.is_set() and state.running
     assert state.paused and state.status is TaskStatus.PAUSED
+
+
+async def test_under_catchup_on_time_fires_queue_behind_the_catch_up_runs(
+    time_env: WorkflowEnvironment, sqlite_engine: Engine
+) -> None:
+    # Four fires missed while no worker ran (the fifth is on time); their catch-up runs take
+    # 1.5 s each, and the fires that come due meanwhile are on time as well: they wait behind
+    # the catch-up runs, and none is skipped as overlapping them.
+    job = Sleeping(1.5, slow_runs=4)
+    task = spec(schedule_type="interval", interval_seconds=2, missed_run_policy="catchup",
+                job_details=handler_job("slow"), max_runs=10)
+    async with stoppable_worker(time_env, sqlite_engine, f"tq-{uuid.uuid4()}") as worker:
+        handle = await start_task(time_env, worker.task_queue, task)
+        first = (await task_state(handle)).next_fire_at
+    assert first is not None
+    await pass_time_without_worker(time_env, timedelta(seconds=11), first_wake=first)
+    async with new_worker(time_env.client, sqlite_engine, task_queue=worker.task_queue,
+                          handlers={"slow": job}, max_cached_workflows=0):
+        final = await handle.result()
+    rows = executions(sqlite_engine, final.task_id)
+    assert [r.status for r in rows] == ["COMPLETED"] * 10, [(r.trigger, r.reason) for r in rows]
+    assert [r.trigger for r in rows[:5]] == ["catchup"] * 4 + ["schedule"]
