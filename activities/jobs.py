@@ -112,29 +112,25 @@ class JobActivities:
         labels = {"job_type": job_input.job.type, "trigger": job_input.trigger.value}
         # The start's and the end's bookkeeping (metric, log line, row) wait in the loop's
         # queue, in order, behind the other runs woken for this instant: those start first.
-        loop = asyncio.get_running_loop()
-        loop.call_soon(self._announce, job_input, started, attempt, labels, bound)
+        later = asyncio.get_running_loop().call_soon
+        later(self._announce, job_input, started, attempt, labels, bound)
         try:
             result = await self._run(job_input, attempt)
         except asyncio.CancelledError:
-            _record_duration(datetime.now(UTC) - started, labels, "cancelled")
-            bound.info("job.cancelled")
+            later(self._ended, datetime.now(UTC) - started, labels, "cancelled", bound, None)
             raise
         except Exception as exc:
-            ended = datetime.now(UTC)
-            _record_duration(ended - started, labels, "failed")
-            if isinstance(exc, ApplicationError):
-                bound.warning("job.failed", error=str(exc), retryable=not exc.non_retryable)
-                raise _with_start(exc, started) from exc.__cause__
+            error = exc if isinstance(exc, ApplicationError) else None
+            later(self._ended, datetime.now(UTC) - started, labels, "failed", bound, error)
+            if error is not None:
+                raise _with_start(error, started) from exc.__cause__
             raise
         result = result.model_copy(update={"started_at": started})
-        loop.call_soon(self._finished, job_input, result, datetime.now(UTC) - started, labels, bound)
+        later(self._finished, job_input, result, datetime.now(UTC) - started, labels, bound)
         try:
             await asyncio.sleep(0)  # the SDK's report of this end, too, waits behind those starts
         except asyncio.CancelledError:
-            # The job has run: it reports its end whatever was asked meanwhile.
-            if (task := asyncio.current_task()) is not None:
-                task.uncancel()
+            pass  # the job has run: it reports its end whatever was asked meanwhile
         return result
 
     async def _run(self, job_input: JobInput, attempt: int) -> JobResult:
@@ -165,11 +161,21 @@ class JobActivities:
 
     def _finished(self, job_input: JobInput, result: JobResult, took: timedelta,
                   labels: dict[str, str], bound: Any) -> None:
-        """The end of a successful attempt: its metric and log line, and its row on the way."""
-        _record_duration(took, labels, "completed")
-        bound.info("job.completed")
+        """The end of a successful attempt: its row on the way, its metric and log line."""
         if self._rows is not None:
             self._rows.completed(job_input, result, bound)
+        self._ended(took, labels, "completed", bound, None)
+
+    @staticmethod
+    def _ended(took: timedelta, labels: dict[str, str], outcome: str, bound: Any,
+               error: ApplicationError | None) -> None:
+        """An attempt's duration metric and its last log line."""
+        _record_duration(took, labels, outcome)
+        if outcome == "failed":
+            if error is not None:
+                bound.warning("job.failed", error=str(error), retryable=not error.non_retryable)
+        else:
+            bound.info(f"job.{outcome}")
 
     async def _run_http(self, job: HttpJob, job_input: JobInput, attempt: int) -> JobResult:
         with _tracer.start_as_current_span(

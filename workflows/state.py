@@ -127,11 +127,14 @@ class TaskState(BaseModel):
         self.queue.append(Run(scheduled_at=request.scheduled_at, trigger=Trigger.REPLAY,
                               execution_id=request.execution_id))
 
-    def refresh_status(self, *, running: bool) -> None:
+    def refresh_status(self, *, running: bool, paused_first: bool = True) -> None:
         """PAUSED while paused (a run going on finishes; the row must keep the pause), else
-        RUNNING while a run has started, else PENDING."""
-        running_or_pending = TaskStatus.RUNNING if running else TaskStatus.PENDING
-        self.status = TaskStatus.PAUSED if self.paused else running_or_pending
+        RUNNING while a run has started, else PENDING. (Histories recorded before this rule
+        put RUNNING first: ``paused_first=False`` replays them.)"""
+        if self.paused and (paused_first or not running):
+            self.status = TaskStatus.PAUSED
+        else:
+            self.status = TaskStatus.RUNNING if running else TaskStatus.PENDING
 
     def closed_to(self, verb: str) -> str | None:
         """Why the task can no longer be ``verb`` (ended or being cancelled), or None."""

@@ -39,6 +39,9 @@ with workflow.unsafe.imports_passed_through():
 # A timer may fire a few milliseconds before the wake it was set for: this slack keeps that
 # from costing a second, tiny timer before the dispatch.
 DISPATCH_SLACK = timedelta(seconds=1)
+# A run still going this long after its instant wakes its task to show RUNNING: a quick run's
+# end comes first, and a herd's runs start without their workflows waking beside them.
+SHOW_RUNNING_AFTER = timedelta(seconds=1)
 # Withdrawn for these reasons, a run's fire goes back to the schedule and is decided again.
 GIVE_BACK = frozenset({"paused", "rebound"})
 
@@ -207,14 +210,11 @@ class TaskWorkflow:
         await self._write()
 
     async def _write(self) -> None:
-        self._state.running = self._runs.ids()
-        await self._record.write(self._next_instant())
-
-    def _next_instant(self) -> datetime | None:
-        instants = [*self._runs.instants(), *filter(None, [self._state.next_instant()])]
-        now = workflow.now()
-        coming = [i for i in instants if i > now]
-        return None if self._state.paused or not coming else min(coming)
+        """Write the rows; the task's next run is the soonest instant still to come."""
+        state, now = self._state, workflow.now()
+        state.running = self._runs.ids()
+        coming = [i for i in [*self._runs.instants(), state.next_instant()] if i is not None and i > now]
+        await self._record.write(None if state.paused or not coming else min(coming))
 
     async def _sleep(self) -> None:
         state = self._state
@@ -222,7 +222,8 @@ class TaskWorkflow:
         # "now" would fire that much late.
         now = workflow.now()
         instant = state.next_instant()
-        wakes = [i for i in self._runs.instants() if i > now]  # a run starts: show RUNNING
+        after = SHOW_RUNNING_AFTER if workflow.patched("show-running-after") else timedelta(0)
+        wakes = [i + after for i in self._runs.instants() if i + after > now]
         summary = None
         if instant is not None:
             ahead = policy.may_dispatch_ahead(self._runs.flight(now), state.queue,
@@ -255,7 +256,8 @@ class TaskWorkflow:
         return self._draining() and not len(self._runs) and not self._runs.ended
 
     def _refresh_status(self) -> None:
-        self._state.refresh_status(running=bool(self._runs.flight(workflow.now()).started))
+        self._state.refresh_status(running=bool(self._runs.flight(workflow.now()).started),
+                                   paused_first=workflow.patched("paused-shows-paused"))
 
     # -- messages ---------------------------------------------------------------------------
 
