@@ -39,9 +39,6 @@ with workflow.unsafe.imports_passed_through():
 # A timer may fire a few milliseconds before the wake it was set for: this slack keeps that
 # from costing a second, tiny timer before the dispatch.
 DISPATCH_SLACK = timedelta(seconds=1)
-# A run still going this long after its instant wakes its task to show RUNNING: a quick run's
-# end comes first, and a herd's runs start without their workflows waking beside them.
-SHOW_RUNNING_AFTER = timedelta(seconds=1)
 # Withdrawn for these reasons, a run's fire goes back to the schedule and is decided again.
 GIVE_BACK = frozenset({"paused", "rebound"})
 
@@ -222,8 +219,7 @@ class TaskWorkflow:
         # "now" would fire that much late.
         now = workflow.now()
         instant = state.next_instant()
-        after = SHOW_RUNNING_AFTER if workflow.patched("show-running-after") else timedelta(0)
-        wakes = [i + after for i in self._runs.instants() if i + after > now]
+        wakes = [i for i in self._runs.instants() if i > now]  # a run starts: show RUNNING
         summary = None
         if instant is not None:
             ahead = policy.may_dispatch_ahead(self._runs.flight(now), state.queue,
