@@ -46,7 +46,7 @@ from workflows.state import ReplayRequest, TaskState
 from workflows.task import TaskWorkflow
 
 HERE = Path(__file__).parent
-STAMP = "20261202"
+STAMP = "20261203"
 MINUTE = timedelta(minutes=1)
 
 Scenario = Callable[[WorkflowEnvironment, Engine], Awaitable[TaskHandle]]
@@ -188,6 +188,26 @@ async def pause_resume(env: WorkflowEnvironment, engine: Engine) -> TaskHandle:
         await handle.execute_update(TaskWorkflow.resume_update)
         state = await handle.result()
     assert (state.success_count, state.skipped_count) == (1, 4), state
+    return handle
+
+
+@scenario
+async def paused_during_run(env: WorkflowEnvironment, engine: Engine) -> TaskHandle:
+    # Paused by a plain signal while its first run is going: the task shows PAUSED, the run
+    # ends COMPLETED, and after the resume the second run ends the task.
+    job = SlowFirst(2.0)
+    async with new_worker(env.client, engine, handlers={"slow": job}) as worker:
+        task = spec(schedule_type="interval", interval_seconds=60, max_runs=2,
+                    job_details=handler_job("slow"))
+        handle = await start_task(env, worker.task_queue, task)
+        await env.sleep(MINUTE + timedelta(seconds=1))
+        await handle.signal(TaskWorkflow.pause_signal, "maintenance")
+        paused = await handle.query(TaskWorkflow.query_state)
+        await asyncio.sleep(3)  # the run going ends while the task is paused
+        await handle.execute_update(TaskWorkflow.resume_update)
+        state = await handle.result()
+    assert paused.status == "PAUSED" and paused.running, paused
+    assert state.success_count == 2 and len(job.calls) == 2, state
     return handle
 
 
