@@ -171,10 +171,9 @@ class JobActivities:
                error: ApplicationError | None) -> None:
         """An attempt's duration metric and its last log line."""
         _record_duration(took, labels, outcome)
-        if outcome == "failed":
-            if error is not None:
-                bound.warning("job.failed", error=str(error), retryable=not error.non_retryable)
-        else:
+        if error is not None:
+            bound.warning("job.failed", error=str(error), retryable=not error.non_retryable)
+        elif outcome != "failed":  # a failure that is no ApplicationError is logged by the SDK
             bound.info(f"job.{outcome}")
 
     async def _run_http(self, job: HttpJob, job_input: JobInput, attempt: int) -> JobResult:

@@ -184,12 +184,11 @@ class TaskWorkflow:
             self._record.skip(fire, reason, ended.run_id)
 
     def _ran(self, ended: Ended, record: ExecutionRecord) -> None:
-        state, trigger = self._state, ended.run.trigger
+        state, trigger, now = self._state, ended.run.trigger, workflow.now()
         self._record.finished(record, trigger)
         state.count(record, trigger)
         if policy.is_fixed_delay(state.spec) and trigger.scheduled and not state.cancel_requested:
-            state.next_fire_at = policy.after_finish(state.position(), self._runs.flight(workflow.now()),
-                                                     workflow.now())
+            state.next_fire_at = policy.after_finish(state.position(), self._runs.flight(now), now)
         tripped = policy.breaker_trips(state.spec, state.consecutive_failures)
         if record.status == ExecutionStatus.FAILED and tripped and not state.paused:
             self._pause(tripped)

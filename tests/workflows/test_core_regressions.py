@@ -30,6 +30,7 @@ from tests.target import TargetServer
 from tests.workflows.helpers import (
     Blocker,
     Failing,
+    TaskHandle,
     executions,
     handler_job,
     pass_time_without_worker,
@@ -95,6 +96,18 @@ async def _workflows_only(env: WorkflowEnvironment, engine: Engine
         async with worker:
             yield worker, activities
     executor.shutdown(wait=False)
+
+
+async def _started_then_down(env: WorkflowEnvironment, engine: Engine, task: TaskSpec,
+                             down: timedelta) -> tuple[TaskHandle, str]:
+    """Start ``task`` on a worker of a fresh queue, stop the worker, and let ``down`` pass
+    without one (from before the first fire): the task's handle and queue."""
+    async with stoppable_worker(env, engine, f"tq-{uuid.uuid4()}") as worker:
+        handle = await start_task(env, worker.task_queue, task)
+        first = (await task_state(handle)).next_fire_at
+    assert first is not None
+    await pass_time_without_worker(env, down, first_wake=first)
+    return handle, worker.task_queue
 
 
 async def test_continue_as_new_with_runs_in_flight_keeps_the_history_bounded_and_loses_no_run(
@@ -199,12 +212,8 @@ async def test_a_pause_holds_queued_catch_up_runs(
     blocker = Sleeping(2.0)
     task = spec(schedule_type="interval", interval_seconds=60, missed_run_policy="catchup",
                 job_details=handler_job("slow"))
-    async with stoppable_worker(time_env, sqlite_engine, f"tq-{uuid.uuid4()}") as worker:
-        handle = await start_task(time_env, worker.task_queue, task)
-        first = (await task_state(handle)).next_fire_at
-    assert first is not None
-    await pass_time_without_worker(time_env, timedelta(minutes=5), first_wake=first)
-    async with new_worker(time_env.client, sqlite_engine, task_queue=worker.task_queue,
+    handle, queue = await _started_then_down(time_env, sqlite_engine, task, timedelta(minutes=5))
+    async with new_worker(time_env.client, sqlite_engine, task_queue=queue,
                           handlers={"slow": blocker}, max_cached_workflows=0):
         async def catching_up() -> bool:
             return len(blocker.runs) >= 1
@@ -239,12 +248,8 @@ async def test_more_than_a_thousand_missed_fires_single_catchup_runs_one(
     time_env: WorkflowEnvironment, sqlite_engine: Engine
 ) -> None:
     task = spec(schedule_type="interval", interval_seconds=1, missed_run_policy="single_catchup")
-    async with stoppable_worker(time_env, sqlite_engine, f"tq-{uuid.uuid4()}") as worker:
-        handle = await start_task(time_env, worker.task_queue, task)
-        first = (await task_state(handle)).next_fire_at
-    assert first is not None
-    await pass_time_without_worker(time_env, timedelta(seconds=1300), first_wake=first)
-    async with new_worker(time_env.client, sqlite_engine, task_queue=worker.task_queue,
+    handle, queue = await _started_then_down(time_env, sqlite_engine, task, timedelta(seconds=1300))
+    async with new_worker(time_env.client, sqlite_engine, task_queue=queue,
                           max_cached_workflows=0):
         async def decided() -> bool:
             state = await task_state(handle)
@@ -490,12 +495,8 @@ async def test_under_catchup_on_time_fires_queue_behind_the_catch_up_runs(
     job = Sleeping(1.5, slow_runs=4)
     task = spec(schedule_type="interval", interval_seconds=2, missed_run_policy="catchup",
                 job_details=handler_job("slow"), max_runs=10)
-    async with stoppable_worker(time_env, sqlite_engine, f"tq-{uuid.uuid4()}") as worker:
-        handle = await start_task(time_env, worker.task_queue, task)
-        first = (await task_state(handle)).next_fire_at
-    assert first is not None
-    await pass_time_without_worker(time_env, timedelta(seconds=11), first_wake=first)
-    async with new_worker(time_env.client, sqlite_engine, task_queue=worker.task_queue,
+    handle, queue = await _started_then_down(time_env, sqlite_engine, task, timedelta(seconds=11))
+    async with new_worker(time_env.client, sqlite_engine, task_queue=queue,
                           handlers={"slow": job}, max_cached_workflows=0):
         final = await handle.result()
     rows = executions(sqlite_engine, final.task_id)
