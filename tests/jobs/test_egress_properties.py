@@ -93,6 +93,8 @@ class Resolving:
 @example("http://a..b/", ["93.184.215.14"], False)
 @example("http://xn--/", ["93.184.215.14"], False)
 @example("http://[fe80::1%25eth0]:8080/", [], True)
+@example("http://LOCALHOST", ["fe80::1"], True)
+@example("http://localhost:7233/", ["127.0.0.1"], True)
 async def test_check_url_raises_nothing_but_its_refusal(url: str, addresses: list[str], dev: bool) -> None:
     resolver = Resolving(addresses)
     policy = EgressPolicy.from_list(["127.0.0.0/8", "::1/128", "localhost"] if dev else [],
@@ -103,16 +105,22 @@ async def test_check_url_raises_nothing_but_its_refusal(url: str, addresses: lis
         assert str(refused)
         return
     # What passed is a public or allowlisted literal, a name that did not resolve, or a name
-    # whose every answer is public or allowlisted.
-    host = httpx.URL(url).host
+    # whose every answer is public, allowlisted, or an answer for an allowlisted name; and
+    # nothing off the public internet on a port of the scheduler's own.
+    parsed = httpx.URL(url)
+    host, port = parsed.host, parsed.port or (443 if parsed.scheme == "https" else 80)
+    allowlisted_name = dev and host.removesuffix(".") == "localhost"
     try:
         reached = [ipaddress.ip_address(host)]
     except ValueError:
         reached = [ipaddress.ip_address(a.split("%", 1)[0]) for a in resolver.answered]
     for ip in reached:
         found = non_public(ip)
-        assert found is None or (dev and found.carrier in ("", "IPv4-mapped")
-                                 and any(found.judged in net for net in DEV_LOOPBACK))
+        if found is None:
+            continue
+        assert port not in (8000, 7233)
+        assert allowlisted_name or (dev and found.carrier in ("", "IPv4-mapped")
+                                    and any(found.judged in net for net in DEV_LOOPBACK))
 
 
 @given(hosts)
