@@ -1,0 +1,42 @@
+"""Waiting for a run's instant on the worker's clock (activities/instant.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import time
+from datetime import UTC, datetime, timedelta
+
+from activities.instant import sleep_until_instant
+
+
+async def _wake_together(runs: int) -> list[tuple[float, bool]]:
+    """Each run's (lateness in seconds, collector enabled) as it returns from the wait."""
+    instant = datetime.now(UTC) + timedelta(milliseconds=50)
+
+    async def one() -> tuple[float, bool]:
+        await sleep_until_instant(instant)
+        return time.time() - instant.timestamp(), gc.isenabled()
+
+    return await asyncio.gather(*(one() for _ in range(runs)))
+
+
+async def test_the_runs_of_one_instant_start_with_the_collector_held_until_the_next_pass() -> None:
+    assert gc.isenabled()
+    woken = await _wake_together(200)
+    assert all(late >= 0 for late, _ in woken)
+    assert not any(enabled for _, enabled in woken)
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    assert gc.isenabled()
+
+
+async def test_a_collector_turned_off_by_the_process_stays_off() -> None:
+    gc.disable()
+    try:
+        await _wake_together(3)
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
