@@ -24,18 +24,34 @@ STARTED = "started"
 FINAL_WAIT_SECONDS = 0.002
 
 
+# One wake per instant (and event loop): the loop time its runs wake at, and their event.
+_wakes: dict[tuple[asyncio.AbstractEventLoop, float], asyncio.Event] = {}
+
+
 async def sleep_until_instant(instant: datetime) -> None:
     """Return at ``instant`` on this worker's clock, within a fraction of a millisecond."""
     at = instant.timestamp()
     delay = at - time.time()
     if delay > FINAL_WAIT_SECONDS:
-        await asyncio.sleep(delay - FINAL_WAIT_SECONDS)
+        await _wake_for(at, delay - FINAL_WAIT_SECONDS)
         _collector_after_this_pass()
         delay = at - time.time()
     if delay > 0:
         # Blocks the loop for at most the final wait, once per instant: the runs due with this
         # one find it passed when they wake.
         time.sleep(delay)  # noqa: ASYNC251 - on purpose, see above
+
+
+async def _wake_for(at: float, delay: float) -> None:
+    """Sleep with every run due at ``at`` on one timer, so that the loop wakes them all in one
+    pass. Timers of their own, set a few microseconds apart, can straddle the pass: the later
+    ones then wake behind all the bookkeeping the first ones queued, hundreds of ms late."""
+    loop = asyncio.get_running_loop()
+    key = (loop, at)
+    if (wake := _wakes.get(key)) is None:
+        wake = _wakes[key] = asyncio.Event()
+        loop.call_later(delay, lambda: _wakes.pop(key).set())
+    await wake.wait()
 
 
 def _collector_after_this_pass() -> None:

@@ -7,6 +7,7 @@ import gc
 import time
 from datetime import UTC, datetime, timedelta
 
+from activities import instant
 from activities.instant import sleep_until_instant
 
 
@@ -40,3 +41,29 @@ async def test_a_collector_turned_off_by_the_process_stays_off() -> None:
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+async def test_the_runs_of_one_instant_wake_before_any_bookkeeping_the_first_one_queues() -> None:
+    instant_at = datetime.now(UTC) + timedelta(milliseconds=50)
+    queued: list[str] = []
+    behind: list[bool] = []
+
+    async def one() -> None:
+        await sleep_until_instant(instant_at)
+        behind.append(bool(queued))
+        asyncio.get_running_loop().call_soon(queued.append, "bookkeeping")
+
+    runs = [asyncio.create_task(one()) for _ in range(300)]
+    await asyncio.sleep(0)
+    assert len(instant._wakes) == 1  # one timer for the instant, not one per run
+    await asyncio.gather(*runs)
+    assert behind == [False] * 300 and not instant._wakes
+
+
+async def test_a_run_withdrawn_while_waiting_leaves_the_others_of_its_instant_waiting() -> None:
+    instant_at = datetime.now(UTC) + timedelta(milliseconds=50)
+    withdrawn, kept = (asyncio.create_task(sleep_until_instant(instant_at)) for _ in range(2))
+    await asyncio.sleep(0)
+    withdrawn.cancel()
+    await kept
+    assert withdrawn.cancelled() and time.time() >= instant_at.timestamp()
