@@ -24,7 +24,7 @@ STARTED = "started"
 FINAL_WAIT_SECONDS = 0.002
 
 
-# One wake per instant (and event loop): the loop time its runs wake at, and their event.
+# The runs waiting for each instant, per event loop: one timer sets their event.
 _wakes: dict[tuple[asyncio.AbstractEventLoop, float], asyncio.Event] = {}
 
 
