@@ -13,11 +13,11 @@ from activities.instant import sleep_until_instant
 
 async def _wake_together(runs: int) -> list[tuple[float, bool]]:
     """Each run's (lateness in seconds, collector enabled) as it returns from the wait."""
-    instant = datetime.now(UTC) + timedelta(milliseconds=50)
+    instant_at = datetime.now(UTC) + timedelta(milliseconds=50)
 
     async def one() -> tuple[float, bool]:
-        await sleep_until_instant(instant)
-        return time.time() - instant.timestamp(), gc.isenabled()
+        await sleep_until_instant(instant_at)
+        return time.time() - instant_at.timestamp(), gc.isenabled()
 
     return await asyncio.gather(*(one() for _ in range(runs)))
 
