@@ -15,6 +15,10 @@ from scheduling.status import Trigger
 RUN_JOB = "run_job"
 RECORD = "record"
 NOTIFY = "notify"
+# What a jobs worker tells a task's workflow: a run's job started (signal), or may it start
+# this late (update, answered True or False).
+RUN_STARTED = "run_started"
+CLAIM_RUN = "claim_run"
 
 
 class JobInput(BaseModel):
@@ -34,6 +38,14 @@ class JobInput(BaseModel):
         "(or after it was sent, if later) does not run: it reports Late and the workflow's "
         "policy decides the fire"
     )
+
+
+class RunStart(BaseModel):
+    """A jobs worker's word on one attempt of a run: it started, or it asks to start."""
+
+    execution_id: str
+    attempt: int = 1
+    at: datetime
 
 
 class JobResult(BaseModel):

@@ -37,6 +37,13 @@ FIRES_PER_PASS = 250
 # cancel reaches a waiting run at its next heartbeat (at most 2 s apart near the instant,
 # scheduling/waiting.py), and a run must never be started and then killed by a withdrawal.
 WITHDRAW_MARGIN = timedelta(seconds=3)
+# A run is running once its jobs worker reports that the job started. A scheduled run the
+# workflow has not heard of UNTAKEN_AFTER past its instant was taken by no worker: its fire
+# goes back to the missed-run policy. So an attempt of a scheduled run that would start more
+# than CLAIM_AFTER past its instant (or past when it was sent) asks the workflow first; the
+# gap between the two leaves a start report sent unasked seconds to arrive.
+CLAIM_AFTER = timedelta(seconds=4)
+UNTAKEN_AFTER = timedelta(seconds=8)
 # HTTP answers that are worth retrying although they are 4xx.
 RETRYABLE_4XX = frozenset({408, 429})
 
@@ -55,7 +62,7 @@ class Flight:
 
     total: int = 0
     scheduled: int = 0  # runs of the schedule (counted against max_runs)
-    started: int = 0  # runs past their instant (the job is going)
+    started: int = 0  # runs whose worker reported that the job started
     user_started: int = 0  # of those, runs not started by the missed-run policy
     last_fire: datetime | None = None  # the latest fire of the schedule in flight (withdrawn too)
 
@@ -293,6 +300,18 @@ def may_withdraw(instant: datetime, now: datetime) -> bool:
     return instant - now > WITHDRAW_MARGIN
 
 
+def must_claim(trigger: Trigger, due: datetime, now: datetime) -> bool:
+    """An attempt of a scheduled run this late asks the workflow before it starts the job
+    (the only runs the workflow finds untaken, see UNTAKEN_AFTER)."""
+    return trigger is Trigger.SCHEDULE and now - due > CLAIM_AFTER
+
+
+def untaken(instant: datetime, now: datetime) -> bool:
+    """A scheduled run no worker reported started by now was taken by none: it may no longer
+    start unasked (see CLAIM_AFTER), so the workflow decides its fire again."""
+    return now - instant >= UNTAKEN_AFTER
+
+
 def late_limit(trigger: Trigger) -> timedelta | None:
     """How late a run may start before it is refused as missed: the schedule's own runs only
     (catch-up and asked-for runs are late on purpose)."""
@@ -304,18 +323,21 @@ def after_finish(pos: Position, flight: Flight, finished_at: datetime) -> dateti
     return bounded(next_fire(pos.spec, anchor=pos.anchor, after=finished_at), pos, flight)
 
 
-def take_back(pos: Position, flight: Flight, fire: datetime, now: datetime) -> Due:
-    """A fire whose run did not start (withdrawn by a pause or new bounds, or refused as late).
+def take_back(pos: Position, flight: Flight, fire: datetime, now: datetime, *,
+              missed: bool = False) -> Due:
+    """A fire whose run did not start (withdrawn by a pause or new bounds, refused as late, or
+    taken by no worker).
 
     While nothing after it was decided, it goes back to the schedule and is decided again
-    when its time is looked at. Once later fires were decided, it is a missed fire, decided
-    alone by the missed-run policy (never by rewinding the schedule over the later ones)."""
+    when its time is looked at. Once later fires were decided, or when its instant passed
+    unrun (``missed``: late or untaken), it is a missed fire, decided alone by the
+    missed-run policy (never by rewinding the schedule over the later ones)."""
     spec = pos.spec
     result = Due(next_fire_at=pos.next_fire_at, queue=list(pos.queue))
     if spec.end_date is not None and fire > spec.end_date:
         result.skipped.append((fire, SkipReason.RESCHEDULED))  # past the new end_date
         return result
-    later_taken = (pos.latest_taken is not None and pos.latest_taken > fire) or (
+    later_taken = missed or (pos.latest_taken is not None and pos.latest_taken > fire) or (
         flight.last_fire is not None and flight.last_fire > fire)
     if not later_taken:
         result.next_fire_at = bounded(fire, pos, flight)  # unless max_runs is reached meanwhile

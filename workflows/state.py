@@ -59,6 +59,9 @@ class TaskState(BaseModel):
     cancelled_count: int = 0
     consecutive_failures: int = 0
     running: list[str] = Field(default_factory=list, description="execution ids in flight")
+    cancelled_runs: list[str] = Field(
+        default_factory=list, description="runs whose job had started when the task was "
+        "cancelled: they were cancelled through their heartbeats")
     notifications: list[Notification] = Field(
         default_factory=list, description="webhook deliveries not yet done (resent after a "
         "continue-as-new)")

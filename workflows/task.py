@@ -19,11 +19,18 @@ from temporalio import workflow
 from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
+    from activities.contracts import CLAIM_RUN, RUN_STARTED, RunStart
     from scheduling import policy
     from scheduling.fire import next_fire
     from scheduling.policy import Run
     from scheduling.records import ExecutionRecord
-    from scheduling.spec import NotifyEvent, ScheduleFields, TaskChanges, check_timing
+    from scheduling.spec import (
+        NotifyEvent,
+        OverlapPolicy,
+        ScheduleFields,
+        TaskChanges,
+        check_timing,
+    )
     from scheduling.status import (
         ExecutionStatus,
         SkipReason,
@@ -32,7 +39,7 @@ with workflow.unsafe.imports_passed_through():
         execution_id,
     )
     from workflows.describe import describe_schedule
-    from workflows.inflight import Ended, RunsInFlight
+    from workflows.inflight import UNTAKEN, Ended, RunsInFlight
     from workflows.record import TaskRecord
     from workflows.state import ReplayRequest, TaskState, TaskWorkflowInput
 
@@ -40,7 +47,12 @@ with workflow.unsafe.imports_passed_through():
 # from costing a second, tiny timer before the dispatch.
 DISPATCH_SLACK = timedelta(seconds=1)
 # Withdrawn for these reasons, a run's fire goes back to the schedule and is decided again.
-GIVE_BACK = frozenset({"paused", "rebound"})
+GIVE_BACK = frozenset({"paused", "rebound", "asked", UNTAKEN})
+# Workflows started from here on count a run as started when its worker reports it, decide an
+# untaken run's fire again, and stop every run when cancelled (docs/upgrades.md).
+REPORTED_STARTS = "reported-starts"
+# How long a cancel waits for the runs it stops to end before it answers.
+CANCEL_SETTLE = timedelta(seconds=10)
 
 
 @workflow.defn(name="TaskWorkflow")
@@ -60,12 +72,15 @@ class TaskWorkflow:
     @workflow.run
     async def run(self, start: TaskWorkflowInput) -> TaskState:
         """Sleep until each fire and run the job, until the task ends."""
+        self._runs.reported = workflow.patched(REPORTED_STARTS)
         self._record.resend()
         try:
             while True:
                 async with self._lock:
                     if await self._pass():
                         break
+                if self._draining():
+                    self._runs.release_ghosts()
                 if self._may_continue_as_new():
                     await workflow.wait_condition(workflow.all_handlers_finished)
                     if self._may_continue_as_new():
@@ -95,6 +110,8 @@ class TaskWorkflow:
             await self._stop()
             return True
         now = workflow.now()
+        for ended in self._runs.take_untaken(now):
+            self._not_run(ended)
         if not state.paused:
             self._decide_due()
         self._start_queued()
@@ -172,13 +189,20 @@ class TaskWorkflow:
     def _not_run(self, ended: Ended) -> None:
         state = self._state
         fire = ended.run.scheduled_at
-        if ended.reason in GIVE_BACK or ended.reason is None:
-            # Refused as late, or withdrawn by a pause or new bounds: the policy decides it again.
+        reported = self._runs.reported
+        if ((ended.run.trigger.scheduled or not reported)
+                and (ended.reason in GIVE_BACK or ended.reason is None)):
+            # Refused as late, untaken, or withdrawn by a pause, new bounds or a run someone
+            # asked for: the policy decides it again (a late or untaken one as missed).
             now = workflow.now()
-            back = policy.take_back(state.position(), self._runs.flight(now), fire, now)
+            missed = reported and (ended.reason == UNTAKEN or ended.reason is None)
+            back = policy.take_back(state.position(), self._runs.flight(now), fire, now,
+                                    missed=missed)
             state.next_fire_at, state.queue = back.next_fire_at, back.queue
             for skipped, reason in back.skipped:
                 self._record.skip(skipped, reason)
+        elif reported and ended.reason in GIVE_BACK:
+            state.queue.insert(0, ended.run)  # a run asked for waits its turn again
         elif ended.run.trigger.scheduled or ended.run.trigger is Trigger.MANUAL:
             reason = SkipReason.CANCELLED if ended.reason == "cancelled" else SkipReason.RESCHEDULED
             self._record.skip(fire, reason, ended.run_id)
@@ -187,6 +211,8 @@ class TaskWorkflow:
         state, trigger, now = self._state, ended.run.trigger, workflow.now()
         self._record.finished(record, trigger)
         state.count(record, trigger)
+        if state.cancel_requested and record.status == ExecutionStatus.CANCELLED:
+            state.cancelled_runs.append(record.id)
         if policy.is_fixed_delay(state.spec) and trigger.scheduled and not state.cancel_requested:
             state.next_fire_at = policy.after_finish(state.position(), self._runs.flight(now), now)
         tripped = policy.breaker_trips(state.spec, state.consecutive_failures)
@@ -218,7 +244,10 @@ class TaskWorkflow:
         # "now" would fire that much late.
         now = workflow.now()
         instant = state.next_instant()
-        wakes = [i for i in self._runs.instants() if i > now]  # a run starts: show RUNNING
+        if self._runs.reported:
+            wakes = self._runs.deadlines()  # a start report wakes the loop; silence, this
+        else:
+            wakes = [i for i in self._runs.instants() if i > now]  # a run starts: show RUNNING
         summary = None
         if instant is not None:
             ahead = policy.may_dispatch_ahead(self._runs.flight(now), state.queue,
@@ -264,6 +293,9 @@ class TaskWorkflow:
     @workflow.signal(name="cancel")
     async def cancel_signal(self, reason: str | None = None) -> None:
         """Cancel the task; a running job is cancelled through its heartbeats."""
+        if self._runs.reported:
+            self._request_cancel(reason)  # at once, even while a pass waits on the database
+            return
         async with self._lock:
             self._request_cancel(reason)
 
@@ -288,6 +320,16 @@ class TaskWorkflow:
     @workflow.update(name="cancel_task")
     async def cancel_update(self, reason: str | None = None) -> TaskState:
         """Cancel the task and answer with its state."""
+        if self._runs.reported:
+            # Answer once every run has ended: none starts after this returns, and the answer
+            # lists the runs whose job had started (cancelled through their heartbeats).
+            self._request_cancel(reason)
+            try:
+                await workflow.wait_condition(lambda: not len(self._runs), timeout=CANCEL_SETTLE)
+            except TimeoutError:
+                pass  # still going (a silent worker): the answer lists them as running
+            self._absorb_ended()
+            return self._state
         async with self._lock:
             self._request_cancel(reason)
             return self._state
@@ -320,6 +362,7 @@ class TaskWorkflow:
         """Run a dead-lettered run again, under its own execution id."""
         async with self._lock:
             self._state.add_replay(request)
+            self._make_way()
             self._wake = True
             return self._state
 
@@ -378,6 +421,8 @@ class TaskWorkflow:
 
     def _request_cancel(self, reason: str | None) -> None:
         if self._state.request_cancel(reason):
+            if self._runs.reported:
+                self._runs.cancel_all()
             self._wake = True
 
     def _pause(self, reason: str | None) -> None:
@@ -393,4 +438,26 @@ class TaskWorkflow:
 
     def _trigger(self) -> None:
         if self._state.add_manual_run(workflow.now()):
+            self._make_way()
             self._wake = True
+
+    def _make_way(self) -> None:
+        """A run asked for meets the overlap policy like any fire: a run waiting for its
+        instant is withdrawn and its fire decided again at the instant (one too near it to
+        withdraw runs first, the asked-for run after it)."""
+        if self._runs.reported and self._state.spec.overlap_policy is not OverlapPolicy.ALLOW:
+            self._runs.withdraw("asked")
+
+    @workflow.signal(name=RUN_STARTED)
+    def run_started(self, report: RunStart) -> None:
+        """A jobs worker reports that a run's job started: the run is running from now."""
+        if self._runs.report_started(report.execution_id):
+            self._wake = True
+
+    @workflow.update(name=CLAIM_RUN)
+    def claim_run(self, claim: RunStart) -> bool:
+        """May this run start this late? Yes unless it was withdrawn or its fire decided again."""
+        if not self._runs.claim(claim.execution_id):
+            return False
+        self._wake = True
+        return True
