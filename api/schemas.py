@@ -5,11 +5,24 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 
 from api.cursors import NextCursor
-from scheduling.spec import (
+from scheduling.bounds import (
+    INSTANT_RANGE,
     MAX_INTERVAL_SECONDS,
+    CatchupWindowSeconds,
+    DriftThresholdSeconds,
+    HeartbeatTimeoutSeconds,
+    JitterSeconds,
+    MaxCatchupRuns,
+    MaxConsecutiveFailures,
+    MaxRuns,
+    RunTimeoutSeconds,
+    Text,
+    in_range,
+)
+from scheduling.spec import (
     MAX_NAME_LENGTH,
     IntervalMode,
     JobDetails,
@@ -72,16 +85,16 @@ def _rfc3339_text(value: Any) -> Any:
     return value
 
 
-Instant = Annotated[datetime, BeforeValidator(_rfc3339_text)]
-TaskName = Annotated[str, Field(min_length=1, max_length=MAX_NAME_LENGTH, examples=["nightly-report"])]
-Cron = Annotated[str, Field(max_length=200, description="5 fields, or 6 with seconds first",
+# The range holds for the instants a client sends; tasks stored before it keep theirs.
+Instant = Annotated[datetime, BeforeValidator(_rfc3339_text), AfterValidator(in_range)]
+TaskName = Annotated[Text, Field(min_length=1, max_length=MAX_NAME_LENGTH, examples=["nightly-report"])]
+Cron = Annotated[Text, Field(max_length=200, description="5 fields, or 6 with seconds first",
                             examples=["0 10 * * *"])]
-TimeZone = Annotated[str, Field(max_length=64, description="IANA name, for cron",
+TimeZone = Annotated[Text, Field(max_length=64, description="IANA name, for cron",
                                 examples=["Europe/Berlin"])]
 # At least a microsecond, the finest step a run time has; the tenant's quota sets the
 # shortest interval it allows (min_interval_seconds).
 IntervalSeconds = Annotated[float, Field(strict=True, ge=0.000001, le=MAX_INTERVAL_SECONDS)]
-MaxRuns = Annotated[int, Field(ge=1, description="stop after this many runs")]
 
 
 class _NewTask(PolicyFields):
@@ -93,8 +106,8 @@ class _NewTask(PolicyFields):
     interval_mode: IntervalMode = Field(
         default=IntervalMode.FIXED_RATE, description="for interval: fixed_rate or fixed_delay"
     )
-    start_date: Instant | None = None
-    end_date: Instant | None = None
+    start_date: Instant | None = Field(default=None, description=f"no run before this instant, {INSTANT_RANGE}")
+    end_date: Instant | None = Field(default=None, description=f"no run after this instant, {INSTANT_RANGE}")
 
     _counts = field_validator("max_runs", mode="before", check_fields=False)(count_not_text)
 
@@ -107,7 +120,7 @@ class OnceTask(_NewTask):
     """A task that runs once, at ``run_at``."""
 
     schedule_type: Literal["once"]
-    run_at: Instant = Field(description="the instant to run, with a time zone offset")
+    run_at: Instant = Field(description=f"the instant to run, with a time zone offset, {INSTANT_RANGE}")
     # The other kinds' fields may be sent as null, as a flat client sends them; nothing else.
     cron: None = None
     interval_seconds: None = None
@@ -162,29 +175,29 @@ class TaskUpdate(BaseModel):
 
     model_config = ConfigDict(extra="forbid", json_schema_extra=_update_schema)
 
-    task_id: str = Field(min_length=1, max_length=64)
+    task_id: Text = Field(min_length=1, max_length=64)
     task_name: TaskName | None = None
     job_details: JobDetails | None = None
     schedule_type: ScheduleType | None = None
-    run_at: Instant | None = None
+    run_at: Instant | None = Field(default=None, description=f"once: the instant to run, {INSTANT_RANGE}")
     cron: Cron | None = None
     timezone: TimeZone | None = None
     interval_seconds: IntervalSeconds | None = None
     interval_mode: IntervalMode | None = None
-    start_date: Instant | None = None
-    end_date: Instant | None = None
+    start_date: Instant | None = Field(default=None, description=f"no run before this instant, {INSTANT_RANGE}")
+    end_date: Instant | None = Field(default=None, description=f"no run after this instant, {INSTANT_RANGE}")
     max_runs: MaxRuns | None = None
     retry_policy: RetrySpec | None = None
-    heartbeat_timeout_seconds: Annotated[float, Field(strict=True, ge=1, le=3600)] | None = None
-    run_timeout_seconds: Annotated[float, Field(strict=True, gt=0, le=7 * 86400)] | None = None
+    heartbeat_timeout_seconds: HeartbeatTimeoutSeconds | None = None
+    run_timeout_seconds: RunTimeoutSeconds | None = None
     priority: Priority | None = None
     missed_run_policy: MissedRunPolicy | None = None
-    max_catchup_runs: Annotated[int, Field(ge=1, le=10_000)] | None = None
+    max_catchup_runs: MaxCatchupRuns | None = None
     overlap_policy: OverlapPolicy | None = None
-    catchup_window_seconds: Annotated[float, Field(strict=True, gt=0)] | None = None
-    jitter_seconds: Annotated[float, Field(strict=True, ge=0, le=3600)] | None = None
-    drift_threshold_seconds: Annotated[float, Field(strict=True, gt=0)] | None = None
-    max_consecutive_failures: Annotated[int, Field(ge=1, le=1000)] | None = None
+    catchup_window_seconds: CatchupWindowSeconds | None = None
+    jitter_seconds: JitterSeconds | None = None
+    drift_threshold_seconds: DriftThresholdSeconds | None = None
+    max_consecutive_failures: MaxConsecutiveFailures | None = None
     notify: NotifySpec | None = None
 
     _counts = field_validator("max_runs", "max_catchup_runs", "max_consecutive_failures",
@@ -207,16 +220,16 @@ class TaskCancel(BaseModel):
     """Body of PATCH /task/cancel."""
 
     model_config = ConfigDict(extra="forbid")
-    task_id: str = Field(min_length=1, max_length=64)
-    task_name: str | None = Field(default=None, max_length=200)
-    reason: str | None = Field(default=None, max_length=500)
+    task_id: Text = Field(min_length=1, max_length=64)
+    task_name: Text | None = Field(default=None, max_length=200)
+    reason: Text | None = Field(default=None, max_length=500)
 
 
 class PauseRequest(BaseModel):
     """Optional body of POST /tasks/{id}/pause."""
 
     model_config = ConfigDict(extra="forbid")
-    reason: str | None = Field(default=None, max_length=500)
+    reason: Text | None = Field(default=None, max_length=500)
 
 
 class LastRunOut(BaseModel):
