@@ -10,6 +10,7 @@ from pydantic import ValidationError
 
 from api.cursors import CursorQuery
 from api.deps import ServiceDep
+from api.examples import CREATE_EXAMPLES
 from api.ratelimit import CreatorDep, ReaderDep, WriterDep
 from api.routes.common import (
     ERRORS,
@@ -19,7 +20,6 @@ from api.routes.common import (
     OperationKeyHeader,
 )
 from api.schemas import (
-    CREATE_EXAMPLES,
     CronTask,
     ExecutionPage,
     IntervalTask,
