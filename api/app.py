@@ -6,10 +6,11 @@ import gc
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 from sqlalchemy import Engine
 from temporalio.client import Client
 
+from api.deps import storable_params
 from api.errors import install_error_handlers
 from api.guards import BodyGuard
 from api.metrics import ApiMetrics, MetricsMiddleware
@@ -85,6 +86,7 @@ def create_app(
         lifespan=lifespan,
         docs_url=None,  # served by install_docs, from local assets
         redoc_url=None,
+        dependencies=[Depends(storable_params)],
     )
     tracing = setup_tracing("task-scheduler-api", settings.otlp_endpoint)
     if tracing:

@@ -6,12 +6,14 @@ from dataclasses import dataclass
 from typing import Annotated
 
 from fastapi import Depends, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from api.admission import TenantUsage
 from api.errors import Unauthorized
 from api.service import Principal, TaskService
 from api.store_calls import in_thread
+from scheduling.bounds import TEXT_MESSAGE, TEXT_PATTERN
 from store.keys import find_active_key
 from store.quotas import key_with_usage
 
@@ -31,6 +33,20 @@ async def get_service(request: Request) -> TaskService:
 
 
 ServiceDep = Annotated[TaskService, Depends(get_service)]
+
+
+async def storable_params(request: Request) -> None:
+    """Refuse any path or query parameter the database could not store (422 naming it): one
+    guard for every route, so a lookup never sends such text to the database."""
+    params = [("path", name, value) for name, value in request.path_params.items()]
+    params += [("query", name, value) for name, value in request.query_params.multi_items()]
+    errors = [
+        {"type": "string_pattern_mismatch", "loc": (where, name), "msg": TEXT_MESSAGE,
+         "input": value, "ctx": {"pattern": TEXT_PATTERN}}
+        for where, name, value in params if "\x00" in f"{name}{value}"
+    ]
+    if errors:
+        raise RequestValidationError(errors)
 
 
 CredentialsDep = Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]

@@ -10,6 +10,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from scheduling.bounds import PATTERN_MESSAGES
+
 PROBLEM = "application/problem+json"
 BODY_PARSE_ERROR = "There was an error parsing the body"
 TYPE_BASE = "https://task-scheduler.dev/problems/"
@@ -102,9 +104,10 @@ def _schedule_tag(loc: tuple[Any, ...]) -> str | None:
 
 def _field_path(loc: tuple[Any, ...]) -> str:
     # Discriminated unions add the tag to the path (job_details.http.url): drop it.
+    # Only the first element says where (a field may itself be named "body", as an HTTP job's).
     parts = [
         str(p) for i, p in enumerate(loc)
-        if p not in ("body", "query", "path", "header")
+        if not (i == 0 and p in ("body", "query", "path", "header"))
         and not (i > 0 and p in UNION_TAGS.get(str(loc[i - 1]), ()))
     ]
     return ".".join(parts) or "body"
@@ -134,6 +137,9 @@ def _message(error: dict[str, Any]) -> str:
         return f"{field}: unknown field"
     if kind == "missing":
         return f"{field}: field required"
+    pattern = error.get("ctx", {}).get("pattern")
+    if kind == "string_pattern_mismatch" and pattern in PATTERN_MESSAGES:
+        return f"{field}: {PATTERN_MESSAGES[pattern]}"
     msg = str(error.get("msg", "invalid")).removeprefix("Value error, ")
     return f"{field}: {msg}" if field != "body" else msg
 

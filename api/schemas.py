@@ -5,11 +5,25 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 
 from api.cursors import NextCursor
-from scheduling.spec import (
+from api.examples import EXECUTION_EXAMPLE, TASK_EXAMPLE
+from scheduling.bounds import (
+    INSTANT_RANGE,
     MAX_INTERVAL_SECONDS,
+    CatchupWindowSeconds,
+    DriftThresholdSeconds,
+    HeartbeatTimeoutSeconds,
+    JitterSeconds,
+    MaxCatchupRuns,
+    MaxConsecutiveFailures,
+    MaxRuns,
+    RunTimeoutSeconds,
+    Text,
+    in_range,
+)
+from scheduling.spec import (
     MAX_NAME_LENGTH,
     IntervalMode,
     JobDetails,
@@ -28,40 +42,6 @@ from store.models import TaskExecution
 from store.tasks import TaskView
 from workflows.state import TaskState
 
-CREATE_EXAMPLES: dict[str, Any] = {
-    "cron-http": {
-        "summary": "Every day at 10:00 Berlin time, call a webhook",
-        "value": {
-            "task_name": "daily-report",
-            "job_details": {"type": "http", "url": "https://example.com/hooks/report",
-                            "method": "POST", "body": {"report": "daily"}},
-            "schedule_type": "cron",
-            "cron": "0 10 * * *",
-            "timezone": "Europe/Berlin",
-        },
-    },
-    "once-handler": {
-        "summary": "Once, at an instant, run a registered handler",
-        "value": {
-            "task_name": "send-welcome",
-            "job_details": {"type": "handler", "name": "log", "args": {"user": 42}},
-            "schedule_type": "once",
-            "run_at": "2030-01-01T09:00:00Z",
-        },
-    },
-    "interval-workflow": {
-        "summary": "Every 15 minutes, start an existing Temporal workflow",
-        "value": {
-            "task_name": "sync-inventory",
-            "job_details": {"type": "workflow", "workflow_type": "SyncInventory",
-                            "task_queue": "inventory", "args": ["eu"]},
-            "schedule_type": "interval",
-            "interval_seconds": 900,
-            "interval_mode": "fixed_delay",
-        },
-    },
-}
-
 
 # The create and update bodies describe to clients exactly what TaskSpec accepts; the API then
 # validates them into a TaskSpec (or TaskChanges), the one set of rules every path applies.
@@ -72,16 +52,16 @@ def _rfc3339_text(value: Any) -> Any:
     return value
 
 
-Instant = Annotated[datetime, BeforeValidator(_rfc3339_text)]
-TaskName = Annotated[str, Field(min_length=1, max_length=MAX_NAME_LENGTH, examples=["nightly-report"])]
-Cron = Annotated[str, Field(max_length=200, description="5 fields, or 6 with seconds first",
+# The range holds for the instants a client sends; tasks stored before it keep theirs.
+Instant = Annotated[datetime, BeforeValidator(_rfc3339_text), AfterValidator(in_range)]
+TaskName = Annotated[Text, Field(min_length=1, max_length=MAX_NAME_LENGTH, examples=["nightly-report"])]
+Cron = Annotated[Text, Field(max_length=200, description="5 fields, or 6 with seconds first",
                             examples=["0 10 * * *"])]
-TimeZone = Annotated[str, Field(max_length=64, description="IANA name, for cron",
+TimeZone = Annotated[Text, Field(max_length=64, description="IANA name, for cron",
                                 examples=["Europe/Berlin"])]
 # At least a microsecond, the finest step a run time has; the tenant's quota sets the
 # shortest interval it allows (min_interval_seconds).
 IntervalSeconds = Annotated[float, Field(strict=True, ge=0.000001, le=MAX_INTERVAL_SECONDS)]
-MaxRuns = Annotated[int, Field(ge=1, description="stop after this many runs")]
 
 
 class _NewTask(PolicyFields):
@@ -93,8 +73,8 @@ class _NewTask(PolicyFields):
     interval_mode: IntervalMode = Field(
         default=IntervalMode.FIXED_RATE, description="for interval: fixed_rate or fixed_delay"
     )
-    start_date: Instant | None = None
-    end_date: Instant | None = None
+    start_date: Instant | None = Field(default=None, description=f"no run before this instant, {INSTANT_RANGE}")
+    end_date: Instant | None = Field(default=None, description=f"no run after this instant, {INSTANT_RANGE}")
 
     _counts = field_validator("max_runs", mode="before", check_fields=False)(count_not_text)
 
@@ -107,7 +87,7 @@ class OnceTask(_NewTask):
     """A task that runs once, at ``run_at``."""
 
     schedule_type: Literal["once"]
-    run_at: Instant = Field(description="the instant to run, with a time zone offset")
+    run_at: Instant = Field(description=f"the instant to run, with a time zone offset, {INSTANT_RANGE}")
     # The other kinds' fields may be sent as null, as a flat client sends them; nothing else.
     cron: None = None
     interval_seconds: None = None
@@ -162,29 +142,29 @@ class TaskUpdate(BaseModel):
 
     model_config = ConfigDict(extra="forbid", json_schema_extra=_update_schema)
 
-    task_id: str = Field(min_length=1, max_length=64)
+    task_id: Text = Field(min_length=1, max_length=64)
     task_name: TaskName | None = None
     job_details: JobDetails | None = None
     schedule_type: ScheduleType | None = None
-    run_at: Instant | None = None
+    run_at: Instant | None = Field(default=None, description=f"once: the instant to run, {INSTANT_RANGE}")
     cron: Cron | None = None
     timezone: TimeZone | None = None
     interval_seconds: IntervalSeconds | None = None
     interval_mode: IntervalMode | None = None
-    start_date: Instant | None = None
-    end_date: Instant | None = None
+    start_date: Instant | None = Field(default=None, description=f"no run before this instant, {INSTANT_RANGE}")
+    end_date: Instant | None = Field(default=None, description=f"no run after this instant, {INSTANT_RANGE}")
     max_runs: MaxRuns | None = None
     retry_policy: RetrySpec | None = None
-    heartbeat_timeout_seconds: Annotated[float, Field(strict=True, ge=1, le=3600)] | None = None
-    run_timeout_seconds: Annotated[float, Field(strict=True, gt=0, le=7 * 86400)] | None = None
+    heartbeat_timeout_seconds: HeartbeatTimeoutSeconds | None = None
+    run_timeout_seconds: RunTimeoutSeconds | None = None
     priority: Priority | None = None
     missed_run_policy: MissedRunPolicy | None = None
-    max_catchup_runs: Annotated[int, Field(ge=1, le=10_000)] | None = None
+    max_catchup_runs: MaxCatchupRuns | None = None
     overlap_policy: OverlapPolicy | None = None
-    catchup_window_seconds: Annotated[float, Field(strict=True, gt=0)] | None = None
-    jitter_seconds: Annotated[float, Field(strict=True, ge=0, le=3600)] | None = None
-    drift_threshold_seconds: Annotated[float, Field(strict=True, gt=0)] | None = None
-    max_consecutive_failures: Annotated[int, Field(ge=1, le=1000)] | None = None
+    catchup_window_seconds: CatchupWindowSeconds | None = None
+    jitter_seconds: JitterSeconds | None = None
+    drift_threshold_seconds: DriftThresholdSeconds | None = None
+    max_consecutive_failures: MaxConsecutiveFailures | None = None
     notify: NotifySpec | None = None
 
     _counts = field_validator("max_runs", "max_catchup_runs", "max_consecutive_failures",
@@ -207,44 +187,22 @@ class TaskCancel(BaseModel):
     """Body of PATCH /task/cancel."""
 
     model_config = ConfigDict(extra="forbid")
-    task_id: str = Field(min_length=1, max_length=64)
-    task_name: str | None = Field(default=None, max_length=200)
-    reason: str | None = Field(default=None, max_length=500)
+    task_id: Text = Field(min_length=1, max_length=64)
+    task_name: Text | None = Field(default=None, max_length=200)
+    reason: Text | None = Field(default=None, max_length=500)
 
 
 class PauseRequest(BaseModel):
     """Optional body of POST /tasks/{id}/pause."""
 
     model_config = ConfigDict(extra="forbid")
-    reason: str | None = Field(default=None, max_length=500)
+    reason: Text | None = Field(default=None, max_length=500)
 
 
 class LastRunOut(BaseModel):
     execution_id: str
     status: str
     scheduled_at: datetime
-
-
-TASK_EXAMPLE: dict[str, Any] = {
-    "task_id": "5b0c2e7c9f2d4e2a9a51d3c0b8f1a7e4", "task_name": "daily-report", "tenant_id": "growth",
-    "status": "PENDING", "status_reason": None, "schedule_type": "cron",
-    "schedule": {"schedule_type": "cron", "cron": "0 10 * * *", "timezone": "Europe/Berlin",
-                 "priority": "medium", "overlap_policy": "skip"},
-    "job_details": {"type": "http", "url": "https://example.com/hooks/report", "method": "POST"},
-    "next_run_at": "2026-12-01T09:00:00Z",
-    "last_run": {"execution_id": "5b0c2e7c9f2d4e2a9a51d3c0b8f1a7e4:2026-11-30T09:00:00.000Z",
-                 "status": "COMPLETED", "scheduled_at": "2026-11-30T09:00:00Z"},
-    "run_count": 12, "success_count": 12, "failure_count": 0, "skipped_count": 0,
-    "consecutive_failures": 0, "created_at": "2026-11-18T08:12:40Z", "updated_at": "2026-11-30T09:00:01Z",
-}
-EXECUTION_EXAMPLE: dict[str, Any] = {
-    "id": "5b0c2e7c9f2d4e2a9a51d3c0b8f1a7e4:2026-11-30T09:00:00.000Z",
-    "task_id": "5b0c2e7c9f2d4e2a9a51d3c0b8f1a7e4", "scheduled_at": "2026-11-30T09:00:00Z",
-    "trigger": "schedule", "status": "COMPLETED", "reason": None, "attempts": 1,
-    "started_at": "2026-11-30T09:00:00.004Z", "finished_at": "2026-11-30T09:00:00.210Z",
-    "http_status": 200, "response_snippet": "{\"ok\": true}", "error": None,
-    "lateness_ms": 4.0, "drifted": False, "dead_letter": None,
-}
 
 
 class TaskOut(BaseModel):

@@ -23,10 +23,26 @@ from pydantic import (
     model_validator,
 )
 
+from scheduling.bounds import (
+    JSON_DEPTH,
+    MAX_INTERVAL_SECONDS,
+    MAX_RUN_SECONDS,
+    CatchupWindowSeconds,
+    DriftThresholdSeconds,
+    HeaderName,
+    HeaderValue,
+    HeartbeatTimeoutSeconds,
+    JitterSeconds,
+    JsonValue,
+    MaxCatchupRuns,
+    MaxConsecutiveFailures,
+    MaxRuns,
+    RunTimeoutSeconds,
+    Text,
+)
 from scheduling.cron import CronError, parse_cron
 
 MAX_NAME_LENGTH = 200
-MAX_INTERVAL_SECONDS = 366 * 24 * 3600
 PAST_TOLERANCE = timedelta(minutes=1)
 
 
@@ -82,10 +98,12 @@ class HttpJob(_Strict):
     """Call an HTTP(S) endpoint; 2xx is success."""
 
     type: Literal["http"]
-    url: str = Field(max_length=2048, examples=["https://example.com/hooks/report"])
+    url: Text = Field(max_length=2048, examples=["https://example.com/hooks/report"])
     method: Literal["GET", "POST", "PUT", "PATCH", "DELETE"] = "POST"
-    headers: dict[str, str] = Field(default_factory=dict)
-    body: Any = None
+    # Keys outside the pattern are refused too: say so (a bare patternProperties allows them).
+    headers: dict[HeaderName, HeaderValue] = Field(
+        default_factory=dict, json_schema_extra={"additionalProperties": False})
+    body: JsonValue = Field(default=None, description=JSON_DEPTH)
     timeout_seconds: float = Field(strict=True, default=30.0, gt=0, le=3600)
 
     @field_validator("url")
@@ -110,18 +128,19 @@ class HandlerJob(_Strict):
     """Run a Python callable registered by name in the worker."""
 
     type: Literal["handler"]
-    name: str = Field(min_length=1, max_length=200, examples=["noop"])
-    args: dict[str, Any] = Field(default_factory=dict)
+    name: Text = Field(min_length=1, max_length=200, examples=["noop"])
+    args: dict[Text, JsonValue] = Field(default_factory=dict, description=JSON_DEPTH,
+                                        json_schema_extra={"additionalProperties": False})
 
 
 class WorkflowJob(_Strict):
     """Start another Temporal workflow as the run and wait for its result."""
 
     type: Literal["workflow"]
-    workflow_type: str = Field(min_length=1, max_length=200)
-    task_queue: str | None = Field(default=None, max_length=200)
-    args: list[Any] = Field(default_factory=list)
-    execution_timeout_seconds: float | None = Field(strict=True, default=None, gt=0)
+    workflow_type: Text = Field(min_length=1, max_length=200)
+    task_queue: Text | None = Field(default=None, max_length=200)
+    args: list[JsonValue] = Field(default_factory=list, description=JSON_DEPTH)
+    execution_timeout_seconds: float | None = Field(strict=True, default=None, gt=0, le=MAX_RUN_SECONDS)
 
 
 JobDetails = Annotated[HttpJob | HandlerJob | WorkflowJob, Field(discriminator="type")]
@@ -164,18 +183,18 @@ class ScheduleFields(_Strict):
 
     schedule_type: ScheduleType
     run_at: datetime | None = Field(default=None, description="once: the instant to run")
-    cron: str | None = Field(
+    cron: Text | None = Field(
         default=None,
         max_length=200,
         description="cron: 5 fields, or 6 with seconds first",
         examples=["0 10 * * *"],
     )
-    timezone: str = Field(default="UTC", max_length=64, description="IANA name, for cron")
+    timezone: Text = Field(default="UTC", max_length=64, description="IANA name, for cron")
     interval_seconds: float | None = Field(default=None, gt=0, le=MAX_INTERVAL_SECONDS)
     interval_mode: IntervalMode = IntervalMode.FIXED_RATE
     start_date: datetime | None = None
     end_date: datetime | None = None
-    max_runs: int | None = Field(default=None, ge=1)
+    max_runs: MaxRuns | None = None
 
     @field_validator("run_at", "start_date", "end_date")
     @classmethod
@@ -236,7 +255,7 @@ class NotifyEvent(StrEnum):
 class NotifySpec(_Strict):
     """Where to POST a task's events, and which events."""
 
-    url: str = Field(max_length=2048, examples=["https://example.com/hooks/scheduler"])
+    url: Text = Field(max_length=2048, examples=["https://example.com/hooks/scheduler"])
     events: list[NotifyEvent] = Field(
         default_factory=lambda: [NotifyEvent.FAILED, NotifyEvent.DEAD_LETTERED,
                                  NotifyEvent.DRIFT, NotifyEvent.AUTO_PAUSED]
@@ -260,28 +279,28 @@ class PolicyFields(_Strict):
         description="after downtime; default from priority: high catchup, medium "
         "single_catchup, low skip",
     )
-    max_catchup_runs: int = Field(default=100, ge=1, le=10_000)
-    catchup_window_seconds: float | None = Field(
-        strict=True, default=None, gt=0, description="missed runs older than this are skipped, not caught up"
+    max_catchup_runs: MaxCatchupRuns = 100
+    catchup_window_seconds: CatchupWindowSeconds | None = Field(
+        default=None, description="missed runs older than this are skipped, not caught up"
     )
     overlap_policy: OverlapPolicy = OverlapPolicy.SKIP
-    jitter_seconds: float = Field(
-        strict=True, default=0, ge=0, le=3600,
+    jitter_seconds: JitterSeconds = Field(
+        default=0,
         description="spread each run by a deterministic offset in [0, jitter) from its time",
     )
-    drift_threshold_seconds: float | None = Field(
-        strict=True, default=None, gt=0, description="a run starting later than this is flagged and notified"
+    drift_threshold_seconds: DriftThresholdSeconds | None = Field(
+        default=None, description="a run starting later than this is flagged and notified"
     )
-    max_consecutive_failures: int | None = Field(
-        default=5, ge=1, le=1000,
+    max_consecutive_failures: MaxConsecutiveFailures | None = Field(
+        default=5,
         description="after this many failed runs in a row the task is auto-paused (null: never)",
     )
     notify: NotifySpec | None = None
 
     retry_policy: RetrySpec = Field(default_factory=RetrySpec)
-    heartbeat_timeout_seconds: float = Field(strict=True, default=30.0, ge=1, le=3600)
-    run_timeout_seconds: float = Field(
-        strict=True, default=3600.0, gt=0, le=7 * 86400, description="limit for one attempt of a run"
+    heartbeat_timeout_seconds: HeartbeatTimeoutSeconds = 30.0
+    run_timeout_seconds: RunTimeoutSeconds = Field(
+        default=3600.0, description="limit for one attempt of a run"
     )
 
     _counts = field_validator("max_catchup_runs", "max_consecutive_failures", mode="before")(
@@ -292,7 +311,7 @@ class PolicyFields(_Strict):
 class TaskSpec(ScheduleFields, PolicyFields):
     """Everything that defines a task; validated the same way by the API and the workflow."""
 
-    task_name: str = Field(min_length=1, max_length=MAX_NAME_LENGTH, examples=["nightly-report"])
+    task_name: Text = Field(min_length=1, max_length=MAX_NAME_LENGTH, examples=["nightly-report"])
     job_details: JobDetails
 
     def effective_missed_run_policy(self) -> MissedRunPolicy:

@@ -160,9 +160,8 @@ def _has_user(name: str) -> bool:
     return True
 
 
-@pytest.fixture
-def postgres_engine(postgres_url: str) -> Iterator[Engine]:
-    """A migrated, empty database on the throwaway cluster."""
+def new_postgres_database(postgres_url: str) -> str:
+    """The URL of a new, migrated, empty database on the throwaway cluster."""
     from sqlalchemy import text
 
     name = f"t_{uuid.uuid4().hex[:12]}"
@@ -170,8 +169,17 @@ def postgres_engine(postgres_url: str) -> Iterator[Engine]:
     with admin.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
         conn.execute(text(f"CREATE DATABASE {name}"))
     admin.dispose()
-    engine = make_engine(postgres_url.rsplit("/", 1)[0] + f"/{name}")
+    url = postgres_url.rsplit("/", 1)[0] + f"/{name}"
+    engine = make_engine(url)
     migrate(engine)
+    engine.dispose()
+    return url
+
+
+@pytest.fixture
+def postgres_engine(postgres_url: str) -> Iterator[Engine]:
+    """A migrated, empty database on the throwaway cluster."""
+    engine = make_engine(new_postgres_database(postgres_url))
     yield engine
     engine.dispose()
 

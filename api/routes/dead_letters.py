@@ -11,9 +11,10 @@ from api.deps import ServiceDep
 from api.ratelimit import ReaderDep, WriterDep
 from api.routes.common import ERRORS, OPERATION_RESPONSES, OperationKeyHeader
 from api.schemas import DeadLetterPage, ExecutionOut
+from scheduling.bounds import Text
 
 router = APIRouter(tags=["dead letters"])
-ExecutionIdPath = Annotated[str, Path(min_length=1, max_length=200, description="the execution id")]
+ExecutionIdPath = Annotated[Text, Path(min_length=1, max_length=200, description="the execution id")]
 
 
 @router.get("/dead-letters", responses=ERRORS)

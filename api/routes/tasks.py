@@ -10,6 +10,7 @@ from pydantic import ValidationError
 
 from api.cursors import CursorQuery
 from api.deps import ServiceDep
+from api.examples import CREATE_EXAMPLES
 from api.ratelimit import CreatorDep, ReaderDep, WriterDep
 from api.routes.common import (
     ERRORS,
@@ -19,7 +20,6 @@ from api.routes.common import (
     OperationKeyHeader,
 )
 from api.schemas import (
-    CREATE_EXAMPLES,
     CronTask,
     ExecutionPage,
     IntervalTask,
@@ -33,11 +33,12 @@ from api.schemas import (
     TaskUpdate,
     problem_responses,
 )
+from scheduling.bounds import Text
 from scheduling.status import TaskStatus
 
 router = APIRouter(tags=["tasks"])
 
-TaskIdPath = Annotated[str, Path(min_length=1, max_length=64, description="the task id")]
+TaskIdPath = Annotated[Text, Path(min_length=1, max_length=64, description="the task id")]
 CreateBody = Annotated[TaskCreate, Body(openapi_examples=CREATE_EXAMPLES)]
 RecurringBody = Annotated[
     RecurringTaskCreate,
@@ -131,7 +132,7 @@ async def list_tasks(
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     cursor: CursorQuery = None,
     status: Annotated[TaskStatus | None, Query()] = None,
-    name: Annotated[str | None, Query(max_length=200)] = None,
+    name: Annotated[Text | None, Query(max_length=200)] = None,
     all_tenants: Annotated[bool, Query(description="admin keys only")] = False,
 ) -> TaskPage:
     """Tasks newest first, filtered by status or name, with a cursor for the next page."""

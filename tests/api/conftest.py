@@ -25,7 +25,7 @@ from config.telemetry import make_runtime
 from store.engine import make_engine, migrate
 from store.keys import create_key
 from store.quotas import set_quota
-from tests.conftest import new_worker, settings_of
+from tests.conftest import new_postgres_database, new_worker, settings_of
 from workflows.registry import workflow_job_rules
 
 
@@ -50,12 +50,28 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-@pytest.fixture(scope="module")
-async def stack(dev_env: WorkflowEnvironment, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Stack]:
-    """API + worker on a fresh task queue and SQLite database, served over real HTTP."""
+# A module runs its tests on both databases with: pytestmark = ON_BOTH_DATABASES
+ON_BOTH_DATABASES = pytest.mark.parametrize("stack", ["sqlite", "postgres"], indirect=True, scope="module")
+
+
+def database_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A new, migrated database: SQLite unless the test asks for PostgreSQL (param "postgres")."""
+    if getattr(request, "param", "sqlite") == "postgres":
+        return new_postgres_database(request.getfixturevalue("postgres_url"))
     path: Path = tmp_path_factory.mktemp("api") / "api.db"
     engine = make_engine(f"sqlite:///{path}")
     migrate(engine)
+    engine.dispose()
+    return f"sqlite:///{path}"
+
+
+@pytest.fixture(scope="module")
+async def stack(
+    dev_env: WorkflowEnvironment, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> AsyncIterator[Stack]:
+    """API + worker on a fresh task queue and database (SQLite, or PostgreSQL when
+    parametrized so), served over real HTTP."""
+    engine = make_engine(database_url(request, tmp_path_factory))
     keys = {
         "t1": create_key(engine, "t1")[1],
         "t2": create_key(engine, "t2")[1],

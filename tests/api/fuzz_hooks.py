@@ -17,6 +17,9 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import schemathesis
+from pydantic import TypeAdapter, ValidationError
+
+from scheduling.bounds import JsonValue
 
 TARGET_URL = os.environ.get("FUZZ_TARGET_URL", "http://127.0.0.1:9/hook")
 WORKFLOW_TYPE = os.environ.get("FUZZ_WORKFLOW_TYPE", "EchoWorkflow")
@@ -41,9 +44,26 @@ def _instant(value: Any) -> bool:
         return False
 
 
+def _storable(value: Any) -> bool:
+    try:
+        TypeAdapter(JsonValue).validate_python(value)
+    except ValidationError:
+        return False
+    return True
+
+
 def _task_fields(body: dict[str, Any]) -> None:
     job = body.get("job_details")
     if isinstance(job, dict):
+        # Any JSON, says the schema; what a database stores, says the API (no NUL, bounded depth).
+        for name, empty in (("body", None), ("args", {} if job.get("type") == "handler" else [])):
+            values = job.get(name)
+            if isinstance(values, dict | list) and name == "args":
+                items = values.values() if isinstance(values, dict) else values
+                if not all(_storable(item) for item in items):
+                    job[name] = empty
+            elif name == "body" and not _storable(values):
+                job[name] = empty
         if _text(job.get("url"), 2048):
             job["url"] = TARGET_URL
         if _text(job.get("workflow_type"), 200, shortest=1):

@@ -21,16 +21,21 @@ from store.engine import make_engine, migrate
 from store.keys import create_key
 from store.quotas import set_quota
 from tests.api.fuzz_hooks import SHORTEST_INTERVAL
+from tests.conftest import new_postgres_database
 from tests.faults.processes import ROOT, free_port, process_env, start_process, stop, wait_http
 
 EXAMPLES_PER_OPERATION = 40
 ECHO_QUEUE = "fuzz-echo"
 
 
-@pytest.fixture(scope="module")
-def fuzz_target(dev_env: WorkflowEnvironment, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+@pytest.fixture(scope="module", params=["sqlite", "postgres"])
+def fuzz_target(
+    dev_env: WorkflowEnvironment, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[dict[str, Any]]:
     root: Path = tmp_path_factory.mktemp("fuzz")
     url = f"sqlite:///{root / 'fuzz.db'}"
+    if request.param == "postgres":
+        url = new_postgres_database(request.getfixturevalue("postgres_url"))
     engine = make_engine(url)
     migrate(engine)
     _, key = create_key(engine, "fuzzer")

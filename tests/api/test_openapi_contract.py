@@ -5,7 +5,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from tests.api.conftest import Stack
+from tests.api.conftest import ON_BOTH_DATABASES, Stack
+
+pytestmark = ON_BOTH_DATABASES
 
 ONCE = {"task_name": "contract", "job_details": {"type": "handler", "name": "noop"},
         "schedule_type": "once", "run_at": "2030-01-01T09:00:00Z"}

@@ -7,7 +7,9 @@ from typing import Any
 
 import pytest
 
-from tests.api.conftest import Stack
+from tests.api.conftest import ON_BOTH_DATABASES, Stack
+
+pytestmark = ON_BOTH_DATABASES
 
 FUTURE = (datetime.now(UTC) + timedelta(days=1)).isoformat()
 GOOD: dict[str, Any] = {
