@@ -59,8 +59,7 @@ class Answer:
 
 
 class DeadlineExceeded(httpx.TimeoutException):
-    """The call did not complete within its timeout (an httpx timeout, so callers report it
-    as they report the client's own)."""
+    """The call did not complete within its timeout (an httpx timeout: reported as one)."""
 
 
 class NoSlot(httpx.PoolTimeout):
@@ -75,19 +74,21 @@ class _Entry:
 
 @dataclass
 class KeyedSlots:
-    """At most ``limit`` concurrent holders per key; entries live only while used, so keys
-    (tenants, hosts) cost nothing once idle."""
+    """At most ``limit`` concurrent holders per key, counting those that wait."""
 
     limit: int
     reason: str
     gauge: WaitingGauge | None = None
     waiting: int = 0
+    # Only keys in use have an entry: an idle tenant or host costs nothing.
     _entries: dict[Hashable, _Entry] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self._count(0)  # the gauge reads 0 from the start, not absent
 
     @asynccontextmanager
     async def hold(self, key: Hashable, wait_at_most: float | None = None) -> AsyncIterator[None]:
-        """Hold one of the key's slots for the block, waiting (counted) while none is free, at
-        most ``wait_at_most`` seconds (then NoSlot; None: as long as it takes)."""
+        """Hold a slot of the key, waiting at most ``wait_at_most`` s (None: no bound) or NoSlot."""
         entry = self._entries.get(key)
         if entry is None:
             entry = self._entries[key] = _Entry(asyncio.Semaphore(self.limit))
@@ -142,9 +143,9 @@ class Outbound:
         headers: Mapping[str, str] | None = None, content: bytes | None = None,
         wait_at_most: float | None = None,
     ) -> Answer:
-        """Send the request for ``tenant`` and return the final answer after redirects, its body
-        capped; the call ends at ``timeout`` (raising DeadlineExceeded) once it holds its
-        tenant's slot, for which it waits at most ``wait_at_most`` (None: as long as it takes)."""
+        """The final answer after redirects, body capped; ends at ``timeout`` (DeadlineExceeded)."""
+        # The deadline starts once the tenant's slot is held: a tenant's own backlog delays its
+        # calls rather than failing them (the run's run_timeout_seconds bounds that wait).
         async with self._tenants.hold(tenant, wait_at_most):
             deadline = asyncio.timeout(timeout)
             try:
@@ -175,8 +176,8 @@ class Outbound:
                 raise httpx.TooManyRedirects("Exceeded maximum allowed redirects.", request=request)
 
     async def _read(self, response: httpx.Response) -> bytes:
-        """At most the cap of the body, decoded: raw bytes are capped before decoding, so a
-        compressed body cannot expand past the cap either."""
+        """At most the cap of the body, decoded."""
+        # Raw bytes are capped before decoding: a compressed body cannot expand past it either.
         cap = self.limits.max_body_bytes
         raw = bytearray()
         async for chunk in response.aiter_raw():
