@@ -23,6 +23,7 @@ import re
 import socket
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from http.cookiejar import CookieJar, DefaultCookiePolicy
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -250,7 +251,10 @@ def guarded_client(
         network_backend=GuardedBackend(policy),
     )
     # Redirects are followed by jobs.outbound, hop by hop, without reading their bodies; the
-    # client's own following reads each redirect's body whole.
+    # client's own following reads each redirect's body whole. The client is shared by every
+    # tenant's calls, so its jar keeps no cookie: one target's would go out with another
+    # tenant's calls to that domain.
     return httpx.AsyncClient(
-        transport=transport, follow_redirects=False, max_redirects=max_redirects, trust_env=False
+        transport=transport, follow_redirects=False, max_redirects=max_redirects, trust_env=False,
+        cookies=CookieJar(policy=DefaultCookiePolicy(allowed_domains=[])),
     )

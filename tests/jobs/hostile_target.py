@@ -17,11 +17,12 @@ class HostileTarget:
     """``/big/<bytes>`` and ``/big-redirect/<bytes>`` (a 302 to ``/ok`` carrying that body),
     ``/trickle/<seconds>`` (a byte every 0.2 s for that long), ``/slow-redirect/<hops>`` (each
     hop answers after 1.5 s), ``/gzip/<bytes>`` (compressed text), ``/loop`` (redirects to itself),
-    ``/hang``, anything else 200 ``ok``. ``sent`` counts the body bytes
+    ``/hang``, ``/cookie`` (sets one), anything else 200 ``ok``. ``sent`` counts the body bytes
     the server handed to the connection, whatever the client did with them."""
 
     sent: int = 0
     paths: list[str] = field(default_factory=list)
+    cookies: list[str] = field(default_factory=list)  # Cookie headers that came in
     port: int = 0
     _runner: web.AppRunner | None = None
     _closing: asyncio.Event = field(default_factory=asyncio.Event)
@@ -45,6 +46,8 @@ class HostileTarget:
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         self.paths.append(request.path)
+        if "Cookie" in request.headers:
+            self.cookies.append(request.headers["Cookie"])
         parts = request.path.strip("/").split("/")
         if parts[0] == "big":
             return await self._stream(request, web.StreamResponse(status=200), int(parts[1]))
@@ -62,6 +65,10 @@ class HostileTarget:
             return web.Response(body=gzip.compress(text), headers={"Content-Encoding": "gzip"})
         if parts[0] == "loop":
             raise web.HTTPFound("/loop")
+        if parts[0] == "cookie":
+            answer = web.Response(text="ok")
+            answer.set_cookie("session", "tenant-a-secret")
+            return answer
         if parts[0] == "hang":
             await self._closing.wait()
         return web.Response(text="ok")

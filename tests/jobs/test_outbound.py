@@ -232,6 +232,14 @@ async def test_a_webhook_gives_up_waiting_for_a_slot_of_its_tenant(
             await asyncio.gather(holder, return_exceptions=True)
 
 
+async def test_a_cookie_one_target_sets_goes_out_with_no_other_call(hostile: HostileTarget) -> None:
+    async with guarded_client(LOOPBACK) as http:
+        jobs = JobActivities(http=http, handlers={}, client=None)
+        await _run(jobs, _job(hostile.url("/cookie"), tenant="a"))
+        await _run(jobs, _job(hostile.url("/ok"), tenant="b"))
+    assert hostile.paths == ["/cookie", "/ok"] and hostile.cookies == []
+
+
 def test_the_pool_must_outlast_what_one_tenant_may_hold() -> None:
     assert Settings().http_max_connections > Settings().http_max_calls_per_tenant
     with pytest.raises(ValidationError, match="SCHEDULER_HTTP_MAX_CONNECTIONS"):
