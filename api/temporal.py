@@ -138,7 +138,6 @@ class TemporalGateway:
                                   spec=state.spec, created_at=row.created_at, state=state)
         request = ReplayRequest(execution_id=execution_id, scheduled_at=scheduled_at)
         async with _temporal_errors(row.id):
-            # (awaited for its outcome; the SDK's overloads type the answer as a coroutine)
             _ = await self.client.execute_update_with_start_workflow(
                 TaskWorkflow.replay_update, request, start_workflow_operation=start,
                 id=_update_id(TaskWorkflow.replay_update, request_id), rpc_timeout=UPDATE_TIMEOUT,
