@@ -289,6 +289,19 @@ def next_from_queue(queue: list[Run], flight: Flight, *, paused: bool) -> Run | 
     return None
 
 
+def stale_in_queue(pos: Position, now: datetime) -> list[Run]:
+    """Queued runs of the schedule that can no longer be on time: all but the newest, and the
+    newest once its instant is past ON_TIME_GRACE. The missed-run policy decides each again
+    (``take_back`` with ``missed``): only the newest due fire can be on time."""
+    scheduled = [run for run in pos.queue if run.trigger is Trigger.SCHEDULE]
+    if not scheduled:
+        return []
+    newest = scheduled[-1]
+    late = now - instant_of(pos.spec, pos.task_id, newest.scheduled_at,
+                            pos.spec.jitter_seconds) > ON_TIME_GRACE
+    return scheduled if late else scheduled[:-1]
+
+
 def may_dispatch_ahead(flight: Flight, queue: list[Run], *, paused: bool, draining: bool) -> bool:
     """The next fire is sent a lead ahead only when nothing else is in flight or waiting: the
     runs of a task then go one by one, whatever its interval, and overlap is decided at the
@@ -357,7 +370,16 @@ def take_back(pos: Position, flight: Flight, fire: datetime, now: datetime, *,
     over = SkipReason.CATCHUP_CAP if policy is MissedRunPolicy.CATCHUP else SkipReason.MISSED
     reason = _missed_reason(pos, fire, now, over)
     room = policy is MissedRunPolicy.CATCHUP and queued < spec.max_catchup_runs
+    waiting = [run for run in result.queue if run.trigger is Trigger.CATCHUP]
+    single = (missed and policy is MissedRunPolicy.SINGLE_CATCHUP and reason is SkipReason.MISSED
+              and all(run.scheduled_at < fire for run in waiting))
     if reason is SkipReason.CATCHUP_CAP and room and (left is None or left > 0):
+        result.queue.insert(0, Run(scheduled_at=fire, trigger=Trigger.CATCHUP))
+    elif single and (left is None or left > 0 or waiting):
+        # single_catchup runs the most recent missed fire once: it replaces an older one.
+        for old in waiting:
+            result.queue.remove(old)
+            result.skipped.append((old.scheduled_at, SkipReason.MISSED))
         result.queue.insert(0, Run(scheduled_at=fire, trigger=Trigger.CATCHUP))
     else:
         result.skipped.append((fire, reason))

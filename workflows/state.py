@@ -59,9 +59,9 @@ class TaskState(BaseModel):
     cancelled_count: int = 0
     consecutive_failures: int = 0
     running: list[str] = Field(default_factory=list, description="execution ids in flight")
-    cancelled_runs: list[str] = Field(
-        default_factory=list, description="runs whose job had started when the task was "
-        "cancelled: they were cancelled through their heartbeats")
+    started_before_cancel: list[str] = Field(
+        default_factory=list, description="runs whose job had started when the task's cancel "
+        "reached it: cancelled through their heartbeats, or ended first")
     notifications: list[Notification] = Field(
         default_factory=list, description="webhook deliveries not yet done (resent after a "
         "continue-as-new)")

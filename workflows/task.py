@@ -136,15 +136,27 @@ class TaskWorkflow:
             self._record.skip(fire, reason)
         if due.cancel_running:
             self._runs.cancel_started()
+        held = 0
         for run in due.start:
             if self._draining():
-                state.queue.insert(0, run)  # started by the next workflow run, at once
+                # Started by the next workflow run, at once, oldest first.
+                state.queue.insert(held if self._runs.reported else 0, run)
+                held += 1
             else:
                 self._start(run)
         self._wake = self._wake or due.more
 
     def _start_queued(self) -> None:
         state = self._state
+        if self._runs.reported:
+            now = workflow.now()
+            for stale in policy.stale_in_queue(state.position(), now):
+                state.queue.remove(stale)
+                back = policy.take_back(state.position(), self._runs.flight(now),
+                                        stale.scheduled_at, now, missed=True)
+                state.next_fire_at, state.queue = back.next_fire_at, back.queue
+                for skipped, reason in back.skipped:
+                    self._record.skip(skipped, reason)
         while not self._draining():
             run = policy.next_from_queue(state.queue, self._runs.flight(workflow.now()),
                                          paused=state.paused)
@@ -211,8 +223,8 @@ class TaskWorkflow:
         state, trigger, now = self._state, ended.run.trigger, workflow.now()
         self._record.finished(record, trigger)
         state.count(record, trigger)
-        if state.cancel_requested and record.status == ExecutionStatus.CANCELLED:
-            state.cancelled_runs.append(record.id)
+        if state.cancel_requested:
+            state.started_before_cancel.append(record.id)
         if policy.is_fixed_delay(state.spec) and trigger.scheduled and not state.cancel_requested:
             state.next_fire_at = policy.after_finish(state.position(), self._runs.flight(now), now)
         tripped = policy.breaker_trips(state.spec, state.consecutive_failures)
@@ -322,7 +334,8 @@ class TaskWorkflow:
         """Cancel the task and answer with its state."""
         if self._runs.reported:
             # Answer once every run has ended: none starts after this returns, and the answer
-            # lists the runs whose job had started (cancelled through their heartbeats).
+            # lists the runs whose job had started (cancelled through their heartbeats, or
+            # ended first: a waiting run hears of the cancel at its next heartbeat).
             self._request_cancel(reason)
             try:
                 await workflow.wait_condition(lambda: not len(self._runs), timeout=CANCEL_SETTLE)
