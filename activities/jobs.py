@@ -28,6 +28,7 @@ from activities.instant import (
 from activities.run_rows import RunRows, completed_result
 from jobs.egress import EgressRefused
 from jobs.handlers import Handler, HandlerContext, call_handler
+from jobs.outbound import Outbound, OutboundLimits
 from scheduling.policy import retryable_http_status
 from scheduling.spec import HandlerJob, HttpJob, WorkflowJob, redact_url
 from scheduling.status import JobFailure
@@ -53,15 +54,16 @@ class JobActivities:
         max_response_bytes: int = 1024,
         engine: Engine | None = None,
         writer: BatchWriter | None = None,
+        outbound: Outbound | None = None,
     ) -> None:
         self._rows = RunRows(engine, writer) if engine is not None else None
-        self._http = http
+        # The worker shares one Outbound (its slots) between jobs and webhooks.
+        self._outbound = outbound or Outbound(http, OutboundLimits(max_body_bytes=max_response_bytes))
         self._handlers = dict(handlers)
         self._client = client
         self._engine = engine
         # None: no workflow job may start anything.
         self._workflow_jobs = workflow_jobs or WorkflowJobRules()
-        self._max_response_bytes = max_response_bytes
 
     @activity.defn(name=RUN_JOB)
     async def run_job(self, job_input: JobInput) -> JobResult:
@@ -194,10 +196,10 @@ class JobActivities:
             content = json.dumps(job.body).encode()
             headers.setdefault("Content-Type", "application/json")
         try:
-            async with self._http.stream(
-                job.method, job.url, headers=headers, content=content, timeout=job.timeout_seconds
-            ) as response:
-                snippet = await self._read_snippet(response)
+            answer = await self._outbound.call(
+                job.method, job.url, tenant=job_input.tenant_id, headers=headers,
+                content=content, timeout=job.timeout_seconds,
+            )
         except EgressRefused as exc:
             raise ApplicationError(
                 f"{job.method} {redact_url(job.url)} refused: {exc}",
@@ -217,7 +219,7 @@ class JobActivities:
                 JobFailureDetails(attempt=attempt).model_dump(),
                 type="HttpConnectionError",
             ) from exc
-        status = response.status_code
+        status, snippet = answer.status, answer.text()
         if 200 <= status < 300:
             return JobResult(attempt=attempt, http_status=status, response_snippet=snippet)
         details = JobFailureDetails(attempt=attempt, http_status=status, response_snippet=snippet)
@@ -228,16 +230,6 @@ class JobActivities:
             type="HttpStatus",
             non_retryable=not retryable,
         )
-
-    async def _read_snippet(self, response: httpx.Response) -> str:
-        chunks: list[bytes] = []
-        size = 0
-        async for chunk in response.aiter_bytes():
-            chunks.append(chunk)
-            size += len(chunk)
-            if size >= self._max_response_bytes:
-                break
-        return b"".join(chunks)[: self._max_response_bytes].decode("utf-8", errors="replace")
 
     async def _run_handler(self, job: HandlerJob, job_input: JobInput, attempt: int) -> JobResult:
         handler = self._handlers.get(job.name)

@@ -6,6 +6,8 @@ broken webhook never delays or fails a run. Every event is logged as well.
 
 from __future__ import annotations
 
+import json
+
 import httpx
 import structlog
 from temporalio import activity
@@ -13,30 +15,39 @@ from temporalio.exceptions import ApplicationError
 
 from activities.contracts import NOTIFY, Notification
 from jobs.egress import EgressRefused
+from jobs.outbound import Outbound
 
 log = structlog.get_logger("task_scheduler.notify")
+
+# The workflow gives one delivery 15 s (workflows/record.py): the wait for a slot of the
+# tenant and the call's deadline end before that, so a retry never overlaps a late send.
+WAIT_FOR_SLOT_SECONDS = 4.0
+DEADLINE_SECONDS = 10.0
 
 
 class NotifyActivities:
     """Posts notifications through the same egress-guarded HTTP client as jobs."""
 
-    def __init__(self, http: httpx.AsyncClient) -> None:
-        self._http = http
+    def __init__(self, http: httpx.AsyncClient, outbound: Outbound | None = None) -> None:
+        # One Outbound per worker: webhooks take the same tenant slots as jobs.
+        self._outbound = outbound or Outbound(http)
 
     @activity.defn(name=NOTIFY)
     async def notify(self, note: Notification) -> int:
         """POST the event as JSON; 2xx is delivered, anything else is retried."""
         body = note.model_dump(mode="json", exclude={"url"})
         try:
-            response = await self._http.post(
-                note.url, json=body, timeout=10,
-                headers={"Idempotency-Key": f"{note.task_id}:{note.event}:{note.at.isoformat()}"},
+            answer = await self._outbound.call(
+                "POST", note.url, tenant=note.tenant_id, content=json.dumps(body).encode(),
+                headers={"Content-Type": "application/json",
+                         "Idempotency-Key": f"{note.task_id}:{note.event}:{note.at.isoformat()}"},
+                timeout=DEADLINE_SECONDS, wait_at_most=WAIT_FOR_SLOT_SECONDS,
             )
         except EgressRefused as exc:
             raise ApplicationError(str(exc), type="EgressRefused", non_retryable=True) from exc
         except httpx.HTTPError as exc:
             raise ApplicationError(f"webhook unreachable: {type(exc).__name__}") from exc
-        if not 200 <= response.status_code < 300:
-            raise ApplicationError(f"webhook answered HTTP {response.status_code}")
-        log.info("notify.delivered", task_id=note.task_id, notify_event=note.event, status=response.status_code)
-        return response.status_code
+        if not 200 <= answer.status < 300:
+            raise ApplicationError(f"webhook answered HTTP {answer.status}")
+        log.info("notify.delivered", task_id=note.task_id, notify_event=note.event, status=answer.status)
+        return answer.status

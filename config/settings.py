@@ -202,8 +202,25 @@ class Settings(BaseSettings):
     otlp_endpoint: str | None = Field(
         default=None, json_schema_extra=KEY, description="OTLP/HTTP traces endpoint; unset: no tracing"
     )
-    http_max_response_bytes: int = Field(default=1024, ge=0,
-                                         description="bytes of a job's HTTP response kept in its run")
+    http_max_response_bytes: int = Field(
+        default=1024, ge=0,
+        description="bytes of a job's HTTP response kept in its run, and the most a worker reads "
+        "of any answer or webhook reply (a redirect's body is never read)",
+    )
+    http_max_calls_per_tenant: int = Field(
+        default=50, ge=1, json_schema_extra=KEY,
+        description="HTTP calls (jobs and webhooks) one tenant may have in flight per worker "
+        "process; more wait for a slot (`scheduler_http_calls_waiting`)",
+    )
+    http_max_calls_per_host: int = Field(
+        default=20, ge=1,
+        description="HTTP calls one tenant may have in flight to one host per worker process",
+    )
+    http_max_connections: int = Field(
+        default=500, ge=1,
+        description="connections of a worker process's HTTP client; must exceed what one tenant "
+        "may hold (`SCHEDULER_HTTP_MAX_CALLS_PER_TENANT`)",
+    )
 
     database: DatabaseSettings = DatabaseSettings()
     temporal: TemporalSettings = TemporalSettings()
@@ -235,6 +252,16 @@ class Settings(BaseSettings):
                     f"SCHEDULER_WORKFLOW_JOB_{name.upper()}: name what workflow jobs may start; "
                     "'*' is not a wildcard here"
                 )
+        return self
+
+    @model_validator(mode="after")
+    def _pool_outlasts_a_tenant(self) -> Settings:
+        # A tenant holding all its slots must leave connections for the others.
+        if self.http_max_connections <= self.http_max_calls_per_tenant:
+            raise ValueError(
+                "SCHEDULER_HTTP_MAX_CONNECTIONS must be larger than "
+                "SCHEDULER_HTTP_MAX_CALLS_PER_TENANT, or one tenant can take every connection"
+            )
         return self
 
     @property

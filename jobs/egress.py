@@ -23,12 +23,14 @@ import re
 import socket
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from http.cookiejar import CookieJar, DefaultCookiePolicy
 from typing import Any
 from urllib.parse import urlsplit
 
 import httpcore
 import httpx
 
+from config.settings import Settings
 from jobs.special_addresses import Address, Network, non_public
 
 Resolver = Callable[[str, int], Awaitable[list[str]]]
@@ -235,16 +237,24 @@ class GuardedBackend(httpcore.AsyncNetworkBackend):
         await self._inner.sleep(seconds)
 
 
-def guarded_client(policy: EgressPolicy, *, max_redirects: int = 5) -> httpx.AsyncClient:
+def guarded_client(
+    policy: EgressPolicy, *, max_redirects: int = 5,
+    max_connections: int = Settings.model_fields["http_max_connections"].default,
+) -> httpx.AsyncClient:
     """The HTTP client of job activities: every connection goes through the egress guard."""
     transport = httpx.AsyncHTTPTransport(trust_env=False)
     # httpx has no public hook for the network backend; swap the pool for one that uses ours.
     transport._pool = httpcore.AsyncConnectionPool(
         ssl_context=httpx.create_ssl_context(trust_env=False),
-        max_connections=200,
+        max_connections=max_connections,
         max_keepalive_connections=50,
         network_backend=GuardedBackend(policy),
     )
+    # Redirects are followed by jobs.outbound, hop by hop, without reading their bodies; the
+    # client's own following reads each redirect's body whole. The client is shared by every
+    # tenant's calls, so its jar keeps no cookie: one target's would go out with another
+    # tenant's calls to that domain.
     return httpx.AsyncClient(
-        transport=transport, follow_redirects=True, max_redirects=max_redirects, trust_env=False
+        transport=transport, follow_redirects=False, max_redirects=max_redirects, trust_env=False,
+        cookies=CookieJar(policy=DefaultCookiePolicy(allowed_domains=[])),
     )

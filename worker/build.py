@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 from sqlalchemy import Engine
 from temporalio.client import Client
+from temporalio.common import MetricGauge, MetricMeter
 from temporalio.worker import (
     PollerBehavior,
     PollerBehaviorAutoscaling,
@@ -29,6 +30,7 @@ from activities.jobs import JobActivities
 from activities.notify import NotifyActivities
 from config.temporal import jobs_queue
 from jobs.handlers import Handler, load_handlers
+from jobs.outbound import Outbound, OutboundLimits
 from scheduling.workflow_jobs import WorkflowJobRules
 from store.batch import BatchWriter
 from workflows.registry import WORKFLOWS
@@ -48,26 +50,39 @@ def build_activities(
     http: httpx.AsyncClient,
     client: Client | None,
     extra_handlers: Mapping[str, Handler] | None = None,
-    max_response_bytes: int = 1024,
+    limits: OutboundLimits | None = None,
     workflow_jobs: WorkflowJobRules | None = None,
+    meter: MetricMeter | None = None,
 ) -> ActivitySet:
     """Every activity the task workflow calls, bound to its dependencies (``workflow_jobs``:
-    what workflow jobs may start; none by default)."""
+    what workflow jobs may start, none by default; ``limits``: the bounds of HTTP calls, the
+    settings' defaults by default; ``meter``: where the calls waiting for a slot are counted)."""
     writer = BatchWriter(engine)
+    waiting = None if meter is None else http_waiting_gauge(meter)
+    # One per process: jobs and webhooks of a tenant share its slots.
+    outbound = Outbound(http, limits or OutboundLimits(), waiting)
     jobs = JobActivities(
         http=http,
         handlers=load_handlers(extra_handlers),
         client=client,
         workflow_jobs=workflow_jobs,
-        max_response_bytes=max_response_bytes,
         engine=engine,
         writer=writer,
+        outbound=outbound,
     )
     books = BookkeepingActivities(engine, writer)
-    notes = NotifyActivities(http)
+    notes = NotifyActivities(http, outbound)
     return ActivitySet(
         workflow_side=[books.record, notes.notify],
         jobs=[jobs.run_job],
+    )
+
+
+def http_waiting_gauge(meter: MetricMeter) -> MetricGauge:
+    """The worker metric of HTTP calls waiting for a slot, by ``reason`` (tenant, host)."""
+    return meter.create_gauge(
+        "scheduler_http_calls_waiting",
+        "HTTP calls (jobs and webhooks) waiting for a slot of their tenant or of its host",
     )
 
 

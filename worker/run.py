@@ -18,6 +18,7 @@ from config.telemetry import make_runtime
 from config.temporal import connect
 from config.tracing import setup_tracing
 from jobs.egress import EgressPolicy, guarded_client
+from jobs.outbound import OutboundLimits
 from store.engine import make_engine, migrate
 from worker.backlog import watch_backlog
 from worker.build import build_activities, build_jobs_worker, build_workflow_worker
@@ -73,13 +74,14 @@ async def run_worker(settings: Settings) -> None:
         return
     executor = ThreadPoolExecutor(max_workers=32, thread_name_prefix="bookkeeping")
     egress = EgressPolicy.from_list(settings.egress_allow_list, own_ports=settings.own_ports)
-    async with guarded_client(egress) as http:
+    async with guarded_client(egress, max_connections=settings.http_max_connections) as http:
         activities = build_activities(
             engine=engine,
             http=http,
             client=client,
-            max_response_bytes=settings.http_max_response_bytes,
+            limits=OutboundLimits.of(settings),
             workflow_jobs=workflow_job_rules(settings),
+            meter=runtime.metric_meter,
         )
         workers = []
         if runs_workflows:
