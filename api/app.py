@@ -14,7 +14,7 @@ from api.deps import storable_params
 from api.errors import install_error_handlers
 from api.guards import BodyGuard
 from api.metrics import ApiMetrics, MetricsMiddleware
-from api.ratelimit import TenantRateLimiter
+from api.ratelimit import AuthFailureLimiter, TenantRateLimiter
 from api.routes import dead_letters, health, tasks, ui
 from api.routes.docs import install_docs
 from api.service import TaskService
@@ -66,6 +66,8 @@ def create_app(
         app.state.rate_limiter = TenantRateLimiter(
             settings.rate_limit.storage, settings.rate_limit.writes, settings.rate_limit.reads
         )
+        app.state.auth_failures = AuthFailureLimiter(settings.rate_limit.storage,
+                                                     settings.rate_limit.auth_failures)
         # What startup made (modules, the app, its clients) lives as long as the process: keep
         # it out of the collector's full passes, which otherwise walk all of it and stall a
         # request now and then.
@@ -95,6 +97,10 @@ def create_app(
         FastAPIInstrumentor.instrument_app(app, excluded_urls="metrics,livez,readyz")
     metrics = ApiMetrics()
     app.state.metrics = metrics
+    token = settings.metrics.token
+    app.state.metrics_token = token.get_secret_value().encode() if token else None
+    app.state.health = health.HealthCache(settings.api.health_cache_seconds)
+    app.state.dev_keys = settings.env == "dev"  # keys `task-scheduler dev` stored pass only there
     app.add_middleware(MetricsMiddleware, metrics=metrics)
     app.add_middleware(BodyGuard, max_bytes=settings.api.max_request_bytes)
     install_error_handlers(app)

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 from fastapi import Depends, Request
 from fastapi.exceptions import RequestValidationError
@@ -14,8 +15,13 @@ from api.errors import Unauthorized
 from api.service import Principal, TaskService
 from api.store_calls import in_thread
 from scheduling.bounds import TEXT_MESSAGE, TEXT_PATTERN
-from store.keys import find_active_key
+from store.keys import ActiveKey, find_active_key, is_dev_key
 from store.quotas import key_with_usage
+
+if TYPE_CHECKING:  # api.ratelimit builds on this module's dependencies
+    from api.ratelimit import AuthFailureLimiter
+
+T = TypeVar("T")
 
 bearer = HTTPBearer(auto_error=False, description="API key of a tenant: `Authorization: Bearer <key>`")
 
@@ -64,10 +70,44 @@ def _unknown_key() -> Unauthorized:
     return Unauthorized("the API key is unknown or revoked", headers={"WWW-Authenticate": "Bearer"})
 
 
+def client_address(request: Request) -> str:
+    """The address failed sign-ins are counted against (the peer, as uvicorn reports it)."""
+    return request.client.host if request.client else "unknown"
+
+
+def auth_failures(request: Request) -> AuthFailureLimiter:
+    """The per-address limiter of failed sign-ins built in the app's lifespan."""
+    limiter: AuthFailureLimiter = request.app.state.auth_failures
+    return limiter
+
+
+async def admitted(request: Request, key: str, lookup: Callable[..., T | None], *args: Any,
+                   key_of: Callable[[T], ActiveKey]) -> T | None:
+    """What ``lookup(engine, key, *args)`` finds for a presented key, or None: unknown, revoked,
+    or a dev key outside dev. A None counts as a failure of the caller's address, and an
+    address over its failure limit gets 429 before the key is looked up."""
+    failures, address = auth_failures(request), client_address(request)
+    await failures.refuse_if_over(address)
+    found = await in_thread(lookup, service_of(request).engine, key, *args)
+    if found is None or (not request.app.state.dev_keys and is_dev_key(key_of(found), key)):
+        await failures.failed(address)
+        return None
+    return found
+
+
+def _itself(found: ActiveKey) -> ActiveKey:
+    return found
+
+
+async def admitted_key(request: Request, key: str) -> ActiveKey | None:
+    """``admitted`` for a plain key lookup (the API's and the status page's sign-in)."""
+    return await admitted(request, key, find_active_key, key_of=_itself)
+
+
 async def get_principal(request: Request, credentials: CredentialsDep) -> Principal:
     """The tenant of the presented API key; 401 when missing, unknown or revoked."""
     key = _presented_key(credentials)
-    row = await in_thread(find_active_key, service_of(request).engine, key)
+    row = await admitted_key(request, key)
     if row is None:
         raise _unknown_key()
     return Principal(tenant_id=row.tenant_id, is_admin=row.is_admin)
@@ -86,8 +126,8 @@ async def get_creator(request: Request, credentials: CredentialsDep) -> Creator:
     are read in one trip to the database (the key afresh, as for every request)."""
     key = _presented_key(credentials)
     service = service_of(request)
-    found = await in_thread(key_with_usage, service.engine, key, service.quota_defaults, service.active_counts
-    )
+    found = await admitted(request, key, key_with_usage, service.quota_defaults,
+                           service.active_counts, key_of=lambda found: found[0])
     if found is None:
         raise _unknown_key()
     row, quota, active = found

@@ -5,6 +5,8 @@ API replicas point every replica at one shared store, e.g. ``redis://redis:6379`
 Redis storage, needs the `redis` package), so a tenant's budget is shared by all of them.
 The strategy is a moving window: at most N requests in any window of the given length, which
 behaves like a token bucket of N tokens refilled as old requests age out of the window.
+
+The same storage and strategy count failed sign-ins per client address (``AuthFailureLimiter``).
 """
 
 from __future__ import annotations
@@ -25,13 +27,12 @@ from api.service import Principal
 T = TypeVar("T")
 
 
-class TenantRateLimiter:
-    """Counts each tenant's reads and writes against their limits."""
+class _MovingWindow:
+    """A moving-window limiter on a storage chosen by URI, called without blocking the loop."""
 
-    def __init__(self, storage_uri: str, writes: str, reads: str) -> None:
+    def __init__(self, storage_uri: str) -> None:
         store = storage.storage_from_string(storage_uri)
         self._limiter = strategies.MovingWindowRateLimiter(store)
-        self._limits = {"write": parse(writes), "read": parse(reads)}
         # Counting in this process's memory takes microseconds: in place. A shared store (Redis)
         # is a network round trip: on a thread, so the event loop does not wait for it.
         self._in_place = isinstance(store, storage.MemoryStorage)
@@ -39,19 +40,54 @@ class TenantRateLimiter:
     async def _store(self, call: Callable[..., T], *args: Any) -> T:
         return call(*args) if self._in_place else await to_thread.run_sync(call, *args)
 
+    async def _retry_after(self, item: RateLimitItem, *identifiers: str) -> int:
+        stats = await self._store(self._limiter.get_window_stats, item, *identifiers)
+        return max(1, math.ceil(stats.reset_time - time.time()))
+
+
+class TenantRateLimiter(_MovingWindow):
+    """Counts each tenant's reads and writes against their limits."""
+
+    def __init__(self, storage_uri: str, writes: str, reads: str) -> None:
+        super().__init__(storage_uri)
+        self._limits = {"write": parse(writes), "read": parse(reads)}
+
     async def hit(self, who: Principal, kind: str) -> None:
         """Count one request; raises RateLimited with Retry-After when over the limit."""
         item: RateLimitItem = self._limits[kind]
         if await self._store(self._limiter.hit, item, who.tenant_id, kind):
             return
-        stats = await self._store(self._limiter.get_window_stats, item, who.tenant_id, kind)
-        reset = stats.reset_time
-        retry_after = max(1, math.ceil(reset - time.time()))
+        retry_after = await self._retry_after(item, who.tenant_id, kind)
         raise RateLimited(
             f"tenant {who.tenant_id} is over its {kind} limit of {item}; retry after "
             f"{retry_after}s",
             headers={"Retry-After": str(retry_after)},
         )
+
+
+class AuthFailureLimiter(_MovingWindow):
+    """Counts failed sign-ins per client address; over the limit, the address is refused
+    before its key is even looked up, so guessing keys costs a guesser time, not the database."""
+
+    KIND = "auth-failure"
+
+    def __init__(self, storage_uri: str, failures: str) -> None:
+        super().__init__(storage_uri)
+        self._item = parse(failures)
+
+    async def refuse_if_over(self, address: str) -> None:
+        """Raise RateLimited with Retry-After while ``address`` is over its failure limit."""
+        if await self._store(self._limiter.test, self._item, self.KIND, address):
+            return
+        retry_after = await self._retry_after(self._item, self.KIND, address)
+        raise RateLimited(
+            f"too many failed sign-ins from this address (limit {self._item}); retry after "
+            f"{retry_after}s", headers={"Retry-After": str(retry_after)},
+        )
+
+    async def failed(self, address: str) -> None:
+        """Count one failed sign-in of ``address`` (a success is never counted)."""
+        await self._store(self._limiter.hit, self._item, self.KIND, address)
 
 
 def _limit(kind: str):  # type: ignore[no-untyped-def]

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Literal, TypedDict
 
 from cli import ops
+from cli.terminal import shown
 from config.logging import configure_logging
 from config.settings import Settings
 
@@ -92,18 +93,18 @@ def _keys(settings: Settings, args: argparse.Namespace) -> int:
         migrate(engine)
     if args.keys_command == "create":
         row, plain = create_key(engine, args.tenant, admin=args.admin)
-        print(f"key id {row.id} for tenant {row.tenant_id}{' (admin)' if row.is_admin else ''}")
+        print(f"key id {row.id} for tenant {shown(row.tenant_id)}{' (admin)' if row.is_admin else ''}")
         print(f"API key (shown once): {plain}")
     elif args.keys_command == "list":
         for row in list_keys(engine, args.tenant):
             state = f"revoked {row.revoked_at:%Y-%m-%d}" if row.revoked_at else "active"
             admin = "admin" if row.is_admin else ""
-            print(f"{row.id}  {row.tenant_id:20}  {row.prefix}...  {state:18} {admin}")
+            print(f"{row.id}  {shown(row.tenant_id):20}  {shown(row.prefix)}...  {state:18} {admin}")
     else:
         if not revoke_key(engine, args.key_id):
-            print(f"no active key {args.key_id}", file=sys.stderr)
+            print(f"no active key {shown(args.key_id)}", file=sys.stderr)
             return 1
-        print(f"revoked {args.key_id}")
+        print(f"revoked {shown(args.key_id)}")
     return 0
 
 
@@ -134,12 +135,12 @@ def _quotas(settings: Settings, args: argparse.Namespace) -> int:
             try:
                 changes[name] = None if raw == "default" else kinds[name](raw)
             except (ValueError, KeyError):
-                print(f"--{name.replace('_', '-')}: not a valid value: {raw!r}", file=sys.stderr)
+                print(f"--{name.replace('_', '-')}: not a valid value: {shown(repr(raw))}", file=sys.stderr)
                 return 2
         set_quota(engine, args.tenant, **changes)
     for name, value in asdict(quota_for(engine, args.tenant, defaults)).items():
-        shown = (",".join(value) or "(none)") if isinstance(value, tuple) else value
-        print(f"{name:22} {shown}")
+        value_text = (",".join(value) or "(none)") if isinstance(value, tuple) else value
+        print(f"{name:22} {shown(value_text)}")
     return 0
 
 

@@ -19,6 +19,8 @@ from urllib.parse import quote
 
 import httpx
 
+from cli.terminal import shown
+
 DEFAULT_URL = "http://127.0.0.1:8000"
 TASK_STATUSES = ("PENDING", "RUNNING", "PAUSED", "COMPLETED", "FAILED", "CANCELLED")
 EXIT_API_ERROR, EXIT_USAGE = 1, 2
@@ -93,7 +95,9 @@ def schedule_summary(task: dict[str, Any]) -> str:
 
 
 def _table(headers: Sequence[str], rows: Sequence[Sequence[str]], width: int = 48) -> str:
-    cells = [[c if len(c) <= width else c[: width - 1] + "…" for c in row] for row in rows]
+    # Escaped before the cut, so that the widths are those of what the terminal shows.
+    escaped = [[shown(c) for c in row] for row in rows]
+    cells = [[c if len(c) <= width else c[: width - 1] + "…" for c in row] for row in escaped]
     widths = [max([len(h), *(len(r[i]) for r in cells)]) for i, h in enumerate(headers)]
     lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True))]
     lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in cells]
@@ -125,7 +129,7 @@ def _task_lines(task: dict[str, Any]) -> str:
                   f"{task['failure_count']} failed, {task['skipped_count']} skipped)")),
         ("created", _when(task.get("created_at"))),
     ]
-    return "\n".join(f"{k + ':':10} {v}" for k, v in fields)
+    return "\n".join(f"{k + ':':10} {shown(v)}" for k, v in fields)
 
 
 def _tasks_table(page: dict[str, Any]) -> str:
@@ -154,7 +158,7 @@ def _runs_table(page: dict[str, Any], *, with_task: bool = False) -> str:
 
 def _with_cursor(text: str, page: dict[str, Any]) -> str:
     if page.get("next_cursor"):
-        return f"{text}\nmore: --cursor {page['next_cursor']}"
+        return f"{text}\nmore: --cursor {shown(page['next_cursor'])}"
     return text
 
 
@@ -206,7 +210,7 @@ def _dead_letters_list(api: OpsClient, a: argparse.Namespace) -> tuple[Any, str]
 
 def _dead_letters_replay(api: OpsClient, a: argparse.Namespace) -> tuple[Any, str]:
     run = api.call("POST", f"/dead-letters/{quote(a.execution_id, safe='')}/replay")
-    return run, f"replaying {a.execution_id}: {run.get('status', 'accepted')}"
+    return run, f"replaying {shown(a.execution_id)}: {shown(run.get('status', 'accepted'))}"
 
 
 def add_commands(commands: Any) -> None:
@@ -274,10 +278,10 @@ def run(args: argparse.Namespace, data_dir: Path) -> int:
         with httpx.Client(base_url=args.url, headers=headers, timeout=30) as http:
             body, text = args.ops(OpsClient(http), args)
     except UsageProblem as exc:
-        print(f"task-scheduler: {exc}", file=sys.stderr)
+        print(f"task-scheduler: {shown(exc)}", file=sys.stderr)
         return EXIT_USAGE
     except ApiProblem as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {shown(exc)}", file=sys.stderr)
         return EXIT_API_ERROR
     print(json.dumps(body, indent=2) if args.json else text)
     return 0

@@ -48,6 +48,11 @@ class ApiSettings(BaseModel):
         "process (use a redis:// rate limit storage to share it)",
     )
     max_request_bytes: int = Field(default=1024 * 1024, description="largest request body accepted")
+    health_cache_seconds: float = Field(
+        default=1.0, ge=0,
+        description="/checkHealth and /readyz answer from one check of the database and Temporal "
+        "for this long, however many ask (0: check on every request)",
+    )
 
 
 class RateLimitSettings(BaseModel):
@@ -56,6 +61,19 @@ class RateLimitSettings(BaseModel):
     )
     writes: str = Field(default="50/second", description="writes per API key")
     reads: str = Field(default="200/second", description="reads per API key")
+    auth_failures: str = Field(
+        default="10/minute",
+        description="failed sign-ins (an unknown, revoked or refused API key or metrics token) "
+        "per client address; over it, that address gets 429 without its key being looked at",
+    )
+
+
+class MetricsSettings(BaseModel):
+    token: SecretStr | None = Field(
+        default=None, json_schema_extra=KEY,
+        description="the API's /metrics (every tenant's counts) then needs `Authorization: Bearer "
+        "<token>`; unset: open. Required in production",
+    )
 
 
 class WorkerSettings(BaseModel):
@@ -226,6 +244,7 @@ class Settings(BaseSettings):
     temporal: TemporalSettings = TemporalSettings()
     api: ApiSettings = ApiSettings()
     rate_limit: RateLimitSettings = RateLimitSettings()
+    metrics: MetricsSettings = MetricsSettings()
     worker: WorkerSettings = WorkerSettings()
     dev: DevSettings = DevSettings()
     log: LogSettings = LogSettings()
@@ -241,6 +260,17 @@ class Settings(BaseSettings):
             raise ValueError(
                 "SCHEDULER_DEV_API_KEY is a development convenience and is refused when "
                 "SCHEDULER_ENV=production; create keys with `task-scheduler keys create`"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _metrics_closed_in_production(self) -> Settings:
+        # /metrics counts every tenant's tasks and runs: open to anyone only by choice, in dev.
+        token = self.metrics.token
+        if self.env == "production" and (token is None or not token.get_secret_value().strip()):
+            raise ValueError(
+                "SCHEDULER_METRICS_TOKEN must be set when SCHEDULER_ENV=production: /metrics shows "
+                "every tenant's counts (scrape it with `Authorization: Bearer <token>`)"
             )
         return self
 

@@ -15,6 +15,11 @@ from sqlmodel import col, select
 from store.models import ApiKey, utcnow
 
 KEY_PREFIX = "tsk_"
+# What `task-scheduler dev` stores is marked, so that an API outside dev can refuse it: the
+# keys it generates start with DEV_KEY_PREFIX, and the rows it writes have ids that start with
+# DEV_KEY_ID_PREFIX (which also marks a key chosen with SCHEDULER_DEV_API_KEY).
+DEV_KEY_PREFIX = KEY_PREFIX + "dev_"
+DEV_KEY_ID_PREFIX = "dev-"
 KEY_TABLE: Table = ApiKey.__table__  # type: ignore[attr-defined]
 # Built once: the lookup runs on every request, and building a statement costs more than
 # running it.
@@ -36,11 +41,12 @@ def hash_key(key: str) -> str:
     return hashlib.sha256(key.encode()).hexdigest()
 
 
-def create_key(engine: Engine, tenant_id: str, *, admin: bool = False, key: str | None = None) -> tuple[ApiKey, str]:
+def create_key(engine: Engine, tenant_id: str, *, admin: bool = False, key: str | None = None,
+               key_id: str | None = None) -> tuple[ApiKey, str]:
     """Store a new key (or the given one) for a tenant; returns the row and the plain key."""
-    plain = key or KEY_PREFIX + secrets.token_urlsafe(32)
+    plain = key or new_key()
     row = ApiKey(
-        id=uuid.uuid4().hex,
+        id=key_id or uuid.uuid4().hex,
         tenant_id=tenant_id,
         key_hash=hash_key(plain),
         prefix=plain[:8],
@@ -54,12 +60,24 @@ def create_key(engine: Engine, tenant_id: str, *, admin: bool = False, key: str 
     return row, plain
 
 
-def ensure_key(engine: Engine, tenant_id: str, key: str, *, admin: bool) -> None:
-    """Make sure the given key exists (idempotent; used for the dev key)."""
+def new_key() -> str:
+    """A fresh random key; never one that reads as a dev key (a 1 in 64**4 draw)."""
+    while (plain := KEY_PREFIX + secrets.token_urlsafe(32)).startswith(DEV_KEY_PREFIX):
+        pass
+    return plain
+
+
+def ensure_dev_key(engine: Engine, tenant_id: str, key: str) -> None:
+    """Make sure the dev launcher's admin key exists, marked as a dev key (idempotent)."""
     with Session(engine) as session:
         if session.scalar(select(ApiKey).where(ApiKey.key_hash == hash_key(key))) is not None:
             return
-    create_key(engine, tenant_id, admin=admin, key=key)
+    create_key(engine, tenant_id, admin=True, key=key, key_id=DEV_KEY_ID_PREFIX + uuid.uuid4().hex)
+
+
+def is_dev_key(found: ActiveKey, key: str) -> bool:
+    """Whether a key is one `task-scheduler dev` made or stored (refused outside dev)."""
+    return found.id.startswith(DEV_KEY_ID_PREFIX) or key.startswith(DEV_KEY_PREFIX)
 
 
 def find_active_key(engine: Engine, key: str) -> ActiveKey | None:

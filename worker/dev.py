@@ -27,7 +27,7 @@ from pathlib import Path
 
 from config.settings import Settings
 from store.engine import make_engine, migrate
-from store.keys import ensure_key
+from store.keys import DEV_KEY_PREFIX, ensure_dev_key
 from workflows.attributes import DEFINITIONS
 
 DEV_TENANT = "dev"
@@ -101,7 +101,7 @@ def dev_api_key(settings: Settings) -> str:
     path = settings.data_dir / "dev_api_key"
     if path.exists():
         return path.read_text().strip()
-    key = "tsk_dev_" + secrets.token_urlsafe(24)
+    key = DEV_KEY_PREFIX + secrets.token_urlsafe(24)
     path.write_text(key + "\n")
     path.chmod(0o600)
     return key
@@ -215,11 +215,17 @@ def _free_port() -> int:
 
 def run_dev(settings: Settings) -> int:
     """Start the whole stack in the foreground; returns the exit code."""
+    if settings.env == "production":
+        # Its conveniences (an admin key, loopback egress, an open /metrics) are not for there.
+        print("task-scheduler dev runs the embedded development stack and refuses "
+              "SCHEDULER_ENV=production: run `task-scheduler api` and `task-scheduler worker` "
+              "(docker-compose.yml, deploy/k8s/)", file=sys.stderr)
+        return 2
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     engine = make_engine(settings.resolved_database_url)
     migrate(engine)
     key = dev_api_key(settings)
-    ensure_key(engine, DEV_TENANT, key, admin=True)
+    ensure_dev_key(engine, DEV_TENANT, key)
     engine.dispose()
 
     env = {**os.environ, "SCHEDULER_DATA_DIR": str(settings.data_dir.resolve()),

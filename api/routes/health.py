@@ -1,7 +1,13 @@
-"""Health, liveness, readiness and metrics."""
+"""Health, liveness, readiness and metrics: open to any caller but /metrics, which takes the
+metrics token when one is set; the health answers are shared for a moment, so that a flood of
+them does not become a flood of database and Temporal calls."""
 
 from __future__ import annotations
 
+import asyncio
+import secrets
+import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from anyio import to_thread
@@ -10,13 +16,41 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from sqlalchemy import text
 
+from api.deps import CredentialsDep, auth_failures, client_address
+from api.errors import Unauthorized
 from api.service import TaskService
 
 router = APIRouter(tags=["operations"])
 
+Checks = tuple[bool, dict[str, Any]]
 
-async def _checks(request: Request) -> tuple[bool, dict[str, Any]]:
+
+class HealthCache:
+    """One answer of the health checks, shared by every caller for ``seconds``; callers that
+    come while a check runs wait for that check rather than starting their own."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self._lock = asyncio.Lock()
+        self._answer: Checks | None = None
+        self._checked_at = float("-inf")  # when the answer's check started (monotonic)
+
+    async def get(self, check: Callable[[], Awaitable[Checks]]) -> Checks:
+        """The shared answer, checked afresh once it is ``seconds`` old."""
+        async with self._lock:
+            now = time.monotonic()
+            if self._answer is None or now - self._checked_at >= self.seconds:
+                self._answer, self._checked_at = await check(), now
+            return self._answer
+
+
+async def _checks(request: Request) -> Checks:
+    cache: HealthCache = request.app.state.health
     service: TaskService = request.app.state.service
+    return await cache.get(lambda: _check(service))
+
+
+async def _check(service: TaskService) -> Checks:
     checks: dict[str, Any] = {}
 
     def ping() -> None:
@@ -89,10 +123,29 @@ async def readyz(request: Request) -> JSONResponse:
                         status_code=200 if ready else 503)
 
 
-@router.get("/metrics", response_class=Response)
-async def metrics(request: Request) -> Response:
+async def _metrics_caller(request: Request, credentials: CredentialsDep) -> None:
+    """Nothing when no metrics token is set or the right one is presented; else 401, and an
+    address that keeps presenting wrong ones gets 429 as for API keys."""
+    token: bytes | None = request.app.state.metrics_token
+    if token is None:
+        return
+    failures, address = auth_failures(request), client_address(request)
+    await failures.refuse_if_over(address)
+    presented = credentials.credentials.encode() if credentials else None
+    if presented is None or not secrets.compare_digest(presented, token):
+        if presented is not None:  # a guess, not a scraper without a token
+            await failures.failed(address)
+        raise Unauthorized("/metrics needs `Authorization: Bearer <metrics token>` "
+                           "(SCHEDULER_METRICS_TOKEN)", headers={"WWW-Authenticate": "Bearer"})
+
+
+@router.get("/metrics", response_class=Response,
+            responses={401: {"description": "a metrics token is set and was not presented"}})
+async def metrics(request: Request, credentials: CredentialsDep) -> Response:
     """Prometheus text format: this API's requests, and the whole service (every tenant's tasks
-    and runs from the database, the task queues from Temporal) read at scrape time."""
+    and runs from the database, the task queues from Temporal) read at scrape time; needs the
+    metrics token when SCHEDULER_METRICS_TOKEN is set."""
+    await _metrics_caller(request, credentials)
     api_metrics = request.app.state.metrics
     service = request.app.state.service
     await api_metrics.service.refresh(service.engine, service.temporal)

@@ -17,13 +17,11 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 from jinja2 import Environment, FileSystemLoader
 
-from api.deps import ServiceDep, service_of
-from api.errors import TaskNotFound
+from api.deps import ServiceDep, admitted_key
+from api.errors import RateLimited, TaskNotFound
 from api.schemas import ExecutionOut, TaskOut
 from api.service import Principal
-from api.store_calls import in_thread
 from scheduling.status import TaskStatus
-from store.keys import find_active_key
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
 
@@ -180,7 +178,7 @@ async def get_viewer(request: Request) -> Principal | None:
     key = request.cookies.get(COOKIE)
     if not key:
         return None
-    row = await in_thread(find_active_key, service_of(request).engine, key)
+    row = await admitted_key(request, key)
     return Principal(tenant_id=row.tenant_id, is_admin=row.is_admin) if row else None
 
 
@@ -210,7 +208,13 @@ async def login_form(request: Request) -> HTMLResponse:
 @router.post("/login")
 async def login(request: Request, key: Annotated[str, Form(max_length=500)] = "") -> Response:
     """Check the API key; on success keep it in an HttpOnly cookie and go to the task list."""
-    row = await in_thread(find_active_key, service_of(request).engine, key.strip()) if key else None
+    try:
+        row = await admitted_key(request, key.strip()) if key else None
+    except RateLimited as exc:
+        refused = page(request, "login.html", {"error": "Too many failed sign-ins from this "
+                                                        "address: try again later."}, 429)
+        refused.headers.update(exc.headers)
+        return refused
     if row is None:
         return page(request, "login.html", {"error": "That API key is unknown or revoked."}, 401)
     response = RedirectResponse("/ui", status_code=status.HTTP_303_SEE_OTHER)

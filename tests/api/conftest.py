@@ -108,6 +108,9 @@ async def serve_api(env: WorkflowEnvironment, engine: Engine, /, **settings: Any
     port = _free_port()
     settings.setdefault("egress_allow", "127.0.0.1")
     settings.setdefault("env", "test")
+    # Every test client is 127.0.0.1: a module's wrong keys would add up to the failure limit,
+    # which tests/api/test_exposure.py sets and tests on servers of its own.
+    settings.setdefault("rate_limit_auth_failures", "10000/minute")
     app = create_app(settings_of(api_port=port, **settings), engine=engine, client=env.client)
     server = uvicorn.Server(uvicorn.Config(
         app, host="127.0.0.1", port=port, log_level="warning", lifespan="on", **SERVER_OPTIONS

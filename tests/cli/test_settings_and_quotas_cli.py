@@ -15,6 +15,7 @@ from store.quotas import Quota, quota_for
 
 def test_dev_api_key_is_refused_outside_dev(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SCHEDULER_ENV", "production")
+    monkeypatch.setenv("SCHEDULER_METRICS_TOKEN", "scrape-me-0123456789")
     monkeypatch.setenv("SCHEDULER_DEV_API_KEY", "letmein")
     with pytest.raises(ValidationError, match="refused when SCHEDULER_ENV=production"):
         Settings()
@@ -23,6 +24,20 @@ def test_dev_api_key_is_refused_outside_dev(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setenv("SCHEDULER_ENV", "production")
     monkeypatch.delenv("SCHEDULER_DEV_API_KEY")
     assert Settings().egress_allow_list == []  # nothing private is reachable by default
+
+
+def test_production_needs_a_metrics_token(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SCHEDULER_ENV", "production")
+    for unset in (None, " "):
+        if unset is not None:
+            monkeypatch.setenv("SCHEDULER_METRICS_TOKEN", unset)
+        with pytest.raises(ValidationError, match="SCHEDULER_METRICS_TOKEN must be set"):
+            Settings()
+    monkeypatch.setenv("SCHEDULER_METRICS_TOKEN", "scrape-me-0123456789")
+    assert Settings().metrics.token is not None
+    monkeypatch.setenv("SCHEDULER_ENV", "dev")
+    monkeypatch.delenv("SCHEDULER_METRICS_TOKEN")
+    assert Settings().metrics.token is None  # dev: /metrics open unless a token is set
 
 
 def test_quotas_cli_sets_shows_and_clears(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,

@@ -41,6 +41,9 @@ def process_env(*, temporal: str, database_url: str, task_queue: str, **extra: s
         "SCHEDULER_TEMPORAL_TASK_QUEUE": task_queue,
         "SCHEDULER_EGRESS_ALLOW": "127.0.0.1",
         "SCHEDULER_LOG_LEVEL": "WARNING",
+        # These tests read /checkHealth right after causing a fault, which an answer shared for
+        # a second (the default) could predate.
+        "SCHEDULER_API_HEALTH_CACHE_SECONDS": "0",
     }
     env.update({f"SCHEDULER_{k.upper()}": v for k, v in extra.items()})
     return env

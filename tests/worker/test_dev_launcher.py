@@ -241,3 +241,14 @@ async def test_the_launcher_gives_up_on_a_part_that_keeps_exiting(dev_stack: Dev
     assert dev_stack.process.wait(timeout=60) == 1
     assert "task-scheduler stopped" in dev_stack.log.read_text()[mark:]
     _no_child_left(dev_stack)
+
+
+def test_dev_refuses_production_and_starts_nothing(tmp_path: Path) -> None:
+    env = {**os.environ, "SCHEDULER_ENV": "production", "SCHEDULER_DATA_DIR": str(tmp_path / "data"),
+           "SCHEDULER_METRICS_TOKEN": "scrape-me-0123456789"}
+    env.pop("SCHEDULER_DEV_API_KEY", None)
+    ran = subprocess.run([sys.executable, "-m", "cli.main", "dev"], env=env, capture_output=True,
+                         text=True, timeout=60, cwd=Path(__file__).resolve().parents[2])
+    assert ran.returncode == 2, ran.stderr
+    assert "refuses SCHEDULER_ENV=production" in ran.stderr and "task-scheduler api" in ran.stderr
+    assert not (tmp_path / "data").exists()  # no database, no key, no child process
