@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from pydantic import BaseModel, Field
@@ -26,6 +26,9 @@ class JobInput(BaseModel):
     scheduled_at: datetime
     job: HttpJob | HandlerJob | WorkflowJob
     not_before: datetime | None = Field(default=None, description="the run's instant")
+    instant: datetime | None = Field(
+        default=None, description="the instant the run aims at (scheduled_at plus its jitter, "
+        "policy.aimed_instant), whether or not it was sent ahead: its lateness counts from it")
     sent_at: datetime | None = Field(default=None, description="when the workflow sent it")
     trigger: Trigger = Trigger.SCHEDULE
     run_timeout_seconds: float = 3600.0
@@ -34,6 +37,11 @@ class JobInput(BaseModel):
         "(or after it was sent, if later) does not run: it reports Late and the workflow's "
         "policy decides the fire"
     )
+
+    def lateness(self, started: datetime) -> timedelta:
+        """How late a start is: after the run's instant (an input sent without one, by an
+        older workflow, counts from ``not_before``, else from ``scheduled_at``)."""
+        return started - (self.instant or self.not_before or self.scheduled_at)
 
 
 class JobResult(BaseModel):

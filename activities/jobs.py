@@ -147,11 +147,11 @@ class JobActivities:
         self, job_input: JobInput, started: datetime, attempt: int, labels: dict[str, str], bound: Any
     ) -> None:
         """The start of an attempt: its metric and log line, and its RUNNING row on the way."""
-        lateness = started - job_input.scheduled_at
+        lateness = job_input.lateness(started)
         meter = activity.metric_meter()
         if attempt == 1:
             meter.create_histogram_timedelta(
-                "scheduler_fire_lateness", "actual start of a run minus its scheduled time", "duration"
+                "scheduler_fire_lateness", "actual start of a run minus its instant", "duration"
             ).record(max(lateness, timedelta(0)), labels)
         else:
             meter.create_counter("scheduler_job_retries", "job attempts after the first").add(1, labels)

@@ -88,9 +88,10 @@ def completed_result(row: TaskExecution | None) -> JobResult | None:
 def _record(job_input: JobInput, **fields: Any) -> ExecutionRecord:
     return ExecutionRecord(
         id=job_input.execution_id, task_id=job_input.task_id, tenant_id=job_input.tenant_id,
-        scheduled_at=job_input.scheduled_at, trigger=job_input.trigger, **fields,
+        scheduled_at=job_input.scheduled_at, instant=job_input.instant, trigger=job_input.trigger,
+        **fields,
     )
 
 
 def _lateness_ms(job_input: JobInput, started: datetime) -> float:
-    return max(0.0, (started - job_input.scheduled_at).total_seconds() * 1000)
+    return max(0.0, job_input.lateness(started).total_seconds() * 1000)

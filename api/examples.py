@@ -57,5 +57,6 @@ EXECUTION_EXAMPLE: dict[str, Any] = {
     "trigger": "schedule", "status": "COMPLETED", "reason": None, "attempts": 1,
     "started_at": "2026-11-30T09:00:00.004Z", "finished_at": "2026-11-30T09:00:00.210Z",
     "http_status": 200, "response_snippet": "{\"ok\": true}", "error": None,
+    "instant": "2026-11-30T09:00:00.000Z", "jitter_ms": 0.0,
     "lateness_ms": 4.0, "drifted": False, "dead_letter": None,
 }

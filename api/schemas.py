@@ -5,7 +5,15 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    field_validator,
+    model_validator,
+)
 
 from api.cursors import NextCursor
 from api.examples import EXECUTION_EXAMPLE, TASK_EXAMPLE
@@ -320,11 +328,21 @@ class ExecutionOut(BaseModel):
     http_status: int | None
     response_snippet: str | None
     error: str | None
-    lateness_ms: float | None = Field(default=None, description="actual start minus scheduled time")
-    drifted: bool = Field(default=False, description="started later than the drift threshold")
+    instant: datetime | None = Field(
+        default=None, description="the instant the run aimed at: scheduled_at plus its jitter")
+    jitter_ms: float | None = Field(default=None, description="instant minus scheduled_at")
+    lateness_ms: float | None = Field(default=None, description="actual start minus instant")
+    drifted: bool = Field(
+        default=False, description="started later than the drift threshold after its instant")
     dead_letter: str | None = Field(
         default=None, description="open (replayable), replayed or dismissed, for failed runs"
     )
+
+    @model_validator(mode="after")
+    def _jitter(self) -> ExecutionOut:
+        if self.instant is not None:
+            self.jitter_ms = (self.instant - self.scheduled_at).total_seconds() * 1000
+        return self
 
     @classmethod
     def from_row(cls, row: TaskExecution) -> ExecutionOut:

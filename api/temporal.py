@@ -28,7 +28,7 @@ from scheduling.policy import Run
 from scheduling.spec import TaskChanges, TaskSpec
 from scheduling.status import Trigger, workflow_id
 from store.models import Task
-from workflows.starter import start_task_workflow, state_from_row
+from workflows.starter import start_task_workflow, start_with_update, state_from_row
 from workflows.state import ReplayRequest, TaskState
 from workflows.task import TaskWorkflow
 
@@ -63,6 +63,12 @@ async def _temporal_errors(task_id: str | None = None) -> AsyncIterator[None]:
     except (ConnectionError, OSError, RuntimeError) as exc:
         # The SDK raises RuntimeError when it cannot connect at all.
         raise ServiceUnavailable("Temporal is unavailable") from exc
+
+
+def _update_id(update: Any, request_id: str | None) -> str:
+    """An update's id: the request's (the same on every retry under its Idempotency-Key), or a
+    fresh one."""
+    return f"{update.__name__}-{request_id or uuid.uuid4()}"
 
 
 class TemporalGateway:
@@ -120,16 +126,22 @@ class TemporalGateway:
         self, row: Task, execution_id: str, scheduled_at: datetime, *, request_id: str | None = None
     ) -> None:
         """Replay a dead letter of a task whose workflow has ended: a new run of the task's
-        workflow does just that run, then ends by the same rules."""
+        workflow does just that run, then ends by the same rules. The run is started with the
+        ``replay_run`` update under the request's id (update-with-start), as a replay of a
+        running task is sent: a retry reaches the same update and replays once, and a workflow
+        of the task that runs already (another replay) gets the update instead."""
         replay = Run(scheduled_at=scheduled_at, trigger=Trigger.REPLAY, execution_id=execution_id)
+        # The new run starts with the replay queued: whatever order its first task takes the
+        # start and the update in, it runs it, and the update finds it there (state.add_replay).
         state = state_from_row(row, next_fire_at=None, queue=[replay], reason="replaying a dead letter")
+        start = start_with_update(task_queue=self.task_queue, task_id=row.id, tenant_id=row.tenant_id,
+                                  spec=state.spec, created_at=row.created_at, state=state)
+        request = ReplayRequest(execution_id=execution_id, scheduled_at=scheduled_at)
         async with _temporal_errors(row.id):
-            started = await start_task_workflow(
-                self.client, task_queue=self.task_queue, task_id=row.id, tenant_id=row.tenant_id,
-                spec=state.spec, created_at=row.created_at, state=state, reuse_closed_id=True,
+            _ = await self.client.execute_update_with_start_workflow(
+                TaskWorkflow.replay_update, request, start_workflow_operation=start,
+                id=_update_id(TaskWorkflow.replay_update, request_id), rpc_timeout=UPDATE_TIMEOUT,
             )
-        if not started:  # a workflow of the task runs already (e.g. another replay): ask it
-            await self.replay(row.id, execution_id, scheduled_at, request_id=request_id)
 
     async def _update(
         self, task_id: str, update: Any, *args: Any, request_id: str | None = None
@@ -138,10 +150,9 @@ class TemporalGateway:
         # An explicit update id: Temporal applies an id once per workflow run and answers a
         # repeat with the first outcome. A request sent again under its Idempotency-Key has the
         # same ``request_id``, so a retry after a timeout cannot apply the change twice.
-        update_id = f"{update.__name__}-{request_id or uuid.uuid4()}"
         async with _temporal_errors(task_id):
             result: TaskState = await handle.execute_update(
-                update, *args, id=update_id, rpc_timeout=UPDATE_TIMEOUT
+                update, *args, id=_update_id(update, request_id), rpc_timeout=UPDATE_TIMEOUT
             )
             return result
 

@@ -98,6 +98,15 @@ def instant_of(spec: ScheduleFields, task_id: str, scheduled_at: datetime,
     return scheduled_at + jitter_offset(task_id, scheduled_at, cap)
 
 
+def aimed_instant(spec: TaskSpec, task_id: str, scheduled_at: datetime, trigger: Trigger) -> datetime:
+    """The instant a run aims at, which its lateness and drift count from: a fire of the
+    schedule (caught up or replayed too) its jittered instant, a run someone asked for its
+    own time (no jitter is added to it)."""
+    if trigger is Trigger.MANUAL:
+        return scheduled_at
+    return instant_of(spec, task_id, scheduled_at, spec.jitter_seconds)
+
+
 def _gap_after(spec: ScheduleFields, scheduled_at: datetime) -> timedelta | None:
     if spec.schedule_type is ScheduleType.INTERVAL:
         assert spec.interval_seconds is not None
@@ -408,7 +417,8 @@ def final_status(spec: TaskSpec, last_run: ExecutionStatus | None) -> tuple[Task
 
 
 def drifted(spec: TaskSpec, trigger: Trigger, lateness: timedelta) -> bool:
-    """A scheduled run that started later than the task's drift threshold."""
+    """A scheduled run that started later than the task's drift threshold after its instant
+    (``lateness`` counts from ``aimed_instant``: jitter is never drift)."""
     threshold = spec.drift_threshold_seconds
     return (threshold is not None and trigger is Trigger.SCHEDULE
             and lateness.total_seconds() > threshold)

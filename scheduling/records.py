@@ -53,6 +53,7 @@ class ExecutionRecord(BaseModel):
     http_status: int | None = None
     response_snippet: str | None = None
     error: str | None = None
-    lateness_ms: float | None = None
+    instant: datetime | None = None  # what the run aimed at: scheduled_at plus its jitter
+    lateness_ms: float | None = None  # its start after the instant
     drifted: bool = False
     dead_letter: str | None = None

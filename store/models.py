@@ -93,7 +93,8 @@ class TaskExecution(SQLModel, table=True):
     http_status: int | None = None
     response_snippet: str | None = Field(default=None, max_length=2048)
     error: str | None = Field(default=None, max_length=2000)
-    lateness_ms: float | None = None
+    instant: datetime | None = _ts(default=None)  # scheduled_at plus the run's jitter
+    lateness_ms: float | None = None  # started_at minus instant
     drifted: bool = False
     dead_letter: str | None = Field(default=None, max_length=16, index=True)
     created_at: datetime = _ts(default_factory=utcnow)

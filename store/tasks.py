@@ -17,11 +17,13 @@ from sqlalchemy import (
     Table,
     and_,
     bindparam,
+    exists,
     func,
     or_,
     tuple_,
     update,
 )
+from sqlalchemy import cast as sql_cast
 from sqlalchemy import select as core_select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
@@ -130,18 +132,29 @@ _OWNER_OF = {
     for table in (TASK_TABLE, EXECUTION_TABLE)
 }
 _COUNTED = {"preserve_rowcount": True}
+# The tenant of a task, to name it in the log line of an execution row refused at insert.
+_TASK_TENANT = core_select(TASK_TABLE.c.tenant_id).where(TASK_TABLE.c.id == bindparam("task_id"))
 
 
 def _upsert(connection: Connection, table: Table, upsert: Upsert) -> None:
     """Run an upsert; when it changed nothing, a row it found of another tenant (or, for an
-    execution, of another task) is logged: the statement refused to touch it."""
+    execution, of another task), or the other tenant's task a new execution row named, is
+    logged: the statement refused to touch it."""
     statement, values = upsert
     # An INSERT's row count is kept only when asked for (psycopg's is dropped otherwise).
     if connection.execute(statement, values, execution_options=_COUNTED).rowcount:
         return
     owner = connection.execute(_OWNER_OF[table.name], {"row_id": values["id"]}).first()
     claimed = tuple(values[name] for name in _OWNERS[table.name])
-    if owner is not None and tuple(owner) != claimed:
+    if owner is None and table is EXECUTION_TABLE:
+        task_tenant = connection.scalar(_TASK_TENANT, {"task_id": values["task_id"]})
+        if task_tenant is not None and task_tenant != values["tenant_id"]:
+            log.warning(
+                "store.foreign_write_refused", table=table.name, row_id=values["id"],
+                tenant=values["tenant_id"], owner_tenant=task_tenant, task_id=values["task_id"],
+                owner_task_id=values["task_id"],
+            )
+    elif owner is not None and tuple(owner) != claimed:
         log.warning(
             "store.foreign_write_refused", table=table.name, row_id=values["id"],
             tenant=values["tenant_id"], owner_tenant=owner.tenant_id,
@@ -176,6 +189,21 @@ def _snapshot_statement(dialect: str, columns: tuple[str, ...]) -> Any:
     )
 
 
+def _unless_foreign_task(dialect: str, columns: tuple[str, ...]) -> Any:
+    """The execution row's values, as a one-row SELECT that yields nothing when the row names
+    a task of another tenant: such a row is never inserted. A row whose task has no row yet
+    (the API's write of it failed; the workflow writes it) is kept: it names no one else's."""
+    task = TASK_TABLE
+
+    params = {name: bindparam(name, type_=EXECUTION_TABLE.c[name].type) for name in columns}
+    # PostgreSQL types a SELECT's parameters by themselves (text), not by the insert's columns;
+    # SQLite has no types to cast to (its casts would turn a timestamp into a number).
+    values = [sql_cast(params[name], EXECUTION_TABLE.c[name].type) if dialect == "postgresql"
+              else params[name] for name in columns]
+    foreign = exists().where(task.c.id == params["task_id"], task.c.tenant_id != params["tenant_id"])
+    return core_select(*values).where(~foreign)
+
+
 def _same_owner(stmt: Any, table: Table) -> Any:
     """The write's owner columns are the row's: a write for another tenant's row changes nothing."""
     return and_(*(table.c[name] == stmt.excluded[name] for name in _OWNERS[table.name]))
@@ -184,7 +212,7 @@ def _same_owner(stmt: Any, table: Table) -> Any:
 @functools.cache
 def _execution_statement(dialect: str, columns: tuple[str, ...], known: tuple[str, ...], reopen: bool) -> Any:
     table = EXECUTION_TABLE
-    stmt = _dialect_insert(dialect, table)
+    stmt = _dialect_insert(dialect, table).from_select(columns, _unless_foreign_task(dialect, columns))
     changed = {k: stmt.excluded[k] for k in known if k not in _OWNERS[table.name]}
     same_owner = _same_owner(stmt, table)
     if reopen:

@@ -18,7 +18,7 @@ from temporalio.exceptions import ActivityError, ApplicationError, CancelledErro
 with workflow.unsafe.imports_passed_through():
     from activities.contracts import RUN_JOB, JobFailureDetails, JobInput, JobResult
     from config.temporal import jobs_queue
-    from scheduling.policy import Flight, Run, late_limit, may_withdraw
+    from scheduling.policy import Flight, Run, aimed_instant, late_limit, may_withdraw
     from scheduling.records import ExecutionRecord
     from scheduling.spec import TaskSpec
     from scheduling.status import PRIORITY_KEYS, ExecutionStatus, JobFailure, Trigger
@@ -89,11 +89,12 @@ class RunsInFlight:
         wait = max(timedelta(0), instant - now)
         retry = spec.retry_policy
         late = late_limit(run.trigger)
+        aimed = aimed_instant(spec, task_id, run.scheduled_at, run.trigger)
         handle = workflow.start_activity(
             RUN_JOB,
             JobInput(
                 execution_id=run_id, task_id=task_id, tenant_id=tenant_id,
-                scheduled_at=run.scheduled_at, job=spec.job_details,
+                scheduled_at=run.scheduled_at, instant=aimed, job=spec.job_details,
                 not_before=instant if wait else None, sent_at=now, trigger=run.trigger,
                 run_timeout_seconds=spec.run_timeout_seconds,
                 late_after_seconds=late.total_seconds() if late is not None else None,
@@ -116,7 +117,7 @@ class RunsInFlight:
         )
         self._flying[run_id] = _Flying(run=run, instant=instant, handle=handle)
         record = ExecutionRecord(id=run_id, task_id=task_id, tenant_id=tenant_id,
-                                 scheduled_at=run.scheduled_at, trigger=run.trigger.value,
+                                 scheduled_at=run.scheduled_at, instant=aimed, trigger=run.trigger.value,
                                  status=ExecutionStatus.RUNNING)
         task = asyncio.create_task(self._await(record, run, handle, retry.max_attempts))
         self._tasks.add(task)

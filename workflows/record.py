@@ -60,13 +60,14 @@ class TaskRecord:
                                  "runs that started past the drift threshold").add(1)
 
     def finished(self, record: ExecutionRecord, trigger: Trigger) -> None:
-        """A run that ran has ended: complete its row (end, lateness, drift, dead letter), write
-        it with the next ``write`` and tell the webhook of a dead letter or a drift."""
+        """A run that ran has ended: complete its row (end, lateness and drift from its
+        instant, dead letter), write it with the next ``write`` and tell the webhook of a dead
+        letter or a drift."""
         now = workflow.now()
         # The start is the worker's clock, the end the workflow's: never before the start.
         record.finished_at = max(now, record.started_at) if record.started_at else now
         if record.started_at is not None:
-            lateness = record.started_at - record.scheduled_at
+            lateness = record.started_at - (record.instant or record.scheduled_at)
             record.lateness_ms = max(0.0, lateness.total_seconds() * 1000)
             record.drifted = policy.drifted(self._state.spec, trigger, lateness)
         record.dead_letter = policy.dead_letter_of(ExecutionStatus(record.status))

@@ -5,8 +5,8 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Protocol
 
-from temporalio.client import Client
-from temporalio.common import Priority, WorkflowIDReusePolicy
+from temporalio.client import Client, WithStartWorkflowOperation
+from temporalio.common import Priority, WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
 from scheduling.fire import first_fire
@@ -15,6 +15,7 @@ from scheduling.spec import TaskSpec
 from scheduling.status import PRIORITY_KEYS, TaskStatus, workflow_id
 from workflows import attributes
 from workflows.state import TaskState, TaskWorkflowInput
+from workflows.task import TaskWorkflow
 
 
 async def start_task_workflow(
@@ -31,7 +32,6 @@ async def start_task_workflow(
     reuse_closed_id: bool = False,
 ) -> bool:
     """Start the task's workflow at once; False when a workflow with that id exists or existed."""
-    first = state.next_fire_at if state is not None else first_fire(spec, created_at)
     try:
         await client.start_workflow(
             "TaskWorkflow",
@@ -39,26 +39,53 @@ async def start_task_workflow(
                 task_id=task_id, tenant_id=tenant_id, spec=spec, created_at=created_at,
                 state=state, lead_seconds=lead_seconds, max_lead_seconds=max_lead_seconds,
             ),
-            id=workflow_id(task_id),
-            task_queue=task_queue,
             id_reuse_policy=(
                 WorkflowIDReusePolicy.ALLOW_DUPLICATE
                 if reuse_closed_id
                 else WorkflowIDReusePolicy.REJECT_DUPLICATE
             ),
-            search_attributes=attributes.initial(
-                task_id=task_id,
-                tenant_id=tenant_id,
-                name=spec.task_name,
-                schedule_type=spec.schedule_type.value,
-                next_run_at=first,
-            ),
-            priority=Priority(priority_key=PRIORITY_KEYS[spec.priority]),
-            static_summary=f"{spec.task_name} ({spec.schedule_type.value})",
+            **_start_options(task_queue=task_queue, task_id=task_id, tenant_id=tenant_id,
+                             spec=spec, created_at=created_at, state=state),
         )
     except WorkflowAlreadyStartedError:
         return False
     return True
+
+
+def start_with_update(
+    *, task_queue: str, task_id: str, tenant_id: str, spec: TaskSpec, created_at: datetime,
+    state: TaskState,
+) -> WithStartWorkflowOperation[TaskWorkflow, TaskState]:
+    """A new run of an ended task's workflow, to send with an update (update-with-start): the
+    update reaches this run, or the run of the task that is going already."""
+    return WithStartWorkflowOperation(
+        TaskWorkflow.run,
+        TaskWorkflowInput(task_id=task_id, tenant_id=tenant_id, spec=spec, created_at=created_at,
+                          state=state),
+        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+        id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+        **_start_options(task_queue=task_queue, task_id=task_id, tenant_id=tenant_id,
+                         spec=spec, created_at=created_at, state=state),
+    )
+
+
+def _start_options(*, task_queue: str, task_id: str, tenant_id: str, spec: TaskSpec,
+                   created_at: datetime, state: TaskState | None) -> dict[str, Any]:
+    """What every start of a task's workflow carries: its id, queue, attributes and priority."""
+    first = state.next_fire_at if state is not None else first_fire(spec, created_at)
+    return {
+        "id": workflow_id(task_id),
+        "task_queue": task_queue,
+        "search_attributes": attributes.initial(
+            task_id=task_id,
+            tenant_id=tenant_id,
+            name=spec.task_name,
+            schedule_type=spec.schedule_type.value,
+            next_run_at=first,
+        ),
+        "priority": Priority(priority_key=PRIORITY_KEYS[spec.priority]),
+        "static_summary": f"{spec.task_name} ({spec.schedule_type.value})",
+    }
 
 
 class TaskRow(Protocol):

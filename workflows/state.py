@@ -123,7 +123,11 @@ class TaskState(BaseModel):
         return True
 
     def add_replay(self, request: ReplayRequest) -> None:
-        """Queue a dead-lettered run again, under its own execution id."""
+        """Queue a dead-lettered run again, under its own execution id, unless that run is
+        queued or in flight already (a workflow run started for this very replay)."""
+        if request.execution_id in self.running or any(
+                run.execution_id == request.execution_id for run in self.queue):
+            return
         self.queue.append(Run(scheduled_at=request.scheduled_at, trigger=Trigger.REPLAY,
                               execution_id=request.execution_id))
 

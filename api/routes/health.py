@@ -140,7 +140,9 @@ async def _metrics_caller(request: Request, credentials: CredentialsDep) -> None
 
 
 @router.get("/metrics", response_class=Response,
-            responses={401: {"description": "a metrics token is set and was not presented"}})
+            responses={401: {"description": "a metrics token is set and was not presented"}},
+            # The token is asked for only where one is set: authentication is optional here.
+            openapi_extra={"security": [{}, {"HTTPBearer": []}]})
 async def metrics(request: Request, credentials: CredentialsDep) -> Response:
     """Prometheus text format: this API's requests, and the whole service (every tenant's tasks
     and runs from the database, the task queues from Temporal) read at scrape time; needs the

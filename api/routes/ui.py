@@ -6,6 +6,7 @@ SameSite=Strict cookie, and each page looks the key up exactly as the API does.
 
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -84,13 +85,33 @@ def millis(start: datetime | None, end: datetime | None) -> float | None:
     return (end - start).total_seconds() * 1000 if start and end else None
 
 
+def _ms(value: float) -> str:
+    """A duration given in ms, with the digits its scale needs: seconds from 10 s, whole ms
+    from 10 ms, three significant digits below, and microseconds below 1 ms."""
+    size = abs(value)
+    if size >= 10_000:
+        return f"{value / 1000:g} s"
+    if size >= 10:
+        return f"{value:,.0f} ms"
+    if size >= 1 or value == 0:
+        return f"{value:.3g} ms"
+    return f"{value * 1000:.3g} µs"
+
+
+def late_ms(run: ExecutionOut) -> float | None:
+    """How late a run started after its instant (its scheduled time before instants were
+    recorded), in ms; None until it has started."""
+    return millis(run.instant or run.scheduled_at, run.started_at)
+
+
 def _env() -> Environment:
     env = Environment(
         loader=FileSystemLoader(FilePath(__file__).parent.parent / "templates"),
         autoescape=True, trim_blocks=True, lstrip_blocks=True,
     )
     env.filters.update(when=when, relative=relative, schedule=schedule_of, job=job_of)
-    env.globals.update(millis=millis, statuses=[s.value for s in TaskStatus])
+    env.globals.update(millis=millis, late_ms=late_ms, duration=_ms,
+                       statuses=[s.value for s in TaskStatus])
     return env
 
 
@@ -110,7 +131,7 @@ class Bar:
 
 @dataclass(frozen=True)
 class Chart:
-    """An SVG bar chart of start lateness (started_at - scheduled_at) per run, oldest first."""
+    """An SVG bar chart of start lateness (started_at - instant) per run, oldest first."""
 
     width: int
     height: int
@@ -123,18 +144,17 @@ class Chart:
     summary: str
 
 
+# The chart's smallest scale, in ms: a microsecond, the resolution of the stored times.
+FINEST_MS = 0.001
+
+
 def _nice_ceiling(value: float) -> float:
-    step = 1.0
-    while step * 10 <= value:
-        step *= 10
+    """The smallest of 1, 2 or 5 times a power of ten that is at least ``value`` (> 0)."""
+    step = 10.0 ** math.floor(math.log10(value))
     for factor in (1, 2, 5, 10):
-        if step * factor >= value:
+        if step * factor >= value * (1 - 1e-9):  # 0.3 / 0.1 is 2.9999999999999996
             return step * factor
     return step * 10
-
-
-def _ms(value: float) -> str:
-    return f"{value / 1000:g} s" if abs(value) >= 10_000 else f"{value:,.0f} ms"
 
 
 def lateness_chart(runs: list[ExecutionOut], width: int = 960, height: int = 220) -> Chart | None:
@@ -142,10 +162,10 @@ def lateness_chart(runs: list[ExecutionOut], width: int = 960, height: int = 220
     started = sorted((r for r in runs if r.started_at), key=lambda r: r.scheduled_at)
     if not started:
         return None
-    values = [millis(r.scheduled_at, r.started_at) or 0.0 for r in started]
+    values = [late_ms(r) or 0.0 for r in started]
     left, right, top, bottom = 64, 12, 12, 24
     plot_w, plot_h = width - left - right, height - top - bottom
-    high = _nice_ceiling(max(max(values), 1.0))
+    high = _nice_ceiling(max(max(values), FINEST_MS))
     low = -_nice_ceiling(-min(values)) if min(values) < 0 else 0.0
 
     def y(value: float) -> float:

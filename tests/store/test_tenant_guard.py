@@ -1,5 +1,6 @@
-"""A write carrying one tenant never changes another tenant's task or execution rows, by any
-writer (direct, batched, the jobs worker's run rows); each refusal is logged. SQLite and
+"""A write carrying one tenant never changes another tenant's task or execution rows, nor
+inserts an execution row under another tenant's task, by any writer (direct, batched, the
+jobs worker's run rows); each refusal is logged. SQLite and
 PostgreSQL alike."""
 
 from __future__ import annotations
@@ -115,8 +116,9 @@ def test_a_started_run_of_another_tenant_does_not_touch_its_task(any_engine: Eng
     victim_rows(any_engine)
     mark_started(any_engine, execution("b-task:2", "b-task", ATTACKER, trigger="manual"))
     assert_victim_unchanged(any_engine)  # still PENDING: not shown RUNNING by A's run
-    # The row inserted under A's name is not B's: it is listed neither in B's history nor,
+    # A's row naming B's task is not inserted: it is listed neither in B's history nor,
     # joined with B's task, among A's dead letters.
+    assert get_execution(any_engine, "b-task:2") is None
     rows, _ = list_executions(any_engine, task_id="b-task", limit=10, tenant_id=VICTIM)
     assert [r.id for r in rows] == ["b-task:1"]
     save_execution(any_engine, execution("b-task:2", "b-task", ATTACKER, status="FAILED", dead_letter="open"))
@@ -171,3 +173,24 @@ class _Log:
 
     def warning(self, event: str, **fields: Any) -> None:
         raise AssertionError(f"a run row write failed: {event} {fields}")
+
+
+def test_execution_row_of_another_tenants_task_is_refused(any_engine: Engine) -> None:
+    victim_rows(any_engine)
+    with capture_logs() as logs:
+        # A new row (no row of that id yet) naming B's task under A's tenant, by every writer.
+        save_execution(any_engine, execution("b-task:forged-1", "b-task", ATTACKER, status="FAILED",
+                                             dead_letter="open", error="forged"))
+        mark_started(any_engine, execution("b-task:forged-2", "b-task", ATTACKER))
+        save_run(any_engine, execution("b-task:forged-3", "b-task", ATTACKER, status="COMPLETED"), None)
+    for forged in ("b-task:forged-1", "b-task:forged-2", "b-task:forged-3"):
+        assert get_execution(any_engine, forged) is None
+    assert_victim_unchanged(any_engine)
+    assert [(e["table"], e["row_id"], e["tenant"], e["owner_tenant"]) for e in refusals(logs)] == [
+        ("task_execution", f"b-task:forged-{n}", ATTACKER, VICTIM) for n in (1, 2, 3)]
+    # The task's own tenant still inserts its rows, and so does a run whose task has no row yet.
+    save_execution(any_engine, execution("b-task:2", "b-task", VICTIM, status="COMPLETED", attempts=1))
+    save_execution(any_engine, execution("c-task:1", "c-task", ATTACKER, status="COMPLETED"))
+    own, unlisted = get_execution(any_engine, "b-task:2"), get_execution(any_engine, "c-task:1")
+    assert own is not None and own.status == "COMPLETED" and own.scheduled_at == T0
+    assert unlisted is not None and unlisted.tenant_id == ATTACKER

@@ -89,7 +89,8 @@ async def test_task_page_shows_run_history_and_lateness_chart(stack: Stack, seed
     assert history.count("<tr>") == len(runs) + 1  # header row + one per execution
     chart = page.split('<svg id="lateness"', 1)[1].split("</svg>", 1)[0]
     assert chart.count("<rect ") == len(started)
-    assert re.search(r"\d+ runs · median [\d,.]+ (ms|s) · p95", page)
+    assert re.search(r"\d+ runs · median [\d,.]+ (µs|ms|s) · p95", page)
+    assert '<th class="num">Jitter</th><th class="num">Late</th>' in history
     assert "started" in chart and "late (COMPLETED, schedule)" in chart
 
 
