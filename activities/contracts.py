@@ -54,6 +54,8 @@ class RunStart(BaseModel):
     execution_id: str
     attempt: int = 1
     at: datetime
+    # The attempt's activity: a run found untaken and its catch-up share the execution id.
+    activity_id: str | None = None
 
 
 class JobResult(BaseModel):

@@ -95,7 +95,8 @@ class JobActivities:
         try:
             await wait_for_instant(job_input)
             refuse_if_late(job_input, started_before=started_before)
-            if must_claim(job_input.trigger, due_of(job_input), datetime.now(UTC)):
+            if not started_before and must_claim(job_input.trigger, due_of(job_input),
+                                                 datetime.now(UTC)):
                 # Past the time its workflow may have decided the fire again: ask first.
                 await self._starts.claim(job_input, info.workflow_id, info.attempt)
             heartbeats.cancel()
@@ -130,6 +131,7 @@ class JobActivities:
         except Exception as exc:
             error = exc if isinstance(exc, ApplicationError) else None
             later(self._ended, datetime.now(UTC) - started, labels, "failed", bound, error)
+            await asyncio.sleep(0)  # a job that failed at once: its start is reported first
             await self._starts.sent(job_input, attempt)
             if error is not None:
                 raise _with_start(error, started) from exc.__cause__

@@ -8,6 +8,7 @@ import asyncio
 from datetime import UTC, datetime, timedelta
 
 import structlog
+from temporalio import activity
 from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
@@ -39,7 +40,8 @@ class StartReports:
             return
         key = (job_input.execution_id, attempt)
         task = asyncio.create_task(self._send(workflow_id, RunStart(
-            execution_id=job_input.execution_id, attempt=attempt, at=at)))
+            execution_id=job_input.execution_id, attempt=attempt, at=at,
+            activity_id=activity.info().activity_id)))
         self._sending[key] = task
         task.add_done_callback(lambda _: self._sending.pop(key, None))
 
@@ -56,7 +58,7 @@ class StartReports:
             return
         handle = self._client.get_workflow_handle(workflow_id)
         claim = RunStart(execution_id=job_input.execution_id, attempt=attempt,
-                         at=datetime.now(UTC))
+                         at=datetime.now(UTC), activity_id=activity.info().activity_id)
         try:
             allowed = await handle.execute_update(
                 CLAIM_RUN, claim, result_type=bool, rpc_timeout=CLAIM_TIMEOUT,

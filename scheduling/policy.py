@@ -374,13 +374,13 @@ def take_back(pos: Position, flight: Flight, fire: datetime, now: datetime, *,
     single = (missed and policy is MissedRunPolicy.SINGLE_CATCHUP and reason is SkipReason.MISSED
               and all(run.scheduled_at < fire for run in waiting))
     if reason is SkipReason.CATCHUP_CAP and room and (left is None or left > 0):
-        result.queue.insert(0, Run(scheduled_at=fire, trigger=Trigger.CATCHUP))
+        _queue_in_order(result.queue, Run(scheduled_at=fire, trigger=Trigger.CATCHUP))
     elif single and (left is None or left > 0 or waiting):
         # single_catchup runs the most recent missed fire once: it replaces an older one.
         for old in waiting:
             result.queue.remove(old)
             result.skipped.append((old.scheduled_at, SkipReason.MISSED))
-        result.queue.insert(0, Run(scheduled_at=fire, trigger=Trigger.CATCHUP))
+        _queue_in_order(result.queue, Run(scheduled_at=fire, trigger=Trigger.CATCHUP))
     else:
         result.skipped.append((fire, reason))
         if result.next_fire_at is None and pos.latest_taken is not None and not is_fixed_delay(spec):
@@ -388,6 +388,15 @@ def take_back(pos: Position, flight: Flight, fire: datetime, now: datetime, *,
             result.next_fire_at = bounded(next_fire(spec, anchor=pos.anchor, after=pos.latest_taken),
                                           pos, flight)
     return result
+
+
+def _queue_in_order(queue: list[Run], run: Run) -> None:
+    """Queue a fire of the schedule among the others by its time (the schedule's runs start
+    oldest first); before the runs someone asked for when none of the schedule's is older."""
+    scheduled = [i for i, queued in enumerate(queue) if queued.trigger.scheduled]
+    later = [i for i in scheduled if queue[i].scheduled_at > run.scheduled_at]
+    older = [i for i in scheduled if queue[i].scheduled_at < run.scheduled_at]
+    queue.insert(later[0] if later else older[-1] + 1 if older else 0, run)
 
 
 @dataclass(frozen=True)

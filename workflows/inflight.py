@@ -16,7 +16,7 @@ from temporalio.common import Priority, RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
-    from activities.contracts import RUN_JOB, JobFailureDetails, JobInput, JobResult
+    from activities.contracts import RUN_JOB, JobFailureDetails, JobInput, JobResult, RunStart
     from config.temporal import jobs_queue
     from scheduling.policy import (
         UNTAKEN_AFTER,
@@ -110,21 +110,30 @@ class RunsInFlight:
         """When each scheduled run not yet reported started is found untaken."""
         return [f.instant + UNTAKEN_AFTER for f in self._waiting()]
 
-    def report_started(self, run_id: str) -> bool:
+    def _reported(self, report: RunStart) -> list[_Flying]:
+        """The run a worker's report is about: its activity (a ghost and the catch-up of its
+        fire share an execution id)."""
+        if report.activity_id is not None:
+            flying = self._flying.get(report.activity_id)
+            return [flying] if flying is not None else []
+        return [f for f in self._flying.values() if f.run_id == report.execution_id]
+
+    def report_started(self, report: RunStart) -> bool:
         """A jobs worker reported that the run's job started; True if that is news."""
-        for flying in self._flying.values():
-            if flying.run_id == run_id and not flying.started:
+        for flying in self._reported(report):
+            if not flying.started:
                 flying.started = True
                 if flying.ghost:
-                    workflow.logger.warning("a run found untaken had started", extra={"run": run_id})
+                    workflow.logger.warning("a run found untaken had started",
+                                            extra={"run": report.execution_id})
                 return True
         return False
 
-    def claim(self, run_id: str) -> bool:
+    def claim(self, claim: RunStart) -> bool:
         """A jobs worker asks to start a run late: yes while the run is neither withdrawn nor
         a ghost (its fire decided again); it is started from then on."""
-        for flying in self._flying.values():
-            if flying.run_id == run_id and flying.withdrawn is None:
+        for flying in self._reported(claim):
+            if flying.withdrawn is None:
                 flying.started = True
                 return True
         return False

@@ -464,13 +464,13 @@ class TaskWorkflow:
     @workflow.signal(name=RUN_STARTED)
     def run_started(self, report: RunStart) -> None:
         """A jobs worker reports that a run's job started: the run is running from now."""
-        if self._runs.report_started(report.execution_id):
+        if self._runs.report_started(report):
             self._wake = True
 
     @workflow.update(name=CLAIM_RUN)
     def claim_run(self, claim: RunStart) -> bool:
         """May this run start this late? Yes unless it was withdrawn or its fire decided again."""
-        if not self._runs.claim(claim.execution_id):
+        if not self._runs.claim(claim):
             return False
         self._wake = True
         return True
