@@ -54,6 +54,8 @@ class Run(BaseModel):
     scheduled_at: datetime
     trigger: Trigger = Trigger.SCHEDULE
     execution_id: str | None = Field(default=None, description="set for a replayed run")
+    held: bool = Field(default=False, description="decided to start while the task drained: "
+                       "the next workflow run starts it at once, unless it is late by then")
 
 
 @dataclass(frozen=True)
@@ -245,12 +247,14 @@ def _missed_reason(pos: Position, fire: datetime, now: datetime, over: SkipReaso
 
 def _decide_on_time(result: Due, fire: datetime, flight: Flight, overlap: OverlapPolicy) -> None:
     run = Run(scheduled_at=fire)
-    if flight.user_started == 0 and (result.queue or flight.total):
+    # Runs held by a drain start at once in the next workflow run: they are going already.
+    going = flight.user_started + sum(1 for queued in result.queue if queued.held)
+    if going == 0 and (result.queue or flight.total):
         # Behind runs the scheduler itself started or queued (catch-up, or a run someone
         # asked for): the overlap policy is for a slow run of the user's schedule.
         result.queue.append(run)
         return
-    if flight.user_started == 0:
+    if going == 0:
         result.start.append(run)
         return
     if overlap is OverlapPolicy.ALLOW:
@@ -277,14 +281,15 @@ def _after(pos: Position, due: Due) -> Position:
 
 
 def next_from_queue(queue: list[Run], flight: Flight, *, paused: bool) -> Run | None:
-    """The queued run to start now: the head once nothing is in flight; a run someone asked
-    for also when the runs in flight only wait for their instants. A pause holds the
-    schedule's runs (catch-up, buffered), not the ones someone asked for."""
+    """The queued run to start now: the head once nothing is in flight; a run held by a drain
+    (already decided to start) or someone asked for also when the runs in flight only wait
+    for their instants. A pause holds the schedule's runs (catch-up, buffered, held), not the
+    ones someone asked for."""
     waiting = [run for run in queue if not (paused and run.trigger.scheduled)]
     if not waiting:
         return None
     head = waiting[0]
-    if flight.total == 0 or (not head.trigger.scheduled and flight.started == 0):
+    if flight.total == 0 or head.held or (not head.trigger.scheduled and flight.started == 0):
         return head
     return None
 
@@ -292,14 +297,18 @@ def next_from_queue(queue: list[Run], flight: Flight, *, paused: bool) -> Run | 
 def stale_in_queue(pos: Position, now: datetime) -> list[Run]:
     """Queued runs of the schedule that can no longer be on time: all but the newest, and the
     newest once its instant is past ON_TIME_GRACE. The missed-run policy decides each again
-    (``take_back`` with ``missed``): only the newest due fire can be on time."""
-    scheduled = [run for run in pos.queue if run.trigger is Trigger.SCHEDULE]
+    (``take_back`` with ``missed``): only the newest due fire can be on time. A run held by a
+    drain was decided on time already: it is stale only once past ON_TIME_GRACE."""
+
+    def late(run: Run) -> bool:
+        instant = instant_of(pos.spec, pos.task_id, run.scheduled_at, pos.spec.jitter_seconds)
+        return now - instant > ON_TIME_GRACE
+
+    held = [run for run in pos.queue if run.held and late(run)]
+    scheduled = [run for run in pos.queue if run.trigger is Trigger.SCHEDULE and not run.held]
     if not scheduled:
-        return []
-    newest = scheduled[-1]
-    late = now - instant_of(pos.spec, pos.task_id, newest.scheduled_at,
-                            pos.spec.jitter_seconds) > ON_TIME_GRACE
-    return scheduled if late else scheduled[:-1]
+        return held
+    return held + (scheduled if late(scheduled[-1]) else scheduled[:-1])
 
 
 def may_dispatch_ahead(flight: Flight, queue: list[Run], *, paused: bool, draining: bool) -> bool:

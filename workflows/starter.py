@@ -97,6 +97,7 @@ class TaskRow(Protocol):
     created_at: datetime
     status: str
     status_reason: str | None
+    run_count: int
     success_count: int
     failure_count: int
     skipped_count: int
@@ -116,5 +117,6 @@ def state_from_row(
         status=TaskStatus.PAUSED if paused else TaskStatus.PENDING,
         status_reason=row.status_reason if paused else reason,
         success_count=row.success_count, failure_count=row.failure_count,
+        cancelled_count=max(0, row.run_count - row.success_count - row.failure_count),
         skipped_count=row.skipped_count, queue=queue or [],
     )

@@ -75,9 +75,12 @@ class TaskState(BaseModel):
         """Runs that ran and ended, whatever started them."""
         return self.success_count + self.failure_count + self.cancelled_count
 
-    def count(self, record: ExecutionRecord, trigger: Trigger) -> None:
-        """Count a run that ran and ended; it is the last run now."""
+    def count(self, record: ExecutionRecord, trigger: Trigger, *, rerun: bool = False) -> None:
+        """Count a run that ran and ended; it is the last run now. A ``rerun`` (a replay of a
+        dead letter, under its own id) is no new run: its outcome replaces the failure."""
         status = ExecutionStatus(record.status)
+        if rerun and self.failure_count:
+            self.failure_count -= 1
         if status is ExecutionStatus.COMPLETED:
             self.success_count += 1
             self.consecutive_failures = 0

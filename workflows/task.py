@@ -136,12 +136,14 @@ class TaskWorkflow:
             self._record.skip(fire, reason)
         if due.cancel_running:
             self._runs.cancel_started()
-        held = 0
         for run in due.start:
-            if self._draining():
-                # Started by the next workflow run, at once, oldest first.
-                state.queue.insert(held if self._runs.reported else 0, run)
-                held += 1
+            if self._draining() and self._runs.reported:
+                # Started by the next workflow run, at once, oldest first: after the runs
+                # held by the passes before.
+                at = max((i + 1 for i, queued in enumerate(state.queue) if queued.held), default=0)
+                state.queue.insert(at, run.model_copy(update={"held": True}))
+            elif self._draining():
+                state.queue.insert(0, run)  # as recorded before reported-starts
             else:
                 self._start(run)
         self._wake = self._wake or due.more
@@ -222,7 +224,7 @@ class TaskWorkflow:
     def _ran(self, ended: Ended, record: ExecutionRecord) -> None:
         state, trigger, now = self._state, ended.run.trigger, workflow.now()
         self._record.finished(record, trigger)
-        state.count(record, trigger)
+        state.count(record, trigger, rerun=trigger is Trigger.REPLAY and self._runs.reported)
         if state.cancel_requested:
             state.started_before_cancel.append(record.id)
         if policy.is_fixed_delay(state.spec) and trigger.scheduled and not state.cancel_requested:
