@@ -78,7 +78,9 @@ class Position:
     anchor: datetime
     next_fire_at: datetime | None
     executed: int = 0  # scheduled runs that ran (max_runs counts these only)
-    resumed_at: datetime | None = None  # fires up to here fell inside a pause
+    paused: bool = False  # fires from paused_at on wait for the pause to end
+    paused_at: datetime | None = None  # when the last pause was asked (None: not kept)
+    resumed_at: datetime | None = None  # when it ended: fires from paused_at up to here were in it
     queue: tuple[Run, ...] = ()
     latest_taken: datetime | None = None  # the newest fire taken from the schedule so far
 
@@ -165,9 +167,18 @@ def decide_due(pos: Position, flight: Flight, now: datetime) -> Due:
     def following(fire: datetime) -> datetime | None:
         return None if is_fixed_delay(spec) else next_fire(spec, anchor=pos.anchor, after=fire)
 
+    if (end := pause_wake(pos)) is not None and now >= end:
+        pos = replace(pos, paused=False, resumed_at=now)  # no fire after the schedule's end
+
+    def ripe(fire: datetime) -> bool:
+        # While paused, a fire from the pause on waits for its end (every fire, when the time
+        # the pause was asked is not kept).
+        held = pos.paused and (pos.paused_at is None or instant(fire) >= pos.paused_at)
+        return instant(fire) <= now and not held
+
     due: list[datetime] = []
     upcoming = pos.next_fire_at
-    while upcoming is not None and instant(upcoming) <= now and len(due) < FIRES_PER_PASS:
+    while upcoming is not None and ripe(upcoming) and len(due) < FIRES_PER_PASS:
         due.append(upcoming)
         upcoming = following(upcoming)
     result = Due(next_fire_at=upcoming, queue=list(pos.queue))
@@ -179,12 +190,12 @@ def decide_due(pos: Position, flight: Flight, now: datetime) -> Due:
             MissedRunPolicy.SINGLE_CATCHUP: 1 if queued_catchups == 0 else 0,
             MissedRunPolicy.SKIP: 0}[policy]
 
-    if upcoming is not None and instant(upcoming) <= now:
+    if upcoming is not None and ripe(upcoming):
         # More due than a pass takes: if the newest `keep` + 1 lie beyond this pass, every fire
         # of it is missed and not kept; otherwise take the rest of them into this pass.
         ahead: list[datetime] = []
         cursor: datetime | None = upcoming
-        while cursor is not None and instant(cursor) <= now and len(ahead) <= keep:
+        while cursor is not None and ripe(cursor) and len(ahead) <= keep:
             ahead.append(cursor)
             cursor = following(cursor)
         if len(ahead) > keep:
@@ -196,11 +207,12 @@ def decide_due(pos: Position, flight: Flight, now: datetime) -> Due:
         due += ahead
         result.next_fire_at = upcoming = cursor
 
-    if pos.resumed_at is not None:
-        paused = [f for f in due if f <= pos.resumed_at]
-        result.skipped += [(f, SkipReason.PAUSED) for f in paused]
-        due = due[len(paused):]
-    on_time = [f for f in due[-1:] if now - instant(f) <= ON_TIME_GRACE]
+    paused = [f for f in due if _in_pause(pos, f)]
+    result.skipped += [(f, SkipReason.PAUSED) for f in paused]
+    due = [f for f in due if f not in paused]
+    # A fire due before a pause was asked is missed: the pause stops it from running on time.
+    on_time = [f for f in due[-1:] if now - instant(f) <= ON_TIME_GRACE
+               and (pos.paused_at is None or instant(f) >= pos.paused_at)]
     missed = due[: len(due) - len(on_time)]
     window = spec.catchup_window_seconds
     if window is not None:
@@ -236,8 +248,34 @@ def decide_due(pos: Position, flight: Flight, now: datetime) -> Due:
     return result
 
 
+def _in_pause(pos: Position, fire: datetime) -> bool:
+    """The fire came while the task was paused: its instant no earlier than the pause was
+    asked (any, when that is not kept), its time no later than the pause ended."""
+    if pos.resumed_at is None or fire > pos.resumed_at:
+        return False
+    return pos.paused_at is None or instant_of(
+        pos.spec, pos.task_id, fire, pos.spec.jitter_seconds) >= pos.paused_at
+
+
+def pause_wake(pos: Position) -> datetime | None:
+    """When a paused task wakes to record the fires of its pause although it is not resumed:
+    once its schedule is over (end_date, plus the most jitter moves a fire), if a fire is
+    left. From then on the pause holds none (``decide_due``)."""
+    spec = pos.spec
+    if not pos.paused or pos.paused_at is None or pos.next_fire_at is None or spec.end_date is None:
+        return None
+    return spec.end_date + timedelta(seconds=spec.jitter_seconds)
+
+
+def close_pause(pos: Position, flight: Flight, now: datetime) -> Due:
+    """The fires due so far in a pause, decided before the task ends or its schedule is
+    replaced (nothing else would): those inside it SKIPPED paused, older ones missed. None
+    starts: a fire due before the pause is never on time."""
+    return decide_due(replace(pos, paused=False, resumed_at=now), flight, now)
+
+
 def _missed_reason(pos: Position, fire: datetime, now: datetime, over: SkipReason) -> SkipReason:
-    if pos.resumed_at is not None and fire <= pos.resumed_at:
+    if _in_pause(pos, fire):
         return SkipReason.PAUSED
     window = pos.spec.catchup_window_seconds
     if window is not None and now - fire > timedelta(seconds=window):
@@ -355,16 +393,22 @@ def after_finish(pos: Position, flight: Flight, finished_at: datetime) -> dateti
 
 
 def take_back(pos: Position, flight: Flight, fire: datetime, now: datetime, *,
-              missed: bool = False) -> Due:
+              missed: bool = False, outdated: bool = False) -> Due:
     """A fire whose run did not start (withdrawn by a pause or new bounds, refused as late, or
     taken by no worker).
 
     While nothing after it was decided, it goes back to the schedule and is decided again
     when its time is looked at. Once later fires were decided, or when its instant passed
     unrun (``missed``: late or untaken), it is a missed fire, decided alone by the
-    missed-run policy (never by rewinding the schedule over the later ones)."""
+    missed-run policy (never by rewinding the schedule over the later ones). A fire of a
+    schedule since re-timed (``outdated``) is SKIPPED rescheduled: the new schedule keeps its
+    position."""
     spec = pos.spec
     result = Due(next_fire_at=pos.next_fire_at, queue=list(pos.queue))
+    if outdated:
+        result.skipped.append((fire, SkipReason.RESCHEDULED))
+        result.next_fire_at = _reopened(pos, flight, now)
+        return result
     if spec.end_date is not None and fire > spec.end_date:
         result.skipped.append((fire, SkipReason.RESCHEDULED))  # past the new end_date
         return result
@@ -406,6 +450,21 @@ def _queue_in_order(queue: list[Run], run: Run) -> None:
     later = [i for i in scheduled if queue[i].scheduled_at > run.scheduled_at]
     older = [i for i in scheduled if queue[i].scheduled_at < run.scheduled_at]
     queue.insert(later[0] if later else older[-1] + 1 if older else 0, run)
+
+
+def _reopened(pos: Position, flight: Flight, now: datetime) -> datetime | None:
+    """The next fire once a run max_runs counted in advance did not run: a schedule that
+    budget had ended goes on after the newest fire it took (from its first, if none)."""
+    spec = pos.spec
+    if pos.next_fire_at is not None or (is_fixed_delay(spec) and flight.scheduled):
+        return pos.next_fire_at  # (a fixed_delay run in flight plans the next fire)
+    if is_fixed_delay(spec):
+        candidate = next_fire(spec, anchor=pos.anchor, after=now)
+    elif pos.latest_taken is None:
+        candidate = first_fire(spec, pos.anchor)
+    else:
+        candidate = next_fire(spec, anchor=pos.anchor, after=pos.latest_taken)
+    return bounded(candidate, pos, flight)
 
 
 @dataclass(frozen=True)

@@ -38,6 +38,8 @@ with workflow.unsafe.imports_passed_through():
 ATTEMPT_SLACK = timedelta(seconds=15)
 # The withdrawal of a scheduled run no worker reported started in time (policy.untaken).
 UNTAKEN = "untaken"
+# Why a run sent for a schedule since re-timed did not run (withdrawn, or back unrun).
+RESCHEDULED = "rescheduled"
 
 
 @dataclass
@@ -60,11 +62,17 @@ class _Flying:
     withdrawn: str | None = None
     started: bool = False  # its jobs worker reported that the job started
     released: bool = False  # a ghost whose activity was cancelled
+    outdated: bool = False  # sent for a schedule since re-timed
 
     @property
     def ghost(self) -> bool:
         """Untaken: its fire went back to the policy; it can no longer start unasked."""
         return self.withdrawn == UNTAKEN
+
+    def unrun(self, reason: str | None) -> str | None:
+        """Why the run did not run: a run of a schedule since re-timed, rescheduled (unless
+        the task was cancelled)."""
+        return RESCHEDULED if self.outdated and self.withdrawn != "cancelled" else reason
 
 
 class RunsInFlight:
@@ -148,7 +156,7 @@ class RunsInFlight:
             if untaken(flying.instant, now):
                 flying.withdrawn = UNTAKEN
                 found.append(Ended(run=flying.run, run_id=flying.run_id, record=None,
-                                   refused=JobFailure.LATE, reason=UNTAKEN))
+                                   refused=JobFailure.LATE, reason=flying.unrun(UNTAKEN)))
         return found
 
     def release_ghosts(self) -> None:
@@ -218,6 +226,12 @@ class RunsInFlight:
                 flying.withdrawn = reason
                 flying.handle.cancel()
 
+    def outdate(self) -> None:
+        """The schedule was re-timed: a run sent for the old one that ends unrun is not given
+        back to the new one (``Ended.reason`` is RESCHEDULED)."""
+        for flying in self._flying.values():
+            flying.outdated = flying.outdated or flying.run.trigger.scheduled
+
     def waiting_near(self) -> bool:
         """A run waits for its instant too near it to be withdrawn."""
         now = workflow.now()
@@ -269,7 +283,7 @@ class RunsInFlight:
                 kind = JobFailure.WITHDRAWN
             if kind in (JobFailure.WITHDRAWN, JobFailure.LATE):
                 ended = Ended(run=run, run_id=run_id, record=None, refused=JobFailure(kind),
-                              reason=flying.withdrawn)
+                              reason=flying.unrun(flying.withdrawn))
             elif isinstance(cause, CancelledError):
                 record.status, record.error = ExecutionStatus.CANCELLED, "cancelled while running"
             else:

@@ -43,6 +43,9 @@ class TaskState(BaseModel):
     status_reason: str | None = None
     next_fire_at: datetime | None = Field(default=None, description="next scheduled time")
     paused: bool = False
+    paused_at: datetime | None = Field(
+        default=None, description="when the last pause was asked: fires due before it are "
+        "missed, not paused (None in workflows older than this rule)")
     resumed_at: datetime | None = Field(
         default=None, description="fires up to this instant fell inside a pause"
     )
@@ -101,11 +104,11 @@ class TaskState(BaseModel):
         self.cancel_requested, self.status_reason = True, reason or "cancelled"
         return True
 
-    def pause(self, reason: str | None) -> bool:
-        """Stop starting runs; False when ended or already paused."""
+    def pause(self, reason: str | None, now: datetime | None) -> bool:
+        """Stop starting runs from ``now``; False when ended or already paused."""
         if self.status in FINAL_STATUSES or self.paused:
             return False
-        self.paused, self.status_reason = True, reason or "paused"
+        self.paused, self.paused_at, self.status_reason = True, now, reason or "paused"
         return True
 
     def resume(self, now: datetime) -> bool:
@@ -169,6 +172,7 @@ class TaskState(BaseModel):
         """Where the schedule stands, for the policy engine."""
         return Position(spec=self.spec, task_id=self.task_id, anchor=self.anchor,
                         next_fire_at=self.next_fire_at, executed=self.executed,
+                        paused=self.paused, paused_at=self.paused_at,
                         resumed_at=self.resumed_at, queue=tuple(self.queue),
                         latest_taken=self.latest_taken)
 

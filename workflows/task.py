@@ -39,7 +39,7 @@ with workflow.unsafe.imports_passed_through():
         execution_id,
     )
     from workflows.describe import describe_schedule
-    from workflows.inflight import UNTAKEN, Ended, RunsInFlight
+    from workflows.inflight import RESCHEDULED, UNTAKEN, Ended, RunsInFlight
     from workflows.record import TaskRecord
     from workflows.state import ReplayRequest, TaskState, TaskWorkflowInput
 
@@ -112,8 +112,8 @@ class TaskWorkflow:
         now = workflow.now()
         for ended in self._runs.take_untaken(now):
             self._not_run(ended)
-        if not state.paused:
-            self._decide_due()
+        if not state.paused or self._runs.reported:
+            self._decide_due()  # while paused, the fires due before the pause (policy.decide_due)
         self._start_queued()
         self._dispatch_ahead()
         if policy.schedule_done(state.position(), self._runs.flight(now)):
@@ -126,10 +126,12 @@ class TaskWorkflow:
         await self._write()
         return False
 
-    def _decide_due(self) -> None:
+    def _decide_due(self, *, closing_pause: bool = False) -> bool:
+        """Decide the due fires; True if more are due than one pass decides."""
         state = self._state
         now = workflow.now()
-        due = policy.decide_due(state.position(), self._runs.flight(now), now)
+        decide = policy.close_pause if closing_pause else policy.decide_due
+        due = decide(state.position(), self._runs.flight(now), now)
         state.next_fire_at, state.queue = due.next_fire_at, due.queue
         state.latest_taken = max(filter(None, [state.latest_taken, due.taken]), default=None)
         for fire, reason in due.skipped:
@@ -147,6 +149,13 @@ class TaskWorkflow:
             else:
                 self._start(run)
         self._wake = self._wake or due.more
+        return due.more
+
+    async def _close_pause(self) -> None:
+        """Record the fires of the pause so far before the task ends or its schedule is
+        replaced: nothing else would (a long pause, one batch of rows at a time)."""
+        while self._state.paused and self._runs.reported and self._decide_due(closing_pause=True):
+            await self._write()
 
     def _start_queued(self) -> None:
         state = self._state
@@ -204,14 +213,16 @@ class TaskWorkflow:
         state = self._state
         fire = ended.run.scheduled_at
         reported = self._runs.reported
+        outdated = reported and ended.reason == RESCHEDULED
         if ((ended.run.trigger.scheduled or not reported)
-                and (ended.reason in GIVE_BACK or ended.reason is None)):
+                and (ended.reason in GIVE_BACK or ended.reason is None or outdated)):
             # Refused as late, untaken, or withdrawn by a pause, new bounds or a run someone
-            # asked for: the policy decides it again (a late or untaken one as missed).
+            # asked for: the policy decides it again (a late or untaken one as missed; one of
+            # a schedule since re-timed is SKIPPED rescheduled).
             now = workflow.now()
             missed = reported and (ended.reason == UNTAKEN or ended.reason is None)
             back = policy.take_back(state.position(), self._runs.flight(now), fire, now,
-                                    missed=missed)
+                                    missed=missed, outdated=outdated)
             state.next_fire_at, state.queue = back.next_fire_at, back.queue
             for skipped, reason in back.skipped:
                 self._record.skip(skipped, reason)
@@ -240,6 +251,7 @@ class TaskWorkflow:
         self._runs.cancel_all()
         await self._runs.settled()
         self._absorb_ended()
+        await self._close_pause()
         for run in state.queue:
             self._record.skip(run.scheduled_at, SkipReason.CANCELLED, run.execution_id)
         self._state.finish(TaskStatus.CANCELLED, state.status_reason or "cancelled")
@@ -269,6 +281,8 @@ class TaskWorkflow:
             wakes.append(instant - self._lead() if ahead else instant)
             summary = (f"sleep until {instant.astimezone(state.spec.zone()).isoformat()} "
                        f"({describe_schedule(state.spec)})")
+        if self._runs.reported and (end := policy.pause_wake(state.position())) is not None:
+            wakes.append(end)  # paused past its schedule's end: record the pause and end
         timeout = max(min(wakes) - now, timedelta(milliseconds=1)) if wakes else None
         try:
             await workflow.wait_condition(lambda: self._wake or bool(self._runs.ended),
@@ -390,7 +404,11 @@ class TaskWorkflow:
             changed = {n for n in ScheduleFields.model_fields
                        if getattr(new_spec, n) != getattr(state.spec, n)}
             if changed:
-                self._runs.withdraw("rebound" if changed <= policy.BOUND_FIELDS else "rescheduled")
+                await self._close_pause()
+                retimed = not changed <= policy.BOUND_FIELDS
+                self._runs.withdraw(RESCHEDULED if retimed else "rebound")
+                if retimed and self._runs.reported:
+                    self._runs.outdate()
             change = policy.change_schedule(state.position(), self._runs.flight(workflow.now()),
                                             new_spec, workflow.now())
             state.spec = new_spec
@@ -441,7 +459,7 @@ class TaskWorkflow:
             self._wake = True
 
     def _pause(self, reason: str | None) -> None:
-        if self._state.pause(reason):
+        if self._state.pause(reason, workflow.now() if self._runs.reported else None):
             self._runs.withdraw("paused")
             self._refresh_status()
             self._wake = True

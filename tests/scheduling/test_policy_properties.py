@@ -77,6 +77,7 @@ class Model:
     lead: timedelta
     now: datetime = T0
     paused: bool = False
+    paused_at: datetime | None = None
     resumed_at: datetime | None = None
     executed: int = 0
     queue: list[Run] = field(default_factory=list)
@@ -96,6 +97,7 @@ class Model:
     def position(self) -> Position:
         return Position(spec=self.spec, task_id=TASK, anchor=self.anchor,
                         next_fire_at=self.next_fire_at, executed=self.executed,
+                        paused=self.paused, paused_at=self.paused_at,
                         resumed_at=self.resumed_at, queue=tuple(self.queue),
                         latest_taken=self.latest_taken)
 
@@ -125,7 +127,7 @@ class Model:
             if self.done:
                 return
             self.absorb()
-            more = False if self.paused else self.decide()
+            more = self.decide()  # while paused, the fires due before the pause
             self.start_queued()
             self.dispatch_ahead()
             self.done = schedule_done(self.position(), self.flight())
@@ -140,7 +142,10 @@ class Model:
         catchups = sum(1 for r in self.queue if r.trigger is Trigger.CATCHUP)
         assert catchups <= self.spec.max_catchup_runs, f"{catchups} catch-ups queued"
         for fire, reason in due.skipped:
+            assert reason is not SkipReason.PAUSED or self.paused_at is None or (
+                self.instant(fire) >= self.paused_at), "a fire due before the pause skipped as paused"
             self.record(fire, reason.value)
+        assert not (self.paused and due.start), "a run started in a pause"
         if due.cancel_running:
             for f in self.flying:
                 f.cancelled = f.cancelled or f.instant <= self.now
@@ -255,7 +260,7 @@ class Model:
 
     def pause(self) -> None:  # TaskWorkflow._pause
         if not self.paused:
-            self.paused = True
+            self.paused, self.paused_at = True, self.now
             self.withdraw("paused")
             self.pass_()
 
@@ -311,8 +316,10 @@ class Model:
         until = upcoming or max(taken, default=T0) + timedelta(microseconds=1)
         expected = set(grid(self.spec, self.anchor, until)) - self.not_owed
         assert set(taken) - self.not_owed == expected, "fires lost or invented"
-        if self.next_fire_at is not None and not self.paused:
-            assert self.instant(self.next_fire_at) > self.now, "a due fire was left undecided"
+        if self.next_fire_at is not None:
+            held = self.paused and self.paused_at is not None and (
+                self.instant(self.next_fire_at) >= self.paused_at)  # waits for the resume
+            assert held or self.instant(self.next_fire_at) > self.now, "a due fire was left undecided"
         left = runs_left(self.position(), self.flight())
         if upcoming is None:
             # Only max_runs ends these schedules, and manual runs do not count against it.
