@@ -152,12 +152,14 @@ def bounded(candidate: datetime | None, pos: Position, flight: Flight) -> dateti
     return None if left is not None and left <= 0 else candidate
 
 
-def decide_due(pos: Position, flight: Flight, now: datetime) -> Due:
+def decide_due(pos: Position, flight: Flight, now: datetime, *, queued_missed: bool = True) -> Due:
     """Decide every fire whose instant has come by ``now``.
 
     Only the newest due fire can be on time (and only within ON_TIME_GRACE); every older one
-    was missed and goes to the missed-run policy. The on-time fire meets the overlap policy
-    when a run of the user's is going; behind catch-up runs it queues."""
+    was missed and goes to the missed-run policy, a fire of the schedule still queued too
+    (``queued_missed``; False replays histories from before reported-starts). The on-time
+    fire meets the overlap policy when a run of the user's is going; behind catch-up runs it
+    queues."""
     spec = pos.spec
     jitter = spec.jitter_seconds
 
@@ -185,10 +187,14 @@ def decide_due(pos: Position, flight: Flight, now: datetime) -> Due:
     if not due:
         return result
     policy = spec.effective_missed_run_policy()
-    queued_catchups = sum(1 for run in pos.queue if run.trigger is Trigger.CATCHUP)
-    keep = {MissedRunPolicy.CATCHUP: max(0, spec.max_catchup_runs - queued_catchups),
-            MissedRunPolicy.SINGLE_CATCHUP: 1 if queued_catchups == 0 else 0,
-            MissedRunPolicy.SKIP: 0}[policy]
+
+    def room(queue: list[Run]) -> int:
+        queued_catchups = sum(1 for run in queue if run.trigger is Trigger.CATCHUP)
+        return {MissedRunPolicy.CATCHUP: max(0, spec.max_catchup_runs - queued_catchups),
+                MissedRunPolicy.SINGLE_CATCHUP: 1 if queued_catchups == 0 else 0,
+                MissedRunPolicy.SKIP: 0}[policy]
+
+    keep = room(result.queue)
 
     if upcoming is not None and ripe(upcoming):
         # More due than a pass takes: if the newest `keep` + 1 lie beyond this pass, every fire
@@ -214,6 +220,16 @@ def decide_due(pos: Position, flight: Flight, now: datetime) -> Due:
     on_time = [f for f in due[-1:] if now - instant(f) <= ON_TIME_GRACE
                and (pos.paused_at is None or instant(f) >= pos.paused_at)]
     missed = due[: len(due) - len(on_time)]
+    if queued_missed and not (on_time and _keeps_newest(flight, spec.overlap_policy)):
+        # A fire still queued is older than every due one: no longer the newest, it was missed
+        # (unless the on-time fire replaces it as the one that waits, an overlap).
+        for old in [run for run in result.queue if run.trigger is Trigger.SCHEDULE]:
+            result.queue.remove(old)
+            back = take_back(replace(pos, queue=tuple(result.queue)), flight, old.scheduled_at,
+                             now, missed=True)
+            result.queue = back.queue
+            result.skipped += back.skipped
+        keep = room(result.queue)
     window = spec.catchup_window_seconds
     if window is not None:
         stale = [f for f in missed if now - f > timedelta(seconds=window)]
@@ -225,7 +241,7 @@ def decide_due(pos: Position, flight: Flight, now: datetime) -> Due:
     over = SkipReason.CATCHUP_CAP if policy is MissedRunPolicy.CATCHUP else SkipReason.MISSED
     result.skipped += [(f, over) for f in missed[: len(missed) - len(kept)]]
 
-    left = runs_left(pos, flight)
+    left = runs_left(replace(pos, queue=tuple(result.queue)), flight)
     for fire in kept:
         if left is not None and left <= 0:
             break
@@ -267,11 +283,12 @@ def pause_wake(pos: Position) -> datetime | None:
     return spec.end_date + timedelta(seconds=spec.jitter_seconds)
 
 
-def close_pause(pos: Position, flight: Flight, now: datetime) -> Due:
+def close_pause(pos: Position, flight: Flight, now: datetime, *, queued_missed: bool = True) -> Due:
     """The fires due so far in a pause, decided before the task ends or its schedule is
     replaced (nothing else would): those inside it SKIPPED paused, older ones missed. None
     starts: a fire due before the pause is never on time."""
-    return decide_due(replace(pos, paused=False, resumed_at=now), flight, now)
+    return decide_due(replace(pos, paused=False, resumed_at=now), flight, now,
+                      queued_missed=queued_missed)
 
 
 def _missed_reason(pos: Position, fire: datetime, now: datetime, over: SkipReason) -> SkipReason:
@@ -309,6 +326,13 @@ def _decide_on_time(result: Due, fire: datetime, flight: Flight, overlap: Overla
             result.queue.insert(0, run)
         else:
             result.queue.append(run)
+
+
+def _keeps_newest(flight: Flight, overlap: OverlapPolicy) -> bool:
+    """buffer_one and cancel_running keep one scheduled fire waiting while a run of the
+    user's is going: the newest (an older waiting one is SKIPPED overlap)."""
+    return flight.user_started > 0 and overlap in (OverlapPolicy.BUFFER_ONE,
+                                                   OverlapPolicy.CANCEL_RUNNING)
 
 
 def _after(pos: Position, due: Due) -> Position:

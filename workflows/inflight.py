@@ -8,6 +8,7 @@ touches is this object's; the task workflow reads the outcomes under its lock.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -113,6 +114,12 @@ class RunsInFlight:
     def instants(self) -> list[datetime]:
         """The instants of the runs still waiting for them."""
         return [f.instant for f in self._flying.values() if f.withdrawn is None]
+
+    def coming(self, give_back: Collection[str]) -> list[datetime]:
+        """The instants of the runs, but those withdrawn for good: a run withdrawn for a reason
+        in ``give_back`` still counts, as its fire goes back to the schedule."""
+        return [f.instant for f in self._flying.values()
+                if f.withdrawn is None or f.withdrawn in give_back]
 
     def deadlines(self) -> list[datetime]:
         """When each scheduled run not yet reported started is found untaken."""

@@ -62,6 +62,9 @@ class TaskState(BaseModel):
     cancelled_count: int = 0
     consecutive_failures: int = 0
     running: list[str] = Field(default_factory=list, description="execution ids in flight")
+    waiting: list[datetime] = Field(
+        default_factory=list, description="instants of the runs sent ahead of them whose fires "
+        "are still to run (withdrawn ones too while their fires go back to the schedule)")
     started_before_cancel: list[str] = Field(
         default_factory=list, description="runs whose job had started when the task's cancel "
         "reached it: cancelled through their heartbeats, or ended first")
@@ -167,6 +170,15 @@ class TaskState(BaseModel):
         if self.paused or self.next_fire_at is None:
             return None
         return instant_of(self.spec, self.task_id, self.next_fire_at, self.spec.jitter_seconds)
+
+    def next_run_at(self, now: datetime) -> datetime | None:
+        """The task's next run, as every answer, the row and NextRunAt show it: the soonest
+        instant still to come of a run waiting for it or of the next fire (jitter included);
+        None while paused or being cancelled."""
+        if self.paused or self.cancel_requested:
+            return None
+        return min((i for i in [*self.waiting, self.next_instant()] if i is not None and i > now),
+                   default=None)
 
     def position(self) -> Position:
         """Where the schedule stands, for the policy engine."""

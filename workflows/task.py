@@ -131,7 +131,7 @@ class TaskWorkflow:
         state = self._state
         now = workflow.now()
         decide = policy.close_pause if closing_pause else policy.decide_due
-        due = decide(state.position(), self._runs.flight(now), now)
+        due = decide(state.position(), self._runs.flight(now), now, queued_missed=self._runs.reported)
         state.next_fire_at, state.queue = due.next_fire_at, due.queue
         state.latest_taken = max(filter(None, [state.latest_taken, due.taken]), default=None)
         for fire, reason in due.skipped:
@@ -198,7 +198,7 @@ class TaskWorkflow:
         run_id = run.execution_id or execution_id(state.task_id, run.scheduled_at, run.trigger)
         self._runs.dispatch(state.spec, task_id=state.task_id, tenant_id=state.tenant_id, run=run,
                             run_id=run_id, instant=instant or workflow.now(), lead=self._lead())
-        state.running = self._runs.ids()
+        self._note_runs()
 
     def _absorb_ended(self) -> None:
         """Count and record the runs that ended; give back the fires of those that never ran."""
@@ -207,7 +207,7 @@ class TaskWorkflow:
                 self._not_run(ended)
             else:
                 self._ran(ended, ended.record)
-        self._state.running = self._runs.ids()
+        self._note_runs()
 
     def _not_run(self, ended: Ended) -> None:
         state = self._state
@@ -258,11 +258,16 @@ class TaskWorkflow:
         await self._write()
 
     async def _write(self) -> None:
-        """Write the rows; the task's next run is the soonest instant still to come."""
-        state, now = self._state, workflow.now()
-        state.running = self._runs.ids()
-        coming = [i for i in [*self._runs.instants(), state.next_instant()] if i is not None and i > now]
-        await self._record.write(None if state.paused or not coming else min(coming))
+        """Write the rows, with the task's next run as every answer shows it."""
+        self._note_runs()
+        await self._record.write(self._state.next_run_at(workflow.now()))
+
+    def _note_runs(self) -> None:
+        """Show the runs in flight in the state: their ids, and the instants still to come (a
+        run withdrawn whose fire goes back still counts; histories from before reported-starts
+        left it out)."""
+        back = GIVE_BACK if self._runs.reported else frozenset()
+        self._state.running, self._state.waiting = self._runs.ids(), self._runs.coming(back)
 
     async def _sleep(self) -> None:
         state = self._state

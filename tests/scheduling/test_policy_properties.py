@@ -526,3 +526,22 @@ def test_under_catchup_the_on_time_fire_queues_behind_the_catch_up_runs() -> Non
     pos = replace(pos, next_fire_at=back.next_fire_at, queue=tuple(rest))
     later = decide_due(pos, going, T0 + 6 * MINUTE)
     assert later.skipped == [] and later.queue[-1] == Run(scheduled_at=T0 + 6 * MINUTE)
+
+
+def test_under_catchup_a_fire_queued_behind_catch_ups_never_starts_after_a_newer_fire() -> None:
+    # Found by the model: back from an outage at 04:03, the on-time 04:03 queues behind the
+    # catch-up 04:02, and 04:04 behind both. Once 04:03 runs, 04:05 starts beside it (allow)
+    # while 04:04 still waited in the queue as an on-time fire: it started after 04:05.
+    spec = make_spec(schedule_type="cron", cron="* * * * *", missed_run_policy="catchup",
+                     max_catchup_runs=1, overlap_policy="allow")
+    model = Model(spec, timedelta(0))
+    model.outage(3 * MINUTE, workflow_first=False)
+    for step in ["wake", "wake", "finish", "wake", "wake", "finish", "finish", "wake"]:
+        if step == "finish":
+            model.finish(0, "completed")
+        else:
+            model.wake()
+        model.check_accounts()
+    # 04:03 and 04:04 were missed once a newer fire was decided: they ran as catch-ups.
+    assert [(r.scheduled_at - T0, r.trigger) for r in model.starts] == [
+        (k * MINUTE, Trigger.CATCHUP) for k in (2, 3, 4)]
