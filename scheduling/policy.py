@@ -223,7 +223,7 @@ def decide_due(pos: Position, flight: Flight, now: datetime, *, queued_missed: b
     if queued_missed and not (on_time and _keeps_newest(flight, spec.overlap_policy)):
         # A fire still queued is older than every due one: no longer the newest, it was missed
         # (unless the on-time fire replaces it as the one that waits, an overlap).
-        for old in [run for run in result.queue if run.trigger is Trigger.SCHEDULE]:
+        for old in [run for run in result.queue if run.trigger is Trigger.SCHEDULE and not run.held]:
             result.queue.remove(old)
             back = take_back(replace(pos, queue=tuple(result.queue)), flight, old.scheduled_at,
                              now, missed=True)
