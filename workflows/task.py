@@ -82,8 +82,9 @@ class TaskWorkflow:
                 if self._draining():
                     self._runs.release_ghosts()
                 if self._may_continue_as_new():
-                    await workflow.wait_condition(workflow.all_handlers_finished)
-                    if self._may_continue_as_new():
+                    # A message meanwhile is acted on first (the rows may wait on the database).
+                    await workflow.wait_condition(lambda: self._quiet() or (self._runs.reported and self._wake))
+                    if self._may_continue_as_new() and self._quiet():
                         self._state.continued_as_new += 1
                         workflow.continue_as_new(self._input.model_copy(update={"state": self._state}))
                 await self._sleep()
@@ -92,11 +93,12 @@ class TaskWorkflow:
             # record the end, then end as cancelled.
             self._state.status_reason = "workflow cancelled through Temporal"
             await self._stop()
+            await workflow.wait_condition(self._record.idle)
             raise
         if self._state.status is TaskStatus.COMPLETED:
             self._record.notify(NotifyEvent.COMPLETED, None, self._state.status_reason or "ended")
         await self._record.delivered()
-        await workflow.wait_condition(workflow.all_handlers_finished)
+        await workflow.wait_condition(self._quiet)
         return self._state
 
     # -- the main loop -------------------------------------------------------------------
@@ -260,7 +262,11 @@ class TaskWorkflow:
     async def _write(self) -> None:
         """Write the rows, with the task's next run as every answer shows it."""
         self._note_runs()
-        await self._record.write(self._state.next_run_at(workflow.now()))
+        next_run = self._state.next_run_at(workflow.now())
+        if self._runs.reported:
+            self._record.write_behind(next_run)  # messages never wait for the database
+        else:
+            await self._record.write(next_run)
 
     def _note_runs(self) -> None:
         """Show the runs in flight in the state: their ids, and the instants still to come (a
@@ -308,6 +314,10 @@ class TaskWorkflow:
         info = workflow.info()
         return (info.is_continue_as_new_suggested()
                 or info.get_current_history_length() > self._input.history_limit)
+
+    def _quiet(self) -> bool:
+        """No handler is running and every row is written: the workflow run may end."""
+        return workflow.all_handlers_finished() and self._record.idle()
 
     def _may_continue_as_new(self) -> bool:
         return self._draining() and not len(self._runs) and not self._runs.ended
