@@ -15,6 +15,10 @@ from scheduling.status import Trigger
 RUN_JOB = "run_job"
 RECORD = "record"
 NOTIFY = "notify"
+# What a jobs worker tells a task's workflow: a run's job started (signal), or may it start
+# this late (update, answered True or False).
+RUN_STARTED = "run_started"
+CLAIM_RUN = "claim_run"
 
 
 class JobInput(BaseModel):
@@ -42,6 +46,16 @@ class JobInput(BaseModel):
         """How late a start is: after the run's instant (an input sent without one, by an
         older workflow, counts from ``not_before``, else from ``scheduled_at``)."""
         return started - (self.instant or self.not_before or self.scheduled_at)
+
+
+class RunStart(BaseModel):
+    """A jobs worker's word on one attempt of a run: it started, or it asks to start."""
+
+    execution_id: str
+    attempt: int = 1
+    at: datetime
+    # The attempt's activity: a run found untaken and its catch-up share the execution id.
+    activity_id: str | None = None
 
 
 class JobResult(BaseModel):

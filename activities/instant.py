@@ -99,6 +99,12 @@ async def heartbeat_forever(
         await asyncio.sleep(every)
 
 
+def due_of(job_input: JobInput) -> datetime:
+    """When an attempt should start: its instant, or when it was sent if later (a run that
+    waited in the queue)."""
+    return job_input.not_before or job_input.sent_at or job_input.scheduled_at
+
+
 def refuse_if_late(job_input: JobInput, *, started_before: bool) -> None:
     """A scheduled run that would start past its grace after its instant, or after it was sent
     (its worker was down or backlogged), does not run: it reports Late, and the workflow's
@@ -107,9 +113,7 @@ def refuse_if_late(job_input: JobInput, *, started_before: bool) -> None:
     limit = job_input.late_after_seconds
     if limit is None or started_before:
         return
-    # From its instant, or from when it was sent if later (a run that waited in the queue).
-    due = job_input.not_before or job_input.sent_at or job_input.scheduled_at
-    late = (datetime.now(UTC) - due).total_seconds()
+    late = (datetime.now(UTC) - due_of(job_input)).total_seconds()
     if late > limit:
         raise ApplicationError(
             f"not started: it reached its worker {late:.0f}s after its instant",

@@ -20,16 +20,18 @@ from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 from activities.contracts import RUN_JOB, JobFailureDetails, JobInput, JobResult
 from activities.instant import (
     STARTED,
+    due_of,
     heartbeat_forever,
     heartbeat_while_waiting,
     refuse_if_late,
     wait_for_instant,
 )
 from activities.run_rows import RunRows, completed_result
+from activities.starts import StartReports
 from jobs.egress import EgressRefused
 from jobs.handlers import Handler, HandlerContext, call_handler
 from jobs.outbound import Outbound, OutboundLimits
-from scheduling.policy import retryable_http_status
+from scheduling.policy import must_claim, retryable_http_status
 from scheduling.spec import HandlerJob, HttpJob, WorkflowJob, redact_url
 from scheduling.status import JobFailure
 from scheduling.workflow_jobs import WorkflowJobRules, refusal
@@ -57,6 +59,7 @@ class JobActivities:
         outbound: Outbound | None = None,
     ) -> None:
         self._rows = RunRows(engine, writer) if engine is not None else None
+        self._starts = StartReports(client)
         # The worker shares one Outbound (its slots) between jobs and webhooks.
         self._outbound = outbound or Outbound(http, OutboundLimits(max_body_bytes=max_response_bytes))
         self._handlers = dict(handlers)
@@ -92,6 +95,10 @@ class JobActivities:
         try:
             await wait_for_instant(job_input)
             refuse_if_late(job_input, started_before=started_before)
+            if not started_before and must_claim(job_input.trigger, due_of(job_input),
+                                                 datetime.now(UTC)):
+                # Past the time its workflow may have decided the fire again: ask first.
+                await self._starts.claim(job_input, info.workflow_id, info.attempt)
             heartbeats.cancel()
             # From here the job has started: a retry after a crash is a retry, not a late start.
             heartbeats = asyncio.create_task(heartbeat_forever(info.heartbeat_timeout, STARTED))
@@ -124,6 +131,8 @@ class JobActivities:
         except Exception as exc:
             error = exc if isinstance(exc, ApplicationError) else None
             later(self._ended, datetime.now(UTC) - started, labels, "failed", bound, error)
+            await asyncio.sleep(0)  # a job that failed at once: its start is reported first
+            await self._starts.sent(job_input, attempt)
             if error is not None:
                 raise _with_start(error, started) from exc.__cause__
             raise
@@ -131,6 +140,7 @@ class JobActivities:
         later(self._finished, job_input, result, datetime.now(UTC) - started, labels, bound)
         try:
             await asyncio.sleep(0)  # the SDK's report of this end, too, waits behind those starts
+            await self._starts.sent(job_input, attempt)
         except asyncio.CancelledError:
             pass  # the job has run: it reports its end whatever was asked meanwhile
         return result
@@ -160,6 +170,7 @@ class JobActivities:
         # not when its start is committed (a final outcome is never overwritten by it).
         if self._rows is not None:
             self._rows.started(job_input, started, attempt, bound)
+        self._starts.report(job_input, activity.info().workflow_id, attempt, started)
 
     def _finished(self, job_input: JobInput, result: JobResult, took: timedelta,
                   labels: dict[str, str], bound: Any) -> None:

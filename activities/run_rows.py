@@ -63,7 +63,7 @@ class RunRows:
             http_status=result.http_status,
             response_snippet=result.response_snippet, lateness_ms=lateness_ms,
         )
-        self._beside(self._submit(write_run(self._engine, record, None), "job.completion_not_recorded", bound))
+        self._beside(self._submit(write_run(self._engine, record, None, early=True), "job.completion_not_recorded", bound))
 
     async def _submit(self, write: Write, failure: str, bound: Any) -> None:
         try:

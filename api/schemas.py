@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -289,7 +289,7 @@ class TaskOut(BaseModel):
             schedule_type=state.spec.schedule_type.value,
             schedule=spec,
             job_details=job,
-            next_run_at=state.next_instant(),
+            next_run_at=state.next_run_at(datetime.now(UTC)),
             last_run=last,
             run_count=state.run_count,
             success_count=state.success_count,

@@ -35,8 +35,6 @@ from api.schemas import (
 from api.store_calls import in_thread
 from api.temporal import TemporalGateway
 from jobs.egress import EgressPolicy, EgressRefused
-from scheduling.fire import first_fire
-from scheduling.policy import instant_of
 from scheduling.records import TaskSnapshot
 from scheduling.spacing import ShortestGaps
 from scheduling.spec import (
@@ -64,6 +62,7 @@ from store.tasks import (
     set_dead_letter,
     write_snapshot,
 )
+from workflows.starter import first_run_at
 from workflows.state import TaskState
 
 log = structlog.get_logger("task_scheduler.api")
@@ -164,7 +163,7 @@ class TaskService:
             schedule_type=spec.schedule_type.value,
             spec=spec.model_dump(mode="json"),
             status=TaskStatus.PENDING.value,
-            next_run_at=_first_instant(spec, task_id, now),
+            next_run_at=first_run_at(task_id, who.tenant_id, spec, now),
             created_at=now,
             updated_at=now,
             state_version=0,
@@ -193,7 +192,8 @@ class TaskService:
         return _out_of_snapshot(TaskSnapshot(
             task_id=task_id, tenant_id=who.tenant_id, name=spec.task_name,
             schedule_type=spec.schedule_type.value, spec=spec.model_dump(mode="json"),
-            status=TaskStatus.PENDING.value, next_run_at=_first_instant(spec, task_id, now),
+            status=TaskStatus.PENDING.value,
+            next_run_at=first_run_at(task_id, who.tenant_id, spec, now),
             created_at=now, updated_at=now,
         ))
 
@@ -453,9 +453,3 @@ def _first_error(exc: ValidationError) -> str:
     field = ".".join(str(p) for p in first.get("loc", ()))
     msg = str(first.get("msg", "invalid")).removeprefix("Value error, ")
     return f"{field}: {msg}" if field else msg
-
-
-def _first_instant(spec: TaskSpec, task_id: str, now: datetime) -> datetime | None:
-    """When a new task's first fire runs (its jitter included)."""
-    first = first_fire(spec, now)
-    return None if first is None else instant_of(spec, task_id, first, spec.jitter_seconds)

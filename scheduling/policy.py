@@ -37,6 +37,13 @@ FIRES_PER_PASS = 250
 # cancel reaches a waiting run at its next heartbeat (at most 2 s apart near the instant,
 # scheduling/waiting.py), and a run must never be started and then killed by a withdrawal.
 WITHDRAW_MARGIN = timedelta(seconds=3)
+# A run is running once its jobs worker reports that the job started. A scheduled run the
+# workflow has not heard of UNTAKEN_AFTER past its instant was taken by no worker: its fire
+# goes back to the missed-run policy. So an attempt of a scheduled run that would start more
+# than CLAIM_AFTER past its instant (or past when it was sent) asks the workflow first; the
+# gap between the two leaves a start report sent unasked seconds to arrive.
+CLAIM_AFTER = timedelta(seconds=4)
+UNTAKEN_AFTER = timedelta(seconds=8)
 # HTTP answers that are worth retrying although they are 4xx.
 RETRYABLE_4XX = frozenset({408, 429})
 
@@ -47,6 +54,8 @@ class Run(BaseModel):
     scheduled_at: datetime
     trigger: Trigger = Trigger.SCHEDULE
     execution_id: str | None = Field(default=None, description="set for a replayed run")
+    held: bool = Field(default=False, description="decided to start while the task drained: "
+                       "the next workflow run starts it at once, unless it is late by then")
 
 
 @dataclass(frozen=True)
@@ -55,7 +64,7 @@ class Flight:
 
     total: int = 0
     scheduled: int = 0  # runs of the schedule (counted against max_runs)
-    started: int = 0  # runs past their instant (the job is going)
+    started: int = 0  # runs whose worker reported that the job started
     user_started: int = 0  # of those, runs not started by the missed-run policy
     last_fire: datetime | None = None  # the latest fire of the schedule in flight (withdrawn too)
 
@@ -69,7 +78,9 @@ class Position:
     anchor: datetime
     next_fire_at: datetime | None
     executed: int = 0  # scheduled runs that ran (max_runs counts these only)
-    resumed_at: datetime | None = None  # fires up to here fell inside a pause
+    paused: bool = False  # fires from paused_at on wait for the pause to end
+    paused_at: datetime | None = None  # when the last pause was asked (None: not kept)
+    resumed_at: datetime | None = None  # when it ended: fires from paused_at up to here were in it
     queue: tuple[Run, ...] = ()
     latest_taken: datetime | None = None  # the newest fire taken from the schedule so far
 
@@ -141,12 +152,14 @@ def bounded(candidate: datetime | None, pos: Position, flight: Flight) -> dateti
     return None if left is not None and left <= 0 else candidate
 
 
-def decide_due(pos: Position, flight: Flight, now: datetime) -> Due:
+def decide_due(pos: Position, flight: Flight, now: datetime, *, queued_missed: bool = True) -> Due:
     """Decide every fire whose instant has come by ``now``.
 
     Only the newest due fire can be on time (and only within ON_TIME_GRACE); every older one
-    was missed and goes to the missed-run policy. The on-time fire meets the overlap policy
-    when a run of the user's is going; behind catch-up runs it queues."""
+    was missed and goes to the missed-run policy, a fire of the schedule still queued too
+    (``queued_missed``; False replays histories from before reported-starts). The on-time
+    fire meets the overlap policy when a run of the user's is going; behind catch-up runs it
+    queues."""
     spec = pos.spec
     jitter = spec.jitter_seconds
 
@@ -156,26 +169,39 @@ def decide_due(pos: Position, flight: Flight, now: datetime) -> Due:
     def following(fire: datetime) -> datetime | None:
         return None if is_fixed_delay(spec) else next_fire(spec, anchor=pos.anchor, after=fire)
 
+    if (end := pause_wake(pos)) is not None and now >= end:
+        pos = replace(pos, paused=False, resumed_at=now)  # no fire after the schedule's end
+
+    def ripe(fire: datetime) -> bool:
+        # While paused, a fire from the pause on waits for its end (every fire, when the time
+        # the pause was asked is not kept).
+        held = pos.paused and (pos.paused_at is None or instant(fire) >= pos.paused_at)
+        return instant(fire) <= now and not held
+
     due: list[datetime] = []
     upcoming = pos.next_fire_at
-    while upcoming is not None and instant(upcoming) <= now and len(due) < FIRES_PER_PASS:
+    while upcoming is not None and ripe(upcoming) and len(due) < FIRES_PER_PASS:
         due.append(upcoming)
         upcoming = following(upcoming)
     result = Due(next_fire_at=upcoming, queue=list(pos.queue))
     if not due:
         return result
     policy = spec.effective_missed_run_policy()
-    queued_catchups = sum(1 for run in pos.queue if run.trigger is Trigger.CATCHUP)
-    keep = {MissedRunPolicy.CATCHUP: max(0, spec.max_catchup_runs - queued_catchups),
-            MissedRunPolicy.SINGLE_CATCHUP: 1 if queued_catchups == 0 else 0,
-            MissedRunPolicy.SKIP: 0}[policy]
 
-    if upcoming is not None and instant(upcoming) <= now:
+    def room(queue: list[Run]) -> int:
+        queued_catchups = sum(1 for run in queue if run.trigger is Trigger.CATCHUP)
+        return {MissedRunPolicy.CATCHUP: max(0, spec.max_catchup_runs - queued_catchups),
+                MissedRunPolicy.SINGLE_CATCHUP: 1 if queued_catchups == 0 else 0,
+                MissedRunPolicy.SKIP: 0}[policy]
+
+    keep = room(result.queue)
+
+    if upcoming is not None and ripe(upcoming):
         # More due than a pass takes: if the newest `keep` + 1 lie beyond this pass, every fire
         # of it is missed and not kept; otherwise take the rest of them into this pass.
         ahead: list[datetime] = []
         cursor: datetime | None = upcoming
-        while cursor is not None and instant(cursor) <= now and len(ahead) <= keep:
+        while cursor is not None and ripe(cursor) and len(ahead) <= keep:
             ahead.append(cursor)
             cursor = following(cursor)
         if len(ahead) > keep:
@@ -187,12 +213,23 @@ def decide_due(pos: Position, flight: Flight, now: datetime) -> Due:
         due += ahead
         result.next_fire_at = upcoming = cursor
 
-    if pos.resumed_at is not None:
-        paused = [f for f in due if f <= pos.resumed_at]
-        result.skipped += [(f, SkipReason.PAUSED) for f in paused]
-        due = due[len(paused):]
-    on_time = [f for f in due[-1:] if now - instant(f) <= ON_TIME_GRACE]
+    paused = [f for f in due if _in_pause(pos, f)]
+    result.skipped += [(f, SkipReason.PAUSED) for f in paused]
+    due = [f for f in due if f not in paused]
+    # A fire due before a pause was asked is missed: the pause stops it from running on time.
+    on_time = [f for f in due[-1:] if now - instant(f) <= ON_TIME_GRACE
+               and (pos.paused_at is None or instant(f) >= pos.paused_at)]
     missed = due[: len(due) - len(on_time)]
+    if queued_missed and not (on_time and _keeps_newest(flight, spec.overlap_policy)):
+        # A fire still queued is older than every due one: no longer the newest, it was missed
+        # (unless the on-time fire replaces it as the one that waits, an overlap).
+        for old in [run for run in result.queue if run.trigger is Trigger.SCHEDULE and not run.held]:
+            result.queue.remove(old)
+            back = take_back(replace(pos, queue=tuple(result.queue)), flight, old.scheduled_at,
+                             now, missed=True)
+            result.queue = back.queue
+            result.skipped += back.skipped
+        keep = room(result.queue)
     window = spec.catchup_window_seconds
     if window is not None:
         stale = [f for f in missed if now - f > timedelta(seconds=window)]
@@ -204,7 +241,7 @@ def decide_due(pos: Position, flight: Flight, now: datetime) -> Due:
     over = SkipReason.CATCHUP_CAP if policy is MissedRunPolicy.CATCHUP else SkipReason.MISSED
     result.skipped += [(f, over) for f in missed[: len(missed) - len(kept)]]
 
-    left = runs_left(pos, flight)
+    left = runs_left(replace(pos, queue=tuple(result.queue)), flight)
     for fire in kept:
         if left is not None and left <= 0:
             break
@@ -227,8 +264,35 @@ def decide_due(pos: Position, flight: Flight, now: datetime) -> Due:
     return result
 
 
+def _in_pause(pos: Position, fire: datetime) -> bool:
+    """The fire came while the task was paused: its instant no earlier than the pause was
+    asked (any, when that is not kept), its time no later than the pause ended."""
+    if pos.resumed_at is None or fire > pos.resumed_at:
+        return False
+    return pos.paused_at is None or instant_of(
+        pos.spec, pos.task_id, fire, pos.spec.jitter_seconds) >= pos.paused_at
+
+
+def pause_wake(pos: Position) -> datetime | None:
+    """When a paused task wakes to record the fires of its pause although it is not resumed:
+    once its schedule is over (end_date, plus the most jitter moves a fire), if a fire is
+    left. From then on the pause holds none (``decide_due``)."""
+    spec = pos.spec
+    if not pos.paused or pos.paused_at is None or pos.next_fire_at is None or spec.end_date is None:
+        return None
+    return spec.end_date + timedelta(seconds=spec.jitter_seconds)
+
+
+def close_pause(pos: Position, flight: Flight, now: datetime, *, queued_missed: bool = True) -> Due:
+    """The fires due so far in a pause, decided before the task ends or its schedule is
+    replaced (nothing else would): those inside it SKIPPED paused, older ones missed. None
+    starts: a fire due before the pause is never on time."""
+    return decide_due(replace(pos, paused=False, resumed_at=now), flight, now,
+                      queued_missed=queued_missed)
+
+
 def _missed_reason(pos: Position, fire: datetime, now: datetime, over: SkipReason) -> SkipReason:
-    if pos.resumed_at is not None and fire <= pos.resumed_at:
+    if _in_pause(pos, fire):
         return SkipReason.PAUSED
     window = pos.spec.catchup_window_seconds
     if window is not None and now - fire > timedelta(seconds=window):
@@ -238,12 +302,14 @@ def _missed_reason(pos: Position, fire: datetime, now: datetime, over: SkipReaso
 
 def _decide_on_time(result: Due, fire: datetime, flight: Flight, overlap: OverlapPolicy) -> None:
     run = Run(scheduled_at=fire)
-    if flight.user_started == 0 and (result.queue or flight.total):
+    # Runs held by a drain start at once in the next workflow run: they are going already.
+    going = flight.user_started + sum(1 for queued in result.queue if queued.held)
+    if going == 0 and (result.queue or flight.total):
         # Behind runs the scheduler itself started or queued (catch-up, or a run someone
         # asked for): the overlap policy is for a slow run of the user's schedule.
         result.queue.append(run)
         return
-    if flight.user_started == 0:
+    if going == 0:
         result.start.append(run)
         return
     if overlap is OverlapPolicy.ALLOW:
@@ -262,6 +328,13 @@ def _decide_on_time(result: Due, fire: datetime, flight: Flight, overlap: Overla
             result.queue.append(run)
 
 
+def _keeps_newest(flight: Flight, overlap: OverlapPolicy) -> bool:
+    """buffer_one and cancel_running keep one scheduled fire waiting while a run of the
+    user's is going: the newest (an older waiting one is SKIPPED overlap)."""
+    return flight.user_started > 0 and overlap in (OverlapPolicy.BUFFER_ONE,
+                                                   OverlapPolicy.CANCEL_RUNNING)
+
+
 def _after(pos: Position, due: Due) -> Position:
     """The position once the pass's decisions are taken (for the max_runs budget)."""
     started = sum(1 for run in due.start if run.trigger.scheduled)
@@ -270,16 +343,34 @@ def _after(pos: Position, due: Due) -> Position:
 
 
 def next_from_queue(queue: list[Run], flight: Flight, *, paused: bool) -> Run | None:
-    """The queued run to start now: the head once nothing is in flight; a run someone asked
-    for also when the runs in flight only wait for their instants. A pause holds the
-    schedule's runs (catch-up, buffered), not the ones someone asked for."""
+    """The queued run to start now: the head once nothing is in flight; a run held by a drain
+    (already decided to start) or someone asked for also when the runs in flight only wait
+    for their instants. A pause holds the schedule's runs (catch-up, buffered, held), not the
+    ones someone asked for."""
     waiting = [run for run in queue if not (paused and run.trigger.scheduled)]
     if not waiting:
         return None
     head = waiting[0]
-    if flight.total == 0 or (not head.trigger.scheduled and flight.started == 0):
+    if flight.total == 0 or head.held or (not head.trigger.scheduled and flight.started == 0):
         return head
     return None
+
+
+def stale_in_queue(pos: Position, now: datetime) -> list[Run]:
+    """Queued runs of the schedule that can no longer be on time: all but the newest, and the
+    newest once its instant is past ON_TIME_GRACE. The missed-run policy decides each again
+    (``take_back`` with ``missed``): only the newest due fire can be on time. A run held by a
+    drain was decided on time already: it is stale only once past ON_TIME_GRACE."""
+
+    def late(run: Run) -> bool:
+        instant = instant_of(pos.spec, pos.task_id, run.scheduled_at, pos.spec.jitter_seconds)
+        return now - instant > ON_TIME_GRACE
+
+    held = [run for run in pos.queue if run.held and late(run)]
+    scheduled = [run for run in pos.queue if run.trigger is Trigger.SCHEDULE and not run.held]
+    if not scheduled:
+        return held
+    return held + (scheduled if late(scheduled[-1]) else scheduled[:-1])
 
 
 def may_dispatch_ahead(flight: Flight, queue: list[Run], *, paused: bool, draining: bool) -> bool:
@@ -302,6 +393,18 @@ def may_withdraw(instant: datetime, now: datetime) -> bool:
     return instant - now > WITHDRAW_MARGIN
 
 
+def must_claim(trigger: Trigger, due: datetime, now: datetime) -> bool:
+    """An attempt of a scheduled run this late asks the workflow before it starts the job
+    (the only runs the workflow finds untaken, see UNTAKEN_AFTER)."""
+    return trigger is Trigger.SCHEDULE and now - due > CLAIM_AFTER
+
+
+def untaken(instant: datetime, now: datetime) -> bool:
+    """A scheduled run no worker reported started by now was taken by none: it may no longer
+    start unasked (see CLAIM_AFTER), so the workflow decides its fire again."""
+    return now - instant >= UNTAKEN_AFTER
+
+
 def late_limit(trigger: Trigger) -> timedelta | None:
     """How late a run may start before it is refused as missed: the schedule's own runs only
     (catch-up and asked-for runs are late on purpose)."""
@@ -313,18 +416,27 @@ def after_finish(pos: Position, flight: Flight, finished_at: datetime) -> dateti
     return bounded(next_fire(pos.spec, anchor=pos.anchor, after=finished_at), pos, flight)
 
 
-def take_back(pos: Position, flight: Flight, fire: datetime, now: datetime) -> Due:
-    """A fire whose run did not start (withdrawn by a pause or new bounds, or refused as late).
+def take_back(pos: Position, flight: Flight, fire: datetime, now: datetime, *,
+              missed: bool = False, outdated: bool = False) -> Due:
+    """A fire whose run did not start (withdrawn by a pause or new bounds, refused as late, or
+    taken by no worker).
 
     While nothing after it was decided, it goes back to the schedule and is decided again
-    when its time is looked at. Once later fires were decided, it is a missed fire, decided
-    alone by the missed-run policy (never by rewinding the schedule over the later ones)."""
+    when its time is looked at. Once later fires were decided, or when its instant passed
+    unrun (``missed``: late or untaken), it is a missed fire, decided alone by the
+    missed-run policy (never by rewinding the schedule over the later ones). A fire of a
+    schedule since re-timed (``outdated``) is SKIPPED rescheduled: the new schedule keeps its
+    position."""
     spec = pos.spec
     result = Due(next_fire_at=pos.next_fire_at, queue=list(pos.queue))
+    if outdated:
+        result.skipped.append((fire, SkipReason.RESCHEDULED))
+        result.next_fire_at = _reopened(pos, flight, now)
+        return result
     if spec.end_date is not None and fire > spec.end_date:
         result.skipped.append((fire, SkipReason.RESCHEDULED))  # past the new end_date
         return result
-    later_taken = (pos.latest_taken is not None and pos.latest_taken > fire) or (
+    later_taken = missed or (pos.latest_taken is not None and pos.latest_taken > fire) or (
         flight.last_fire is not None and flight.last_fire > fire)
     if not later_taken:
         result.next_fire_at = bounded(fire, pos, flight)  # unless max_runs is reached meanwhile
@@ -335,8 +447,17 @@ def take_back(pos: Position, flight: Flight, fire: datetime, now: datetime) -> D
     over = SkipReason.CATCHUP_CAP if policy is MissedRunPolicy.CATCHUP else SkipReason.MISSED
     reason = _missed_reason(pos, fire, now, over)
     room = policy is MissedRunPolicy.CATCHUP and queued < spec.max_catchup_runs
+    waiting = [run for run in result.queue if run.trigger is Trigger.CATCHUP]
+    single = (missed and policy is MissedRunPolicy.SINGLE_CATCHUP and reason is SkipReason.MISSED
+              and all(run.scheduled_at < fire for run in waiting))
     if reason is SkipReason.CATCHUP_CAP and room and (left is None or left > 0):
-        result.queue.insert(0, Run(scheduled_at=fire, trigger=Trigger.CATCHUP))
+        _queue_in_order(result.queue, Run(scheduled_at=fire, trigger=Trigger.CATCHUP))
+    elif single and (left is None or left > 0 or waiting):
+        # single_catchup runs the most recent missed fire once: it replaces an older one.
+        for old in waiting:
+            result.queue.remove(old)
+            result.skipped.append((old.scheduled_at, SkipReason.MISSED))
+        _queue_in_order(result.queue, Run(scheduled_at=fire, trigger=Trigger.CATCHUP))
     else:
         result.skipped.append((fire, reason))
         if result.next_fire_at is None and pos.latest_taken is not None and not is_fixed_delay(spec):
@@ -344,6 +465,30 @@ def take_back(pos: Position, flight: Flight, fire: datetime, now: datetime) -> D
             result.next_fire_at = bounded(next_fire(spec, anchor=pos.anchor, after=pos.latest_taken),
                                           pos, flight)
     return result
+
+
+def _queue_in_order(queue: list[Run], run: Run) -> None:
+    """Queue a fire of the schedule among the others by its time (the schedule's runs start
+    oldest first); before the runs someone asked for when none of the schedule's is older."""
+    scheduled = [i for i, queued in enumerate(queue) if queued.trigger.scheduled]
+    later = [i for i in scheduled if queue[i].scheduled_at > run.scheduled_at]
+    older = [i for i in scheduled if queue[i].scheduled_at < run.scheduled_at]
+    queue.insert(later[0] if later else older[-1] + 1 if older else 0, run)
+
+
+def _reopened(pos: Position, flight: Flight, now: datetime) -> datetime | None:
+    """The next fire once a run max_runs counted in advance did not run: a schedule that
+    budget had ended goes on after the newest fire it took (from its first, if none)."""
+    spec = pos.spec
+    if pos.next_fire_at is not None or (is_fixed_delay(spec) and flight.scheduled):
+        return pos.next_fire_at  # (a fixed_delay run in flight plans the next fire)
+    if is_fixed_delay(spec):
+        candidate = next_fire(spec, anchor=pos.anchor, after=now)
+    elif pos.latest_taken is None:
+        candidate = first_fire(spec, pos.anchor)
+    else:
+        candidate = next_fire(spec, anchor=pos.anchor, after=pos.latest_taken)
+    return bounded(candidate, pos, flight)
 
 
 @dataclass(frozen=True)

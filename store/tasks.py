@@ -10,6 +10,7 @@ from typing import Any, Protocol, TypeVar, cast
 
 import structlog
 from sqlalchemy import (
+    ColumnElement,
     Connection,
     Engine,
     Integer,
@@ -17,6 +18,7 @@ from sqlalchemy import (
     Table,
     and_,
     bindparam,
+    case,
     exists,
     func,
     or_,
@@ -71,11 +73,14 @@ def save_run(engine: Engine, record: ExecutionRecord, snapshot: TaskSnapshot | N
         write_run(engine, record, snapshot)(connection)
 
 
-def write_run(engine: Engine, record: ExecutionRecord, snapshot: TaskSnapshot | None) -> Callable[[Connection], None]:
-    """The writes of a finished run, for a batch."""
+def write_run(engine: Engine, record: ExecutionRecord, snapshot: TaskSnapshot | None, *,
+              early: bool = False) -> Callable[[Connection], None]:
+    """The writes of a finished run, for a batch. An ``early`` outcome (the jobs worker's,
+    before the workflow has it) lands only on a row that has none yet: the workflow's row,
+    with its finish and drift, is final whoever writes last."""
 
     def write(connection: Connection) -> None:
-        _upsert(connection, EXECUTION_TABLE, _execution_upsert(engine, record))
+        _upsert(connection, EXECUTION_TABLE, _execution_upsert(engine, record, early=early))
         if snapshot is not None:
             _upsert(connection, TASK_TABLE, _snapshot_upsert(engine, snapshot))
 
@@ -168,12 +173,13 @@ def _snapshot_upsert(engine: Engine, snapshot: TaskSnapshot) -> Upsert:
     return _snapshot_statement(engine.dialect.name, tuple(values)), values
 
 
-def _execution_upsert(engine: Engine, record: ExecutionRecord, *, reopen: bool = False) -> Upsert:
+def _execution_upsert(engine: Engine, record: ExecutionRecord, *, reopen: bool = False,
+                      early: bool = False) -> Upsert:
     values = record.model_dump()
     # Only fields that are known overwrite: a late RUNNING write keeps the final outcome, and a
     # final write keeps the start time the job recorded.
     known = tuple(k for k, v in values.items() if k not in ("id", "created_at") and v is not None)
-    return _execution_statement(engine.dialect.name, tuple(values), known, reopen), values
+    return _execution_statement(engine.dialect.name, tuple(values), known, reopen, early), values
 
 
 # The statements are built once per shape and executed with each write's parameters: building
@@ -210,25 +216,35 @@ def _same_owner(stmt: Any, table: Table) -> Any:
 
 
 @functools.cache
-def _execution_statement(dialect: str, columns: tuple[str, ...], known: tuple[str, ...], reopen: bool) -> Any:
+def _execution_statement(dialect: str, columns: tuple[str, ...], known: tuple[str, ...],
+                         reopen: bool, early: bool) -> Any:
     table = EXECUTION_TABLE
     stmt = _dialect_insert(dialect, table).from_select(columns, _unless_foreign_task(dialect, columns))
     changed = {k: stmt.excluded[k] for k in known if k not in _OWNERS[table.name]}
-    same_owner = _same_owner(stmt, table)
-    if reopen:
-        # A replayed dead letter runs again under its own id: the row is reopened.
-        return stmt.on_conflict_do_update(index_elements=["id"], set_=changed, where=same_owner)
-    # A finished run's outcome always lands; a late RUNNING write never resurrects a finished
-    # row; and a skip never replaces a run: a timed-out workflow task's local activity may still
-    # write the skip its discarded decision made after the retried task ran the fire.
+    if "trigger" in changed:
+        # A replay runs the row's own run again: the row keeps the trigger it ran by (its
+        # dead_letter says it was replayed), and max_runs keeps counting it.
+        changed["trigger"] = case((stmt.excluded.trigger == Trigger.REPLAY, table.c.trigger),
+                                  else_=stmt.excluded.trigger)
+    # A finished run's outcome lands (the jobs worker's early one only on a row without one);
+    # a late RUNNING write never resurrects a finished row, but a replay's start reopens its
+    # dead letter once; and a skip never replaces a run: a timed-out workflow task's local
+    # activity may still write the skip its discarded decision made after the retried task
+    # ran the fire.
     current, new = table.c.status, stmt.excluded.status
+    outcome: ColumnElement[bool] = new.in_(RUN_OUTCOMES)
+    if early:
+        outcome = and_(outcome, current.not_in(RUN_OUTCOMES))
+    resumable: ColumnElement[bool] = current.in_((ExecutionStatus.RUNNING, ExecutionStatus.SKIPPED))
+    if reopen:
+        resumable = or_(resumable, and_(current == ExecutionStatus.FAILED,
+                                        table.c.dead_letter == DeadLetter.REPLAYED))
     return stmt.on_conflict_do_update(
         index_elements=["id"],
         set_=changed,
-        where=and_(same_owner, or_(
-            new.in_(RUN_OUTCOMES),
-            and_(new == ExecutionStatus.RUNNING,
-                 current.in_((ExecutionStatus.RUNNING, ExecutionStatus.SKIPPED))),
+        where=and_(_same_owner(stmt, table), or_(
+            outcome,
+            and_(new == ExecutionStatus.RUNNING, resumable),
             and_(new == ExecutionStatus.SKIPPED, current == ExecutionStatus.SKIPPED),
         )),
     )

@@ -245,7 +245,7 @@ class Reconciler:
                 schedule_type=state.spec.schedule_type.value,
                 spec=state.spec.model_dump(mode="json"), status=state.status.value,
                 status_reason=state.status_reason,
-                next_run_at=state.next_instant(),
+                next_run_at=state.next_run_at(now),
                 run_count=state.run_count, success_count=state.success_count,
                 failure_count=state.failure_count, skipped_count=state.skipped_count,
                 created_at=state.created_at, updated_at=now, state_version=0,

@@ -8,6 +8,7 @@ touches is this object's; the task workflow reads the outcomes under its lock.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -16,9 +17,17 @@ from temporalio.common import Priority, RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
-    from activities.contracts import RUN_JOB, JobFailureDetails, JobInput, JobResult
+    from activities.contracts import RUN_JOB, JobFailureDetails, JobInput, JobResult, RunStart
     from config.temporal import jobs_queue
-    from scheduling.policy import Flight, Run, aimed_instant, late_limit, may_withdraw
+    from scheduling.policy import (
+        UNTAKEN_AFTER,
+        Flight,
+        Run,
+        aimed_instant,
+        late_limit,
+        may_withdraw,
+        untaken,
+    )
     from scheduling.records import ExecutionRecord
     from scheduling.spec import TaskSpec
     from scheduling.status import PRIORITY_KEYS, ExecutionStatus, JobFailure, Trigger
@@ -28,6 +37,10 @@ with workflow.unsafe.imports_passed_through():
 # Room, past the job's own run timeout and the wait for its instant, before the server gives
 # up on an attempt whose worker went silent (the heartbeat timeout notices that sooner).
 ATTEMPT_SLACK = timedelta(seconds=15)
+# The withdrawal of a scheduled run no worker reported started in time (policy.untaken).
+UNTAKEN = "untaken"
+# Why a run sent for a schedule since re-timed did not run (withdrawn, or back unrun).
+RESCHEDULED = "rescheduled"
 
 
 @dataclass
@@ -44,37 +57,57 @@ class Ended:
 @dataclass
 class _Flying:
     run: Run
+    run_id: str
     instant: datetime
     handle: workflow.ActivityHandle[JobResult]
     withdrawn: str | None = None
+    started: bool = False  # its jobs worker reported that the job started
+    released: bool = False  # a ghost whose activity was cancelled
+    outdated: bool = False  # sent for a schedule since re-timed
+
+    @property
+    def ghost(self) -> bool:
+        """Untaken: its fire went back to the policy; it can no longer start unasked."""
+        return self.withdrawn == UNTAKEN
+
+    def unrun(self, reason: str | None) -> str | None:
+        """Why the run did not run: a run of a schedule since re-timed, rescheduled (unless
+        the task was cancelled)."""
+        return RESCHEDULED if self.outdated and self.withdrawn != "cancelled" else reason
 
 
 class RunsInFlight:
     """Every run of the task between its dispatch and its end."""
 
     def __init__(self) -> None:
+        # By activity id: a run's own id, or a numbered one beside a ghost of the same run.
         self._flying: dict[str, _Flying] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self.ended: list[Ended] = []
+        # A run is started when its worker says so; False replays histories recorded before,
+        # where a run counted as started once its instant had passed.
+        self.reported = False
 
     def __len__(self) -> int:
         return len(self._flying)
 
     def ids(self) -> list[str]:
         """The execution ids in flight."""
-        return list(self._flying)
+        return [f.run_id for f in self._flying.values() if not f.ghost]
 
     def flight(self, now: datetime) -> Flight:
-        """The summary the policy engine decides with; runs being withdrawn do not count."""
-        live = [f for f in self._flying.values() if f.withdrawn is None]
-        started = [f for f in live if f.instant <= now]
+        """The summary the policy engine decides with; runs being withdrawn do not count, and
+        ghosts not at all (their fires were decided again)."""
+        counted = [f for f in self._flying.values() if not f.ghost]
+        live = [f for f in counted if f.withdrawn is None]
+        started = [f for f in live if (f.started if self.reported else f.instant <= now)]
         return Flight(
-            total=len(self._flying),
+            total=len(counted) if self.reported else len(self._flying),
             scheduled=sum(1 for f in live if f.run.trigger.scheduled),
             started=len(started),
             user_started=sum(1 for f in started if f.run.trigger is not Trigger.CATCHUP),
             # Withdrawn ones too: their fires come back through policy.take_back.
-            last_fire=max((f.run.scheduled_at for f in self._flying.values()
+            last_fire=max((f.run.scheduled_at for f in counted
                            if f.run.trigger.scheduled), default=None),
         )
 
@@ -82,12 +115,81 @@ class RunsInFlight:
         """The instants of the runs still waiting for them."""
         return [f.instant for f in self._flying.values() if f.withdrawn is None]
 
+    def coming(self, give_back: Collection[str]) -> list[datetime]:
+        """The instants of the runs, but those withdrawn for good: a run withdrawn for a reason
+        in ``give_back`` still counts, as its fire goes back to the schedule."""
+        return [f.instant for f in self._flying.values()
+                if f.withdrawn is None or f.withdrawn in give_back]
+
+    def deadlines(self) -> list[datetime]:
+        """When each scheduled run not yet reported started is found untaken."""
+        return [f.instant + UNTAKEN_AFTER for f in self._waiting()]
+
+    def _reported(self, report: RunStart) -> list[_Flying]:
+        """The run a worker's report is about: its activity (a ghost and the catch-up of its
+        fire share an execution id)."""
+        if report.activity_id is not None:
+            flying = self._flying.get(report.activity_id)
+            return [flying] if flying is not None else []
+        return [f for f in self._flying.values() if f.run_id == report.execution_id]
+
+    def report_started(self, report: RunStart) -> bool:
+        """A jobs worker reported that the run's job started; True if that is news."""
+        for flying in self._reported(report):
+            if not flying.started:
+                flying.started = True
+                if flying.ghost:
+                    workflow.logger.warning("a run found untaken had started",
+                                            extra={"run": report.execution_id})
+                return True
+        return False
+
+    def claim(self, claim: RunStart) -> bool:
+        """A jobs worker asks to start a run late: yes while the run is neither withdrawn nor
+        a ghost (its fire decided again); it is started from then on."""
+        for flying in self._reported(claim):
+            if flying.withdrawn is None:
+                flying.started = True
+                return True
+        return False
+
+    def take_untaken(self, now: datetime) -> list[Ended]:
+        """The scheduled runs no worker reported started in time, their fires to be decided
+        again at once. Each stays a ghost until its activity ends: a worker that gets it later
+        must claim it (policy.must_claim) and is refused. It is not cancelled: a cancel could
+        cross a completion whose start report was late, and kill nothing that could run."""
+        found = []
+        for flying in self._waiting():
+            if untaken(flying.instant, now):
+                flying.withdrawn = UNTAKEN
+                found.append(Ended(run=flying.run, run_id=flying.run_id, record=None,
+                                   refused=JobFailure.LATE, reason=flying.unrun(UNTAKEN)))
+        return found
+
+    def release_ghosts(self) -> None:
+        """Cancel the ghosts (the task must continue as new: an activity still waiting in the
+        queue for a worker ends at once)."""
+        for flying in self._flying.values():
+            if flying.ghost and not flying.released:
+                flying.released = True
+                flying.handle.cancel()
+
+    def _waiting(self) -> list[_Flying]:
+        if not self.reported:
+            return []
+        return [f for f in self._flying.values() if f.withdrawn is None and not f.started
+                and f.run.trigger is Trigger.SCHEDULE]
+
     def dispatch(self, spec: TaskSpec, *, task_id: str, tenant_id: str, run: Run, run_id: str,
                  instant: datetime, lead: timedelta) -> None:
         """Start the job activity of ``run``; it waits on the worker's clock for ``instant``."""
         now = workflow.now()
         wait = max(timedelta(0), instant - now)
         retry = spec.retry_policy
+        # A ghost of this run may still be pending: activity ids must differ.
+        key = run_id if run_id not in self._flying else f"{run_id}#{len(self._flying)}"
+        while key in self._flying:
+            key += "+"
         late = late_limit(run.trigger)
         aimed = aimed_instant(spec, task_id, run.scheduled_at, run.trigger)
         handle = workflow.start_activity(
@@ -111,15 +213,15 @@ class RunsInFlight:
                 maximum_interval=timedelta(seconds=retry.maximum_interval_seconds),
             ),
             cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
-            activity_id=run_id,
+            activity_id=key,
             priority=Priority(priority_key=PRIORITY_KEYS[spec.priority]),
             summary=f"{describe_job(spec)} at {instant.isoformat()}",
         )
-        self._flying[run_id] = _Flying(run=run, instant=instant, handle=handle)
+        self._flying[key] = _Flying(run=run, run_id=run_id, instant=instant, handle=handle)
         record = ExecutionRecord(id=run_id, task_id=task_id, tenant_id=tenant_id,
                                  scheduled_at=run.scheduled_at, instant=aimed, trigger=run.trigger.value,
                                  status=ExecutionStatus.RUNNING)
-        task = asyncio.create_task(self._await(record, run, handle, retry.max_attempts))
+        task = asyncio.create_task(self._await(key, record, run, handle, retry.max_attempts))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
@@ -127,20 +229,34 @@ class RunsInFlight:
         """Withdraw the runs still far enough from their instants (policy.may_withdraw)."""
         now = workflow.now()
         for flying in self._flying.values():
-            if flying.withdrawn is None and may_withdraw(flying.instant, now):
+            if flying.withdrawn is None and not flying.started and may_withdraw(flying.instant, now):
                 flying.withdrawn = reason
                 flying.handle.cancel()
+
+    def outdate(self) -> None:
+        """The schedule was re-timed: a run sent for the old one that ends unrun is not given
+        back to the new one (``Ended.reason`` is RESCHEDULED)."""
+        for flying in self._flying.values():
+            flying.outdated = flying.outdated or flying.run.trigger.scheduled
+
+    def waiting_near(self) -> bool:
+        """A run waits for its instant too near it to be withdrawn."""
+        now = workflow.now()
+        return any(f.withdrawn is None and not f.started and not may_withdraw(f.instant, now)
+                   for f in self._flying.values())
 
     def cancel_started(self) -> None:
         """Cancel the runs whose job is going (overlap_policy cancel_running)."""
         now = workflow.now()
         for flying in self._flying.values():
-            if flying.instant <= now:
+            if flying.started if self.reported else flying.instant <= now:
                 flying.handle.cancel()
 
     def cancel_all(self) -> None:
         """Cancel every run, waiting or going (the task is cancelled)."""
         for flying in self._flying.values():
+            if self.reported and flying.withdrawn == "cancelled":
+                continue  # asked once already
             flying.withdrawn = flying.withdrawn or "cancelled"
             flying.handle.cancel()
 
@@ -153,7 +269,7 @@ class RunsInFlight:
         ended, self.ended = self.ended, []
         return ended
 
-    async def _await(self, record: ExecutionRecord, run: Run,
+    async def _await(self, key: str, record: ExecutionRecord, run: Run,
                      handle: workflow.ActivityHandle[JobResult], max_attempts: int) -> None:
         run_id = record.id
         ended = Ended(run=run, run_id=run_id, record=record)
@@ -167,13 +283,14 @@ class RunsInFlight:
         except ActivityError as err:
             cause = err.cause
             kind = cause.type if isinstance(cause, ApplicationError) else None
-            flying = self._flying[run_id]
-            if kind is None and flying.withdrawn and workflow.now() < flying.instant:
+            flying = self._flying[key]
+            unstarted = not flying.started if self.reported else workflow.now() < flying.instant
+            if kind is None and flying.withdrawn and unstarted:
                 # Cancelled before any worker started it (a backlog, a deploy): withdrawn.
                 kind = JobFailure.WITHDRAWN
             if kind in (JobFailure.WITHDRAWN, JobFailure.LATE):
                 ended = Ended(run=run, run_id=run_id, record=None, refused=JobFailure(kind),
-                              reason=flying.withdrawn)
+                              reason=flying.unrun(flying.withdrawn))
             elif isinstance(cause, CancelledError):
                 record.status, record.error = ExecutionStatus.CANCELLED, "cancelled while running"
             else:
@@ -186,6 +303,7 @@ class RunsInFlight:
                 record.started_at = details.started_at
                 record.http_status = details.http_status
                 record.response_snippet = details.response_snippet
-        del self._flying[run_id]
-        self.ended.append(ended)
+        flying = self._flying.pop(key)
+        if not (flying.ghost and ended.record is None):  # a ghost's fire was decided already
+            self.ended.append(ended)
 

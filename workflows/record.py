@@ -30,6 +30,10 @@ RUN_WRITES = 1 << 16
 BOOKKEEPING_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30)
 )
+# A write behind the task backs off between attempts on a workflow timer, never inside the
+# workflow task (the SDK retries locally below a minute): the task then answers its messages
+# while the database refuses writes.
+BACKOFF_ON_TIMER = timedelta(milliseconds=1)
 NOTIFY_RETRY = RetryPolicy(maximum_attempts=5, maximum_interval=timedelta(seconds=30))
 
 
@@ -41,6 +45,8 @@ class TaskRecord:
         self._saved: TaskSnapshot | None = None
         self._version = 0
         self._pending: list[ExecutionRecord] = []
+        self._latest: TaskSnapshot | None = None  # the task row for the writer behind
+        self._writer: asyncio.Task[None] | None = None
         self._deliveries: set[asyncio.Task[None]] = set()
 
     def add(self, record: ExecutionRecord) -> None:
@@ -94,12 +100,34 @@ class TaskRecord:
         executions, self._pending = self._pending, []
         if snapshot is None and not executions:
             return
+        await self._record(Record(executions=executions, snapshot=snapshot))
+
+    def write_behind(self, next_instant: datetime | None) -> None:
+        """Like ``write``, but never waits: one writer coroutine writes the pending rows and
+        the newest task row, again and again until nothing is left (``idle``). The task's
+        state changes at once while the database refuses writes; its rows catch up."""
+        self._latest = self._versioned(self._snapshot(next_instant)) or self._latest
+        if (self._latest is not None or self._pending) and self.idle():
+            self._writer = asyncio.create_task(self._write_behind())
+
+    def idle(self) -> bool:
+        """Nothing is being written behind the task."""
+        return self._writer is None or self._writer.done()
+
+    async def _write_behind(self) -> None:
+        while self._latest is not None or self._pending:
+            record = Record(executions=self._pending, snapshot=self._latest)
+            self._pending, self._latest = [], None
+            await self._record(record, local_retry_threshold=BACKOFF_ON_TIMER)
+
+    async def _record(self, record: Record, **options: Any) -> None:
         await workflow.execute_local_activity(
             RECORD,
-            Record(executions=executions, snapshot=snapshot),
+            record,
             start_to_close_timeout=BOOKKEEPING_TIMEOUT,
             retry_policy=BOOKKEEPING_RETRY,
-            summary=f"record {self._state.status.value}, {len(executions)} runs",
+            summary=f"record {self._state.status.value}, {len(record.executions)} runs",
+            **options,
         )
 
     def notify(self, event: NotifyEvent, run_id: str | None, detail: str | None) -> None:

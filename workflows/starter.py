@@ -9,7 +9,6 @@ from temporalio.client import Client, WithStartWorkflowOperation
 from temporalio.common import Priority, WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
-from scheduling.fire import first_fire
 from scheduling.policy import Run
 from scheduling.spec import TaskSpec
 from scheduling.status import PRIORITY_KEYS, TaskStatus, workflow_id
@@ -72,7 +71,8 @@ def start_with_update(
 def _start_options(*, task_queue: str, task_id: str, tenant_id: str, spec: TaskSpec,
                    created_at: datetime, state: TaskState | None) -> dict[str, Any]:
     """What every start of a task's workflow carries: its id, queue, attributes and priority."""
-    first = state.next_fire_at if state is not None else first_fire(spec, created_at)
+    shown = (state.next_run_at(created_at) if state is not None
+             else first_run_at(task_id, tenant_id, spec, created_at))
     return {
         "id": workflow_id(task_id),
         "task_queue": task_queue,
@@ -81,11 +81,17 @@ def _start_options(*, task_queue: str, task_id: str, tenant_id: str, spec: TaskS
             tenant_id=tenant_id,
             name=spec.task_name,
             schedule_type=spec.schedule_type.value,
-            next_run_at=first,
+            next_run_at=shown,
         ),
         "priority": Priority(priority_key=PRIORITY_KEYS[spec.priority]),
         "static_summary": f"{spec.task_name} ({spec.schedule_type.value})",
     }
+
+
+def first_run_at(task_id: str, tenant_id: str, spec: TaskSpec, created_at: datetime) -> datetime | None:
+    """A new task's next_run_at, as its workflow will show it (TaskState.next_run_at)."""
+    start = TaskWorkflowInput(task_id=task_id, tenant_id=tenant_id, spec=spec, created_at=created_at)
+    return start.initial_state().next_run_at(created_at)
 
 
 class TaskRow(Protocol):
@@ -97,6 +103,7 @@ class TaskRow(Protocol):
     created_at: datetime
     status: str
     status_reason: str | None
+    run_count: int
     success_count: int
     failure_count: int
     skipped_count: int
@@ -116,5 +123,6 @@ def state_from_row(
         status=TaskStatus.PAUSED if paused else TaskStatus.PENDING,
         status_reason=row.status_reason if paused else reason,
         success_count=row.success_count, failure_count=row.failure_count,
+        cancelled_count=max(0, row.run_count - row.success_count - row.failure_count),
         skipped_count=row.skipped_count, queue=queue or [],
     )

@@ -43,6 +43,9 @@ class TaskState(BaseModel):
     status_reason: str | None = None
     next_fire_at: datetime | None = Field(default=None, description="next scheduled time")
     paused: bool = False
+    paused_at: datetime | None = Field(
+        default=None, description="when the last pause was asked: fires due before it are "
+        "missed, not paused (None in workflows older than this rule)")
     resumed_at: datetime | None = Field(
         default=None, description="fires up to this instant fell inside a pause"
     )
@@ -59,6 +62,12 @@ class TaskState(BaseModel):
     cancelled_count: int = 0
     consecutive_failures: int = 0
     running: list[str] = Field(default_factory=list, description="execution ids in flight")
+    waiting: list[datetime] = Field(
+        default_factory=list, description="instants of the runs sent ahead of them whose fires "
+        "are still to run (withdrawn ones too while their fires go back to the schedule)")
+    started_before_cancel: list[str] = Field(
+        default_factory=list, description="runs whose job had started when the task's cancel "
+        "reached it: cancelled through their heartbeats, or ended first")
     notifications: list[Notification] = Field(
         default_factory=list, description="webhook deliveries not yet done (resent after a "
         "continue-as-new)")
@@ -72,9 +81,12 @@ class TaskState(BaseModel):
         """Runs that ran and ended, whatever started them."""
         return self.success_count + self.failure_count + self.cancelled_count
 
-    def count(self, record: ExecutionRecord, trigger: Trigger) -> None:
-        """Count a run that ran and ended; it is the last run now."""
+    def count(self, record: ExecutionRecord, trigger: Trigger, *, rerun: bool = False) -> None:
+        """Count a run that ran and ended; it is the last run now. A ``rerun`` (a replay of a
+        dead letter, under its own id) is no new run: its outcome replaces the failure."""
         status = ExecutionStatus(record.status)
+        if rerun and self.failure_count:
+            self.failure_count -= 1
         if status is ExecutionStatus.COMPLETED:
             self.success_count += 1
             self.consecutive_failures = 0
@@ -95,11 +107,11 @@ class TaskState(BaseModel):
         self.cancel_requested, self.status_reason = True, reason or "cancelled"
         return True
 
-    def pause(self, reason: str | None) -> bool:
-        """Stop starting runs; False when ended or already paused."""
+    def pause(self, reason: str | None, now: datetime | None) -> bool:
+        """Stop starting runs from ``now``; False when ended or already paused."""
         if self.status in FINAL_STATUSES or self.paused:
             return False
-        self.paused, self.status_reason = True, reason or "paused"
+        self.paused, self.paused_at, self.status_reason = True, now, reason or "paused"
         return True
 
     def resume(self, now: datetime) -> bool:
@@ -159,10 +171,20 @@ class TaskState(BaseModel):
             return None
         return instant_of(self.spec, self.task_id, self.next_fire_at, self.spec.jitter_seconds)
 
+    def next_run_at(self, now: datetime) -> datetime | None:
+        """The task's next run, as every answer, the row and NextRunAt show it: the soonest
+        instant still to come of a run waiting for it or of the next fire (jitter included);
+        None while paused or being cancelled."""
+        if self.paused or self.cancel_requested:
+            return None
+        return min((i for i in [*self.waiting, self.next_instant()] if i is not None and i > now),
+                   default=None)
+
     def position(self) -> Position:
         """Where the schedule stands, for the policy engine."""
         return Position(spec=self.spec, task_id=self.task_id, anchor=self.anchor,
                         next_fire_at=self.next_fire_at, executed=self.executed,
+                        paused=self.paused, paused_at=self.paused_at,
                         resumed_at=self.resumed_at, queue=tuple(self.queue),
                         latest_taken=self.latest_taken)
 

@@ -19,11 +19,18 @@ from temporalio import workflow
 from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
+    from activities.contracts import CLAIM_RUN, RUN_STARTED, RunStart
     from scheduling import policy
     from scheduling.fire import next_fire
     from scheduling.policy import Run
     from scheduling.records import ExecutionRecord
-    from scheduling.spec import NotifyEvent, ScheduleFields, TaskChanges, check_timing
+    from scheduling.spec import (
+        NotifyEvent,
+        OverlapPolicy,
+        ScheduleFields,
+        TaskChanges,
+        check_timing,
+    )
     from scheduling.status import (
         ExecutionStatus,
         SkipReason,
@@ -32,7 +39,7 @@ with workflow.unsafe.imports_passed_through():
         execution_id,
     )
     from workflows.describe import describe_schedule
-    from workflows.inflight import Ended, RunsInFlight
+    from workflows.inflight import RESCHEDULED, UNTAKEN, Ended, RunsInFlight
     from workflows.record import TaskRecord
     from workflows.state import ReplayRequest, TaskState, TaskWorkflowInput
 
@@ -40,7 +47,12 @@ with workflow.unsafe.imports_passed_through():
 # from costing a second, tiny timer before the dispatch.
 DISPATCH_SLACK = timedelta(seconds=1)
 # Withdrawn for these reasons, a run's fire goes back to the schedule and is decided again.
-GIVE_BACK = frozenset({"paused", "rebound"})
+GIVE_BACK = frozenset({"paused", "rebound", "asked", UNTAKEN})
+# Workflows started from here on count a run as started when its worker reports it, decide an
+# untaken run's fire again, and stop every run when cancelled (docs/upgrades.md).
+REPORTED_STARTS = "reported-starts"
+# How long a cancel waits for the runs it stops to end before it answers.
+CANCEL_SETTLE = timedelta(seconds=10)
 
 
 @workflow.defn(name="TaskWorkflow")
@@ -60,15 +72,19 @@ class TaskWorkflow:
     @workflow.run
     async def run(self, start: TaskWorkflowInput) -> TaskState:
         """Sleep until each fire and run the job, until the task ends."""
+        self._runs.reported = workflow.patched(REPORTED_STARTS)
         self._record.resend()
         try:
             while True:
                 async with self._lock:
                     if await self._pass():
                         break
+                if self._draining():
+                    self._runs.release_ghosts()
                 if self._may_continue_as_new():
-                    await workflow.wait_condition(workflow.all_handlers_finished)
-                    if self._may_continue_as_new():
+                    # A message meanwhile is acted on first (the rows may wait on the database).
+                    await workflow.wait_condition(lambda: self._quiet() or (self._runs.reported and self._wake))
+                    if self._may_continue_as_new() and self._quiet():
                         self._state.continued_as_new += 1
                         workflow.continue_as_new(self._input.model_copy(update={"state": self._state}))
                 await self._sleep()
@@ -77,11 +93,12 @@ class TaskWorkflow:
             # record the end, then end as cancelled.
             self._state.status_reason = "workflow cancelled through Temporal"
             await self._stop()
+            await workflow.wait_condition(self._record.idle)
             raise
         if self._state.status is TaskStatus.COMPLETED:
             self._record.notify(NotifyEvent.COMPLETED, None, self._state.status_reason or "ended")
         await self._record.delivered()
-        await workflow.wait_condition(workflow.all_handlers_finished)
+        await workflow.wait_condition(self._quiet)
         return self._state
 
     # -- the main loop -------------------------------------------------------------------
@@ -95,8 +112,10 @@ class TaskWorkflow:
             await self._stop()
             return True
         now = workflow.now()
-        if not state.paused:
-            self._decide_due()
+        for ended in self._runs.take_untaken(now):
+            self._not_run(ended)
+        if not state.paused or self._runs.reported:
+            self._decide_due()  # while paused, the fires due before the pause (policy.decide_due)
         self._start_queued()
         self._dispatch_ahead()
         if policy.schedule_done(state.position(), self._runs.flight(now)):
@@ -109,10 +128,12 @@ class TaskWorkflow:
         await self._write()
         return False
 
-    def _decide_due(self) -> None:
+    def _decide_due(self, *, closing_pause: bool = False) -> bool:
+        """Decide the due fires; True if more are due than one pass decides."""
         state = self._state
         now = workflow.now()
-        due = policy.decide_due(state.position(), self._runs.flight(now), now)
+        decide = policy.close_pause if closing_pause else policy.decide_due
+        due = decide(state.position(), self._runs.flight(now), now, queued_missed=self._runs.reported)
         state.next_fire_at, state.queue = due.next_fire_at, due.queue
         state.latest_taken = max(filter(None, [state.latest_taken, due.taken]), default=None)
         for fire, reason in due.skipped:
@@ -120,14 +141,35 @@ class TaskWorkflow:
         if due.cancel_running:
             self._runs.cancel_started()
         for run in due.start:
-            if self._draining():
-                state.queue.insert(0, run)  # started by the next workflow run, at once
+            if self._draining() and self._runs.reported:
+                # Started by the next workflow run, at once, oldest first: after the runs
+                # held by the passes before.
+                at = max((i + 1 for i, queued in enumerate(state.queue) if queued.held), default=0)
+                state.queue.insert(at, run.model_copy(update={"held": True}))
+            elif self._draining():
+                state.queue.insert(0, run)  # as recorded before reported-starts
             else:
                 self._start(run)
         self._wake = self._wake or due.more
+        return due.more
+
+    async def _close_pause(self) -> None:
+        """Record the fires of the pause so far before the task ends or its schedule is
+        replaced: nothing else would (a long pause, one batch of rows at a time)."""
+        while self._state.paused and self._runs.reported and self._decide_due(closing_pause=True):
+            await self._write()
 
     def _start_queued(self) -> None:
         state = self._state
+        if self._runs.reported:
+            now = workflow.now()
+            for stale in policy.stale_in_queue(state.position(), now):
+                state.queue.remove(stale)
+                back = policy.take_back(state.position(), self._runs.flight(now),
+                                        stale.scheduled_at, now, missed=True)
+                state.next_fire_at, state.queue = back.next_fire_at, back.queue
+                for skipped, reason in back.skipped:
+                    self._record.skip(skipped, reason)
         while not self._draining():
             run = policy.next_from_queue(state.queue, self._runs.flight(workflow.now()),
                                          paused=state.paused)
@@ -158,7 +200,7 @@ class TaskWorkflow:
         run_id = run.execution_id or execution_id(state.task_id, run.scheduled_at, run.trigger)
         self._runs.dispatch(state.spec, task_id=state.task_id, tenant_id=state.tenant_id, run=run,
                             run_id=run_id, instant=instant or workflow.now(), lead=self._lead())
-        state.running = self._runs.ids()
+        self._note_runs()
 
     def _absorb_ended(self) -> None:
         """Count and record the runs that ended; give back the fires of those that never ran."""
@@ -167,18 +209,27 @@ class TaskWorkflow:
                 self._not_run(ended)
             else:
                 self._ran(ended, ended.record)
-        self._state.running = self._runs.ids()
+        self._note_runs()
 
     def _not_run(self, ended: Ended) -> None:
         state = self._state
         fire = ended.run.scheduled_at
-        if ended.reason in GIVE_BACK or ended.reason is None:
-            # Refused as late, or withdrawn by a pause or new bounds: the policy decides it again.
+        reported = self._runs.reported
+        outdated = reported and ended.reason == RESCHEDULED
+        if ((ended.run.trigger.scheduled or not reported)
+                and (ended.reason in GIVE_BACK or ended.reason is None or outdated)):
+            # Refused as late, untaken, or withdrawn by a pause, new bounds or a run someone
+            # asked for: the policy decides it again (a late or untaken one as missed; one of
+            # a schedule since re-timed is SKIPPED rescheduled).
             now = workflow.now()
-            back = policy.take_back(state.position(), self._runs.flight(now), fire, now)
+            missed = reported and (ended.reason == UNTAKEN or ended.reason is None)
+            back = policy.take_back(state.position(), self._runs.flight(now), fire, now,
+                                    missed=missed, outdated=outdated)
             state.next_fire_at, state.queue = back.next_fire_at, back.queue
             for skipped, reason in back.skipped:
                 self._record.skip(skipped, reason)
+        elif reported and ended.reason in GIVE_BACK:
+            state.queue.insert(0, ended.run)  # a run asked for waits its turn again
         elif ended.run.trigger.scheduled or ended.run.trigger is Trigger.MANUAL:
             reason = SkipReason.CANCELLED if ended.reason == "cancelled" else SkipReason.RESCHEDULED
             self._record.skip(fire, reason, ended.run_id)
@@ -186,7 +237,9 @@ class TaskWorkflow:
     def _ran(self, ended: Ended, record: ExecutionRecord) -> None:
         state, trigger, now = self._state, ended.run.trigger, workflow.now()
         self._record.finished(record, trigger)
-        state.count(record, trigger)
+        state.count(record, trigger, rerun=trigger is Trigger.REPLAY and self._runs.reported)
+        if state.cancel_requested:
+            state.started_before_cancel.append(record.id)
         if policy.is_fixed_delay(state.spec) and trigger.scheduled and not state.cancel_requested:
             state.next_fire_at = policy.after_finish(state.position(), self._runs.flight(now), now)
         tripped = policy.breaker_trips(state.spec, state.consecutive_failures)
@@ -200,17 +253,27 @@ class TaskWorkflow:
         self._runs.cancel_all()
         await self._runs.settled()
         self._absorb_ended()
+        await self._close_pause()
         for run in state.queue:
             self._record.skip(run.scheduled_at, SkipReason.CANCELLED, run.execution_id)
         self._state.finish(TaskStatus.CANCELLED, state.status_reason or "cancelled")
         await self._write()
 
     async def _write(self) -> None:
-        """Write the rows; the task's next run is the soonest instant still to come."""
-        state, now = self._state, workflow.now()
-        state.running = self._runs.ids()
-        coming = [i for i in [*self._runs.instants(), state.next_instant()] if i is not None and i > now]
-        await self._record.write(None if state.paused or not coming else min(coming))
+        """Write the rows, with the task's next run as every answer shows it."""
+        self._note_runs()
+        next_run = self._state.next_run_at(workflow.now())
+        if self._runs.reported:
+            self._record.write_behind(next_run)  # messages never wait for the database
+        else:
+            await self._record.write(next_run)
+
+    def _note_runs(self) -> None:
+        """Show the runs in flight in the state: their ids, and the instants still to come (a
+        run withdrawn whose fire goes back still counts; histories from before reported-starts
+        left it out)."""
+        back = GIVE_BACK if self._runs.reported else frozenset()
+        self._state.running, self._state.waiting = self._runs.ids(), self._runs.coming(back)
 
     async def _sleep(self) -> None:
         state = self._state
@@ -218,7 +281,10 @@ class TaskWorkflow:
         # "now" would fire that much late.
         now = workflow.now()
         instant = state.next_instant()
-        wakes = [i for i in self._runs.instants() if i > now]  # a run starts: show RUNNING
+        if self._runs.reported:
+            wakes = self._runs.deadlines()  # a start report wakes the loop; silence, this
+        else:
+            wakes = [i for i in self._runs.instants() if i > now]  # a run starts: show RUNNING
         summary = None
         if instant is not None:
             ahead = policy.may_dispatch_ahead(self._runs.flight(now), state.queue,
@@ -226,6 +292,8 @@ class TaskWorkflow:
             wakes.append(instant - self._lead() if ahead else instant)
             summary = (f"sleep until {instant.astimezone(state.spec.zone()).isoformat()} "
                        f"({describe_schedule(state.spec)})")
+        if self._runs.reported and (end := policy.pause_wake(state.position())) is not None:
+            wakes.append(end)  # paused past its schedule's end: record the pause and end
         timeout = max(min(wakes) - now, timedelta(milliseconds=1)) if wakes else None
         try:
             await workflow.wait_condition(lambda: self._wake or bool(self._runs.ended),
@@ -247,6 +315,10 @@ class TaskWorkflow:
         return (info.is_continue_as_new_suggested()
                 or info.get_current_history_length() > self._input.history_limit)
 
+    def _quiet(self) -> bool:
+        """No handler is running and every row is written: the workflow run may end."""
+        return workflow.all_handlers_finished() and self._record.idle()
+
     def _may_continue_as_new(self) -> bool:
         return self._draining() and not len(self._runs) and not self._runs.ended
 
@@ -264,6 +336,9 @@ class TaskWorkflow:
     @workflow.signal(name="cancel")
     async def cancel_signal(self, reason: str | None = None) -> None:
         """Cancel the task; a running job is cancelled through its heartbeats."""
+        if self._runs.reported:
+            self._request_cancel(reason)  # at once, even while a pass waits on the database
+            return
         async with self._lock:
             self._request_cancel(reason)
 
@@ -288,6 +363,17 @@ class TaskWorkflow:
     @workflow.update(name="cancel_task")
     async def cancel_update(self, reason: str | None = None) -> TaskState:
         """Cancel the task and answer with its state."""
+        if self._runs.reported:
+            # Answer once every run has ended: none starts after this returns, and the answer
+            # lists the runs whose job had started (cancelled through their heartbeats, or
+            # ended first: a waiting run hears of the cancel at its next heartbeat).
+            self._request_cancel(reason)
+            try:
+                await workflow.wait_condition(lambda: not len(self._runs), timeout=CANCEL_SETTLE)
+            except TimeoutError:
+                pass  # still going (a silent worker): the answer lists them as running
+            self._absorb_ended()
+            return self._state
         async with self._lock:
             self._request_cancel(reason)
             return self._state
@@ -320,6 +406,7 @@ class TaskWorkflow:
         """Run a dead-lettered run again, under its own execution id."""
         async with self._lock:
             self._state.add_replay(request)
+            self._make_way()
             self._wake = True
             return self._state
 
@@ -332,7 +419,11 @@ class TaskWorkflow:
             changed = {n for n in ScheduleFields.model_fields
                        if getattr(new_spec, n) != getattr(state.spec, n)}
             if changed:
-                self._runs.withdraw("rebound" if changed <= policy.BOUND_FIELDS else "rescheduled")
+                await self._close_pause()
+                retimed = not changed <= policy.BOUND_FIELDS
+                self._runs.withdraw(RESCHEDULED if retimed else "rebound")
+                if retimed and self._runs.reported:
+                    self._runs.outdate()
             change = policy.change_schedule(state.position(), self._runs.flight(workflow.now()),
                                             new_spec, workflow.now())
             state.spec = new_spec
@@ -378,10 +469,12 @@ class TaskWorkflow:
 
     def _request_cancel(self, reason: str | None) -> None:
         if self._state.request_cancel(reason):
+            if self._runs.reported:
+                self._runs.cancel_all()
             self._wake = True
 
     def _pause(self, reason: str | None) -> None:
-        if self._state.pause(reason):
+        if self._state.pause(reason, workflow.now() if self._runs.reported else None):
             self._runs.withdraw("paused")
             self._refresh_status()
             self._wake = True
@@ -393,4 +486,26 @@ class TaskWorkflow:
 
     def _trigger(self) -> None:
         if self._state.add_manual_run(workflow.now()):
+            self._make_way()
             self._wake = True
+
+    def _make_way(self) -> None:
+        """A run asked for meets the overlap policy like any fire: a run waiting for its
+        instant is withdrawn and its fire decided again at the instant (one too near it to
+        withdraw runs first, the asked-for run after it)."""
+        if self._runs.reported and self._state.spec.overlap_policy is not OverlapPolicy.ALLOW:
+            self._runs.withdraw("asked")
+
+    @workflow.signal(name=RUN_STARTED)
+    def run_started(self, report: RunStart) -> None:
+        """A jobs worker reports that a run's job started: the run is running from now."""
+        if self._runs.report_started(report):
+            self._wake = True
+
+    @workflow.update(name=CLAIM_RUN)
+    def claim_run(self, claim: RunStart) -> bool:
+        """May this run start this late? Yes unless it was withdrawn or its fire decided again."""
+        if not self._runs.claim(claim):
+            return False
+        self._wake = True
+        return True

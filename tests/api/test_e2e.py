@@ -193,7 +193,11 @@ async def _update_pause_resume_trigger(
         await asyncio.sleep(0.2)
     assert runs[0]["trigger"] == "manual" and ":manual-" in runs[0]["id"]
     # The jobs worker marks the run done at once; the task row follows from its workflow.
-    after = await wait_for_status(api, task_id, {"PENDING"})
+    while True:
+        after = await wait_for_status(api, task_id, {"PENDING"})
+        if after["run_count"] or asyncio.get_running_loop().time() > deadline:
+            break
+        await asyncio.sleep(0.2)
     assert after["next_run_at"] == body["next_run_at"] and after["run_count"] == 1
     return task_id
 

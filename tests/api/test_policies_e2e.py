@@ -105,7 +105,11 @@ async def test_replay_of_a_dead_letter_that_now_succeeds_completes_the_task(stac
             await runner.cleanup()
         assert done["last_run"]["execution_id"] == execution_id
         runs = (await api.get(f"/tasks/{task_id}/executions")).json()["items"]
-        assert [(r["id"], r["status"], r["trigger"]) for r in runs] == [(execution_id, "COMPLETED", "replay")]
+        # The replay is the same run again: its row keeps its trigger and says it was replayed,
+        # and the task counts one run, the one that now succeeded.
+        assert [(r["id"], r["status"], r["trigger"], r["dead_letter"]) for r in runs] == [
+            (execution_id, "COMPLETED", "schedule", "replayed")]
+        assert (done["run_count"], done["success_count"], done["failure_count"]) == (1, 1, 0)
         assert seen == [execution_id]
         assert execution_id not in {d["id"] for d in (await api.get("/dead-letters")).json()["items"]}
 

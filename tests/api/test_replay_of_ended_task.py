@@ -65,4 +65,7 @@ async def test_replay_of_ended_task_carries_request_id(dev_env: WorkflowEnvironm
                 for e in history.events if e.HasField("workflow_execution_update_accepted_event_attributes")]
     assert accepted == ["replay_update-req-1"]
     [replayed] = executions(sqlite_engine, ended.task_id)
-    assert (replayed.id, replayed.status, replayed.trigger) == (dead.id, "COMPLETED", "replay")
+    # The same run again: its row keeps its trigger, and the task counts it once.
+    assert (replayed.id, replayed.status, replayed.trigger) == (dead.id, "COMPLETED", "schedule")
+    final = get_task(sqlite_engine, ended.task_id, "t1")
+    assert final is not None and (final.run_count, final.success_count, final.failure_count) == (1, 1, 0)

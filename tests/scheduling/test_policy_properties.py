@@ -77,6 +77,7 @@ class Model:
     lead: timedelta
     now: datetime = T0
     paused: bool = False
+    paused_at: datetime | None = None
     resumed_at: datetime | None = None
     executed: int = 0
     queue: list[Run] = field(default_factory=list)
@@ -96,6 +97,7 @@ class Model:
     def position(self) -> Position:
         return Position(spec=self.spec, task_id=TASK, anchor=self.anchor,
                         next_fire_at=self.next_fire_at, executed=self.executed,
+                        paused=self.paused, paused_at=self.paused_at,
                         resumed_at=self.resumed_at, queue=tuple(self.queue),
                         latest_taken=self.latest_taken)
 
@@ -125,7 +127,7 @@ class Model:
             if self.done:
                 return
             self.absorb()
-            more = False if self.paused else self.decide()
+            more = self.decide()  # while paused, the fires due before the pause
             self.start_queued()
             self.dispatch_ahead()
             self.done = schedule_done(self.position(), self.flight())
@@ -140,7 +142,10 @@ class Model:
         catchups = sum(1 for r in self.queue if r.trigger is Trigger.CATCHUP)
         assert catchups <= self.spec.max_catchup_runs, f"{catchups} catch-ups queued"
         for fire, reason in due.skipped:
+            assert reason is not SkipReason.PAUSED or self.paused_at is None or (
+                self.instant(fire) >= self.paused_at), "a fire due before the pause skipped as paused"
             self.record(fire, reason.value)
+        assert not (self.paused and due.start), "a run started in a pause"
         if due.cancel_running:
             for f in self.flying:
                 f.cancelled = f.cancelled or f.instant <= self.now
@@ -255,7 +260,7 @@ class Model:
 
     def pause(self) -> None:  # TaskWorkflow._pause
         if not self.paused:
-            self.paused = True
+            self.paused, self.paused_at = True, self.now
             self.withdraw("paused")
             self.pass_()
 
@@ -311,8 +316,10 @@ class Model:
         until = upcoming or max(taken, default=T0) + timedelta(microseconds=1)
         expected = set(grid(self.spec, self.anchor, until)) - self.not_owed
         assert set(taken) - self.not_owed == expected, "fires lost or invented"
-        if self.next_fire_at is not None and not self.paused:
-            assert self.instant(self.next_fire_at) > self.now, "a due fire was left undecided"
+        if self.next_fire_at is not None:
+            held = self.paused and self.paused_at is not None and (
+                self.instant(self.next_fire_at) >= self.paused_at)  # waits for the resume
+            assert held or self.instant(self.next_fire_at) > self.now, "a due fire was left undecided"
         left = runs_left(self.position(), self.flight())
         if upcoming is None:
             # Only max_runs ends these schedules, and manual runs do not count against it.
@@ -519,3 +526,22 @@ def test_under_catchup_the_on_time_fire_queues_behind_the_catch_up_runs() -> Non
     pos = replace(pos, next_fire_at=back.next_fire_at, queue=tuple(rest))
     later = decide_due(pos, going, T0 + 6 * MINUTE)
     assert later.skipped == [] and later.queue[-1] == Run(scheduled_at=T0 + 6 * MINUTE)
+
+
+def test_under_catchup_a_fire_queued_behind_catch_ups_never_starts_after_a_newer_fire() -> None:
+    # Found by the model: back from an outage at 04:03, the on-time 04:03 queues behind the
+    # catch-up 04:02, and 04:04 behind both. Once 04:03 runs, 04:05 starts beside it (allow)
+    # while 04:04 still waited in the queue as an on-time fire: it started after 04:05.
+    spec = make_spec(schedule_type="cron", cron="* * * * *", missed_run_policy="catchup",
+                     max_catchup_runs=1, overlap_policy="allow")
+    model = Model(spec, timedelta(0))
+    model.outage(3 * MINUTE, workflow_first=False)
+    for step in ["wake", "wake", "finish", "wake", "wake", "finish", "finish", "wake"]:
+        if step == "finish":
+            model.finish(0, "completed")
+        else:
+            model.wake()
+        model.check_accounts()
+    # 04:03 and 04:04 were missed once a newer fire was decided: they ran as catch-ups.
+    assert [(r.scheduled_at - T0, r.trigger) for r in model.starts] == [
+        (k * MINUTE, Trigger.CATCHUP) for k in (2, 3, 4)]

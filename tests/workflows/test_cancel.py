@@ -13,7 +13,15 @@ from temporalio.testing import WorkflowEnvironment
 from scheduling.status import TaskStatus
 from store.tasks import get_task
 from tests.conftest import new_worker
-from tests.workflows.helpers import Blocker, TaskHandle, executions, handler_job, spec, start_task
+from tests.workflows.helpers import (
+    Blocker,
+    TaskHandle,
+    executions,
+    handler_job,
+    spec,
+    start_task,
+    until,
+)
 from workflows.task import TaskWorkflow
 
 
@@ -65,8 +73,12 @@ async def test_cancel_while_running_cancels_the_job_through_its_heartbeats(
         handle = await start_task(time_env, worker.task_queue, task)
         result = asyncio.create_task(handle.result())  # lets the clock skip to run_at
         await asyncio.wait_for(blocker.started.wait(), timeout=30)
-        running = await handle.query(TaskWorkflow.query_state)
-        assert running.status is TaskStatus.RUNNING and len(running.running) == 1
+
+        async def reported_running() -> bool:  # once the jobs worker's report arrives
+            state = await handle.query(TaskWorkflow.query_state)
+            return state.status is TaskStatus.RUNNING and len(state.running) == 1
+
+        await until(reported_running)
         await cancel(handle, via, "stop it")
         state = await asyncio.wait_for(result, timeout=30)
 

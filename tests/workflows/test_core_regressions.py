@@ -486,25 +486,37 @@ async def test_a_pause_signal_during_a_run_is_saved_in_the_task_row(
     assert state.paused and state.status is TaskStatus.PAUSED
 
 
-async def test_under_catchup_on_time_fires_queue_behind_the_catch_up_runs(
-    time_env: WorkflowEnvironment, sqlite_engine: Engine
+async def test_under_catchup_fires_due_while_catching_up_run_oldest_first_and_none_overlaps(
+    dev_env: WorkflowEnvironment, sqlite_engine: Engine
 ) -> None:
-    # Four fires missed while no worker ran (the fifth is on time); their catch-up runs take
-    # 1.5 s each, and the fires that come due meanwhile are on time as well: they wait behind
-    # the catch-up runs, and none is skipped as overlapping them.
+    # Fires missed while no worker ran; their catch-up runs take 1.5 s each, and the fires
+    # that come due meanwhile wait behind them. Only the newest due fire can be on time: one
+    # that waited while a newer came due is missed, and catch-up runs it in its turn. Every
+    # fire runs, oldest first, and none is skipped as overlapping a catch-up. On the dev
+    # server: the time-skipping server strands a workflow whose task cancels a timer that
+    # fired meanwhile (temporalio/sdk-java#3088), which a start report arriving at a fire does.
     job = Sleeping(1.5, slow_runs=4)
     task = spec(schedule_type="interval", interval_seconds=2, missed_run_policy="catchup",
                 job_details=handler_job("slow"), max_runs=10)
-    handle, queue = await _started_then_down(time_env, sqlite_engine, task, timedelta(seconds=11))
-    async with new_worker(time_env.client, sqlite_engine, task_queue=queue,
+    async with stoppable_worker(dev_env, sqlite_engine, f"tq-{uuid.uuid4()}") as worker:
+        handle = await start_task(dev_env, worker.task_queue, task)
+        queue = worker.task_queue
+    await asyncio.sleep(11)
+    async with new_worker(dev_env.client, sqlite_engine, task_queue=queue,
                           handlers={"slow": job}, max_cached_workflows=0):
         final = await handle.result()
     rows = executions(sqlite_engine, final.task_id)
+    ran = [r for r in rows if r.status == "COMPLETED"]
+    for row in rows:
+        if row.status != "COMPLETED":
+            # Only a fire that came due while the run before it was going meets the overlap
+            # policy (a run started from the queue just before it).
+            before = max((r for r in ran if r.scheduled_at < row.scheduled_at),
+                         key=lambda r: r.scheduled_at)
+            assert (row.status, row.reason) == ("SKIPPED", "overlap"), row
+            assert before.finished_at is not None and before.finished_at > row.scheduled_at, row
     caught_up = [r for r in rows if r.trigger == "catchup"]
-    # Four catch-up runs, or five if the restart took long enough for one more fire to pass.
-    assert len(caught_up) in (4, 5) and rows[: len(caught_up)] == caught_up
-    end = max(r.finished_at for r in caught_up if r.finished_at is not None)
-    meanwhile = [r for r in rows if r.trigger == "schedule" and r.scheduled_at <= end]
-    assert len(meanwhile) >= 2, "fires came due while the catch-up ran"
-    assert [(r.status, r.reason) for r in meanwhile] == [("COMPLETED", None)] * len(meanwhile)
-    assert all(r.started_at is not None and r.started_at >= end for r in meanwhile)
+    assert len(caught_up) >= 5 and rows[: len(caught_up)] == caught_up
+    starts = [r.started_at for r in ran]
+    assert all(s is not None for s in starts) and starts == sorted(starts), "oldest first"
+    assert all(r.trigger == "schedule" for r in rows[len(caught_up):])

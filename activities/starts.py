@@ -1,0 +1,86 @@
+"""What a jobs worker tells a task's workflow about a run: that its job started (a signal,
+sent after the start, so a herd starts first), or, for an attempt that would start late, a
+question whether it still may (an update, answered before the job starts)."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+
+import structlog
+from temporalio import activity
+from temporalio.client import Client, WorkflowUpdateFailedError
+from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError
+
+from activities.contracts import CLAIM_RUN, RUN_STARTED, JobInput, RunStart
+from scheduling.policy import UNTAKEN_AFTER
+from scheduling.status import JobFailure
+
+log = structlog.get_logger("task_scheduler.jobs")
+
+# A claim the workflow has not answered in this time is refused: the workflow decides the
+# fire (it finds the run untaken), and a later answer cannot start a job nobody waits for.
+CLAIM_TIMEOUT = timedelta(seconds=10)
+# A start report that fails is sent again, until the workflow would find the run untaken.
+REPORT_RETRY_SECONDS = 0.5
+
+
+class StartReports:
+    """Start reports and late-start claims, through the worker's Temporal client."""
+
+    def __init__(self, client: Client | None) -> None:
+        self._client = client
+        self._sending: dict[tuple[str, int], asyncio.Task[None]] = {}
+
+    def report(self, job_input: JobInput, workflow_id: str | None, attempt: int,
+               at: datetime) -> None:
+        """Tell the workflow that the run's job started; never waits for the answer."""
+        if self._client is None or workflow_id is None:
+            return
+        key = (job_input.execution_id, attempt)
+        task = asyncio.create_task(self._send(workflow_id, RunStart(
+            execution_id=job_input.execution_id, attempt=attempt, at=at,
+            activity_id=activity.info().activity_id)))
+        self._sending[key] = task
+        task.add_done_callback(lambda _: self._sending.pop(key, None))
+
+    async def sent(self, job_input: JobInput, attempt: int) -> None:
+        """Return once the attempt's start report is sent (or given up on): an attempt reports
+        its end only after its start, so the workflow never learns them the other way round."""
+        task = self._sending.get((job_input.execution_id, attempt))
+        if task is not None:
+            await asyncio.shield(task)
+
+    async def claim(self, job_input: JobInput, workflow_id: str | None, attempt: int) -> None:
+        """Ask the workflow whether the run may start now; raise Late if not."""
+        if self._client is None or workflow_id is None:
+            return
+        handle = self._client.get_workflow_handle(workflow_id)
+        claim = RunStart(execution_id=job_input.execution_id, attempt=attempt,
+                         at=datetime.now(UTC), activity_id=activity.info().activity_id)
+        try:
+            allowed = await handle.execute_update(
+                CLAIM_RUN, claim, result_type=bool, rpc_timeout=CLAIM_TIMEOUT,
+                id=f"claim-{job_input.execution_id}-{attempt}")
+        except (TimeoutError, RPCError, WorkflowUpdateFailedError) as exc:
+            log.warning("job.claim_unanswered", execution_id=job_input.execution_id, error=str(exc))
+            allowed = False
+        if not allowed:
+            raise ApplicationError(
+                "not started: it reached its worker late and its fire was decided again",
+                type=JobFailure.LATE, non_retryable=True,
+            )
+
+    async def _send(self, workflow_id: str, report: RunStart) -> None:
+        assert self._client is not None
+        handle = self._client.get_workflow_handle(workflow_id)
+        tries = int(UNTAKEN_AFTER.total_seconds() / REPORT_RETRY_SECONDS)
+        for _ in range(tries):
+            try:
+                await handle.signal(RUN_STARTED, report)
+                return
+            except RPCError as exc:
+                last = exc
+                await asyncio.sleep(REPORT_RETRY_SECONDS)
+        log.warning("job.start_unreported", execution_id=report.execution_id, error=str(last))

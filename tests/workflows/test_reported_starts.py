@@ -1,0 +1,163 @@
+"""A run is running once its jobs worker says so: runs sent ahead to no jobs worker, a cancel
+just before a dispatched instant, and a run asked for beside a waiting one (real dev server)."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import asynccontextmanager
+from datetime import timedelta
+
+import httpx
+from sqlalchemy import Engine
+from temporalio.testing import WorkflowEnvironment
+
+from jobs.handlers import HandlerContext
+from scheduling.policy import UNTAKEN_AFTER
+from scheduling.spec import TaskSpec
+from scheduling.status import TaskStatus, workflow_id
+from tests.workflows.helpers import TaskHandle, executions, handler_job, spec, task_state, until
+from worker.build import build_activities, build_jobs_worker, build_workflow_worker
+from workflows.starter import start_task_workflow
+from workflows.task import TaskWorkflow
+
+
+class Counting:
+    """A handler that records each run's start and how many ran at once."""
+
+    def __init__(self, seconds: float = 0.0) -> None:
+        self.seconds = seconds
+        self.started: list[str] = []
+        self.started_at: list[float] = []
+        self.going = 0
+        self.most = 0
+
+    async def __call__(self, ctx: HandlerContext) -> None:
+        self.started.append(ctx.execution_id)
+        self.started_at.append(asyncio.get_running_loop().time())
+        self.going += 1
+        self.most = max(self.most, self.going)
+        try:
+            await asyncio.sleep(self.seconds)
+        finally:
+            self.going -= 1
+
+
+@asynccontextmanager
+async def split_workers(env: WorkflowEnvironment, engine: Engine, job: Counting
+                        ) -> AsyncIterator[tuple[str, asyncio.Event, asyncio.Event]]:
+    """A workflow worker, and a jobs worker that runs from ``up.set()`` until ``down.set()``."""
+    queue = f"tq-{uuid.uuid4()}"
+    up, down = asyncio.Event(), asyncio.Event()
+    executor = ThreadPoolExecutor(max_workers=4)
+    async with httpx.AsyncClient() as http:
+        activities = build_activities(engine=engine, http=http, client=env.client,
+                                      extra_handlers={"count": job})
+        workflows = build_workflow_worker(env.client, task_queue=queue, activities=activities,
+                                          executor=executor)
+
+        async def jobs_worker() -> None:
+            await up.wait()
+            async with build_jobs_worker(env.client, task_queue=queue, activities=activities):
+                await down.wait()
+
+        running = asyncio.create_task(jobs_worker())
+        async with workflows:
+            try:
+                yield queue, up, down
+            finally:
+                down.set()
+                up.set()
+                await running
+    executor.shutdown(wait=False)
+
+
+async def start_ahead(env: WorkflowEnvironment, queue: str, task: TaskSpec, lead: float) -> TaskHandle:
+    task_id = uuid.uuid4().hex
+    await start_task_workflow(env.client, task_queue=queue, task_id=task_id, tenant_id="t1",
+                              spec=task, created_at=await env.get_current_time(), lead_seconds=lead)
+    return env.client.get_workflow_handle_for(TaskWorkflow.run, workflow_id(task_id))
+
+
+async def test_a_run_sent_ahead_to_no_jobs_worker_is_not_running_and_its_fire_is_caught_up(
+    dev_env: WorkflowEnvironment, sqlite_engine: Engine
+) -> None:
+    job = Counting()
+    task = spec(schedule_type="interval", interval_seconds=4, overlap_policy="skip",
+                missed_run_policy="single_catchup", job_details=handler_job("count"), max_runs=4)
+    async with split_workers(dev_env, sqlite_engine, job) as (queue, up, _):
+        handle = await start_ahead(dev_env, queue, task, lead=2)
+        # Fires come and go while no jobs worker runs: nothing is running, nothing overlaps.
+        await asyncio.sleep(4 + 4 + UNTAKEN_AFTER.total_seconds() + 1)
+        waiting = await task_state(handle)
+        assert waiting.status is TaskStatus.PENDING  # dispatched to no worker is not running
+        up.set()
+        final = await asyncio.wait_for(handle.result(), timeout=90)
+    rows = executions(sqlite_engine, final.task_id)
+    reasons = {(r.status, r.reason) for r in rows}
+    assert ("SKIPPED", "overlap") not in reasons, rows
+    # The outage's fires were missed: one is caught up, as single_catchup says.
+    assert any(r.trigger == "catchup" and r.status == "COMPLETED" for r in rows), rows
+    assert len({r.id for r in rows}) == len(rows)
+    ran = [r for r in rows if r.status == "COMPLETED"]
+    assert sorted(job.started) == sorted(r.id for r in ran)
+    assert final.run_count == len(ran)
+
+
+async def test_cancel_just_before_a_dispatched_instant_starts_no_run(
+    dev_env: WorkflowEnvironment, sqlite_engine: Engine
+) -> None:
+    job = Counting()
+    async with split_workers(dev_env, sqlite_engine, job) as (queue, up, _):
+        up.set()
+        now = await dev_env.get_current_time()
+        task = spec(schedule_type="once", run_at=now + timedelta(seconds=8),
+                    job_details=handler_job("count"))
+        handle = await start_ahead(dev_env, queue, task, lead=6)
+
+        async def dispatched() -> bool:
+            return bool((await task_state(handle)).running)
+
+        await until(dispatched)
+        # Inside the withdrawal margin, under a second before the instant.
+        await asyncio.sleep(max(0.0, (now + timedelta(seconds=7.3) - await dev_env.get_current_time())
+                                .total_seconds()))
+        answer = await handle.execute_update(TaskWorkflow.cancel_update, "stop")
+        answered = asyncio.get_running_loop().time()
+        final = await asyncio.wait_for(handle.result(), timeout=30)
+        await asyncio.sleep(2)  # past the instant
+    # No run starts once the cancel has answered; one that started before is in the answer.
+    assert all(at < answered for at in job.started_at)
+    assert answer.running == [] and answer.started_before_cancel == job.started
+    assert final.status is TaskStatus.CANCELLED and final.run_count == len(job.started)
+    [row] = executions(sqlite_engine, final.task_id)
+    if job.started:
+        assert row.status in ("COMPLETED", "CANCELLED")
+    else:
+        assert (row.status, row.reason) == ("SKIPPED", "cancelled")
+
+
+async def test_a_trigger_before_a_dispatched_instant_meets_the_overlap_policy(
+    dev_env: WorkflowEnvironment, sqlite_engine: Engine
+) -> None:
+    job = Counting(seconds=14)
+    async with split_workers(dev_env, sqlite_engine, job) as (queue, up, _):
+        up.set()
+        now = await dev_env.get_current_time()
+        task = spec(schedule_type="once", run_at=now + timedelta(seconds=10),
+                    job_details=handler_job("count"), overlap_policy="skip")
+        handle = await start_ahead(dev_env, queue, task, lead=8)
+
+        async def dispatched() -> bool:
+            return bool((await task_state(handle)).running)
+
+        await until(dispatched)
+        await handle.execute_update(TaskWorkflow.trigger_update)  # ~8 s before the instant
+        final = await asyncio.wait_for(handle.result(), timeout=60)
+    assert job.most == 1, "the manual run and the scheduled one ran side by side"
+    rows = executions(sqlite_engine, final.task_id)
+    by_trigger = {r.trigger: (r.status, r.reason) for r in rows}
+    assert by_trigger["manual"] == ("COMPLETED", None)
+    assert by_trigger["schedule"] == ("SKIPPED", "overlap")
