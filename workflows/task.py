@@ -32,6 +32,7 @@ with workflow.unsafe.imports_passed_through():
         check_timing,
     )
     from scheduling.status import (
+        FINAL_STATUSES,
         ExecutionStatus,
         SkipReason,
         TaskStatus,
@@ -364,15 +365,16 @@ class TaskWorkflow:
     async def cancel_update(self, reason: str | None = None) -> TaskState:
         """Cancel the task and answer with its state."""
         if self._runs.reported:
-            # Answer once every run has ended: none starts after this returns, and the answer
-            # lists the runs whose job had started (cancelled through their heartbeats, or
-            # ended first: a waiting run hears of the cancel at its next heartbeat).
+            # Answer once the task has ended: every run has, none starts after this returns,
+            # and the answer lists the runs whose job had started (cancelled through their
+            # heartbeats, or ended first: a waiting run hears of the cancel at its next
+            # heartbeat).
             self._request_cancel(reason)
             try:
-                await workflow.wait_condition(lambda: not len(self._runs), timeout=CANCEL_SETTLE)
+                await workflow.wait_condition(lambda: self._state.status in FINAL_STATUSES,
+                                              timeout=CANCEL_SETTLE)
             except TimeoutError:
                 pass  # still going (a silent worker): the answer lists them as running
-            self._absorb_ended()
             return self._state
         async with self._lock:
             self._request_cancel(reason)
