@@ -94,6 +94,10 @@ async def test_rest_messages_act_within_two_seconds_while_the_database_refuses_w
             again = await _acts(api, "POST", f"/tasks/{task_id}/pause", {"reason": "down"}, key=key)
             assert again["status"] == "PAUSED"
             assert (await api.get(f"/tasks/{task_id}")).status_code == 200  # reads still work
+            # What needs a write answers 503, never 500: a create under a key.
+            refused = await api.post("/task/create", json=HOURLY,
+                                     headers={"Idempotency-Key": f"k-{uuid.uuid4().hex}"})
+            assert refused.status_code == 503, refused.text
             updated = await _acts(api, "POST", "/task/update",
                                   {"task_id": task_id, "task_name": "renamed while read-only"},
                                   key=f"k-{uuid.uuid4().hex}")
