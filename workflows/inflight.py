@@ -109,6 +109,8 @@ class RunsInFlight:
             # Withdrawn ones too: their fires come back through policy.take_back.
             last_fire=max((f.run.scheduled_at for f in counted
                            if f.run.trigger.scheduled), default=None),
+            near=sum(1 for f in live if self.reported and not f.started
+                     and not may_withdraw(f.instant, now)),
         )
 
     def instants(self) -> list[datetime]:
