@@ -9,7 +9,11 @@ from datetime import UTC, datetime, timedelta
 
 import structlog
 from temporalio import activity
-from temporalio.client import Client, WorkflowUpdateFailedError
+from temporalio.client import (
+    Client,
+    WorkflowUpdateFailedError,
+    WorkflowUpdateRPCTimeoutOrCancelledError,
+)
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 
@@ -62,8 +66,10 @@ class StartReports:
         try:
             allowed = await handle.execute_update(
                 CLAIM_RUN, claim, result_type=bool, rpc_timeout=CLAIM_TIMEOUT,
-                id=f"claim-{job_input.execution_id}-{attempt}")
-        except (TimeoutError, RPCError, WorkflowUpdateFailedError) as exc:
+                id=f"claim-{claim.activity_id}-{attempt}")  # a ghost's catch-up asks anew
+        except (TimeoutError, RPCError, WorkflowUpdateFailedError,
+                WorkflowUpdateRPCTimeoutOrCancelledError) as exc:
+            # Unanswered (or this worker is stopping): it does not start.
             log.warning("job.claim_unanswered", execution_id=job_input.execution_id, error=str(exc))
             allowed = False
         if not allowed:

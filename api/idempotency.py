@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 from collections.abc import Awaitable, Callable
@@ -56,7 +57,17 @@ async def once(
     if key is None:
         return await act(None)
     digest = request_hash(request)
-    record = await in_thread(claim_key, engine, tenant_id, key, digest, task_id[:64])
+    try:
+        record = await in_thread(claim_key, engine, tenant_id, key, digest, task_id[:64])
+    except (SQLAlchemyError, ServiceUnavailable) as exc:
+        # The database refuses writes: a record it holds still answers; a new key acts under its
+        # request id unrecorded, so a retry still acts once (the update id, below). Refusing
+        # reads as well, it is a 503 here.
+        log.warning("idempotency.key_not_kept", tenant=tenant_id, error=type(exc).__name__)
+        known = await in_thread(find_key, engine, tenant_id, key)
+        if known is None:
+            return await act(request_id(tenant_id, key))
+        record = known
     if record.request_hash != digest:
         raise key_conflict()
     if record.response is not None:
@@ -71,7 +82,9 @@ async def once(
         # free for the request the client sends instead. A conflict keeps it: it may be an
         # earlier try of this very request that is still under way.
         if 400 <= exc.status < 500 and exc.status != 409:
-            await in_thread(release_key, engine, tenant_id, key, digest)
+            # While the database refuses writes the key stays held: answer the refusal anyway.
+            with contextlib.suppress(SQLAlchemyError, ServiceUnavailable):
+                await in_thread(release_key, engine, tenant_id, key, digest)
         raise
     try:
         kept = await in_thread(answer_key, engine, tenant_id, key, result.model_dump(mode="json"))

@@ -1,5 +1,5 @@
 """Calls into the task database from the event loop, on a bounded pool of threads. A database
-outage becomes 503."""
+outage, or a database that refuses writes, becomes 503."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 import anyio
 from anyio import to_thread
 from anyio.lowlevel import RunVar
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import DBAPIError, OperationalError
 
 from api.errors import ServiceUnavailable
 
@@ -19,6 +19,9 @@ T = TypeVar("T")
 # connections, so no call waits for (or opens and closes) a connection beyond it, and a burst of
 # requests queues here instead of crowding the GIL with threads.
 DB_THREADS = 10
+# SQLSTATE of a write refused by a read-only database (PostgreSQL: a standby, or
+# default_transaction_read_only during maintenance).
+READ_ONLY = "25006"
 _db_threads: RunVar[anyio.CapacityLimiter] = RunVar("db_threads")
 
 
@@ -33,3 +36,7 @@ async def in_thread(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         return await to_thread.run_sync(lambda: fn(*args, **kwargs), limiter=limiter)
     except OperationalError as exc:
         raise ServiceUnavailable("the database is unavailable") from exc
+    except DBAPIError as exc:
+        if getattr(exc.orig, "sqlstate", None) == READ_ONLY:
+            raise ServiceUnavailable("the database refuses writes") from exc
+        raise

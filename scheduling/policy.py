@@ -67,6 +67,7 @@ class Flight:
     started: int = 0  # runs whose worker reported that the job started
     user_started: int = 0  # of those, runs not started by the missed-run policy
     last_fire: datetime | None = None  # the latest fire of the schedule in flight (withdrawn too)
+    near: int = 0  # runs waiting for an instant too near to be withdrawn (see may_withdraw)
 
 
 @dataclass(frozen=True)
@@ -345,13 +346,14 @@ def _after(pos: Position, due: Due) -> Position:
 def next_from_queue(queue: list[Run], flight: Flight, *, paused: bool) -> Run | None:
     """The queued run to start now: the head once nothing is in flight; a run held by a drain
     (already decided to start) or someone asked for also when the runs in flight only wait
-    for their instants. A pause holds the schedule's runs (catch-up, buffered, held), not the
-    ones someone asked for."""
+    for instants far enough to be withdrawn (a nearer one runs first). A pause holds the
+    schedule's runs (catch-up, buffered, held), not the ones someone asked for."""
     waiting = [run for run in queue if not (paused and run.trigger.scheduled)]
     if not waiting:
         return None
     head = waiting[0]
-    if flight.total == 0 or head.held or (not head.trigger.scheduled and flight.started == 0):
+    asked = not head.trigger.scheduled and flight.started == 0 and flight.near == 0
+    if flight.total == 0 or head.held or asked:
         return head
     return None
 

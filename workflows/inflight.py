@@ -62,6 +62,7 @@ class _Flying:
     handle: workflow.ActivityHandle[JobResult]
     withdrawn: str | None = None
     started: bool = False  # its jobs worker reported that the job started
+    claimed: datetime | None = None  # when a late attempt was let start (it reports its start next)
     released: bool = False  # a ghost whose activity was cancelled
     outdated: bool = False  # sent for a schedule since re-timed
 
@@ -109,6 +110,8 @@ class RunsInFlight:
             # Withdrawn ones too: their fires come back through policy.take_back.
             last_fire=max((f.run.scheduled_at for f in counted
                            if f.run.trigger.scheduled), default=None),
+            near=sum(1 for f in live if self.reported and not f.started
+                     and not may_withdraw(f.instant, now)),
         )
 
     def instants(self) -> list[datetime]:
@@ -123,7 +126,7 @@ class RunsInFlight:
 
     def deadlines(self) -> list[datetime]:
         """When each scheduled run not yet reported started is found untaken."""
-        return [f.instant + UNTAKEN_AFTER for f in self._waiting()]
+        return [(f.claimed or f.instant) + UNTAKEN_AFTER for f in self._waiting()]
 
     def _reported(self, report: RunStart) -> list[_Flying]:
         """The run a worker's report is about: its activity (a ghost and the catch-up of its
@@ -146,10 +149,11 @@ class RunsInFlight:
 
     def claim(self, claim: RunStart) -> bool:
         """A jobs worker asks to start a run late: yes while the run is neither withdrawn nor
-        a ghost (its fire decided again); it is started from then on."""
+        a ghost (its fire decided again). It is running once its start is reported; a claim
+        whose start never comes (its worker died) is found untaken UNTAKEN_AFTER later."""
         for flying in self._reported(claim):
             if flying.withdrawn is None:
-                flying.started = True
+                flying.claimed = workflow.now()
                 return True
         return False
 
@@ -160,7 +164,7 @@ class RunsInFlight:
         cross a completion whose start report was late, and kill nothing that could run."""
         found = []
         for flying in self._waiting():
-            if untaken(flying.instant, now):
+            if untaken(flying.claimed or flying.instant, now):
                 flying.withdrawn = UNTAKEN
                 found.append(Ended(run=flying.run, run_id=flying.run_id, record=None,
                                    refused=JobFailure.LATE, reason=flying.unrun(UNTAKEN)))
@@ -239,12 +243,6 @@ class RunsInFlight:
         for flying in self._flying.values():
             flying.outdated = flying.outdated or flying.run.trigger.scheduled
 
-    def waiting_near(self) -> bool:
-        """A run waits for its instant too near it to be withdrawn."""
-        now = workflow.now()
-        return any(f.withdrawn is None and not f.started and not may_withdraw(f.instant, now)
-                   for f in self._flying.values())
-
     def cancel_started(self) -> None:
         """Cancel the runs whose job is going (overlap_policy cancel_running)."""
         now = workflow.now()
@@ -284,10 +282,18 @@ class RunsInFlight:
             cause = err.cause
             kind = cause.type if isinstance(cause, ApplicationError) else None
             flying = self._flying[key]
+            details = (JobFailureDetails.of(cause.details)
+                       if isinstance(cause, ApplicationError) else None)
             unstarted = not flying.started if self.reported else workflow.now() < flying.instant
             if kind is None and flying.withdrawn and unstarted:
                 # Cancelled before any worker started it (a backlog, a deploy): withdrawn.
                 kind = JobFailure.WITHDRAWN
+            lost = (self.reported and unstarted and kind is None and run.trigger.scheduled
+                    and not isinstance(cause, CancelledError))
+            if lost:
+                # Timed out with no start reported (its workers died before the job started):
+                # it did not run, and its fire goes to the missed-run policy.
+                kind = JobFailure.LATE
             if kind in (JobFailure.WITHDRAWN, JobFailure.LATE):
                 ended = Ended(run=run, run_id=run_id, record=None, refused=JobFailure(kind),
                               reason=flying.unrun(flying.withdrawn))
@@ -296,8 +302,6 @@ class RunsInFlight:
             else:
                 record.status = ExecutionStatus.FAILED
                 record.error = (str(cause) if cause is not None else str(err))[:2000]
-            details = (JobFailureDetails.of(cause.details)
-                       if isinstance(cause, ApplicationError) else None)
             record.attempts = details.attempt if details else max_attempts
             if details:
                 record.started_at = details.started_at

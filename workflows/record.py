@@ -85,14 +85,15 @@ class TaskRecord:
             workflow.logger.warning("run drifted", extra={"execution_id": record.id})
             self.notify(NotifyEvent.DRIFT, record.id, f"started {record.lateness_ms:.0f} ms late")
 
-    def skip(self, fire: datetime, reason: SkipReason, run_id: str | None = None) -> None:
-        """Record a fire that did not run, and why."""
+    def skip(self, fire: datetime, reason: SkipReason, run_id: str | None = None,
+             trigger: Trigger = Trigger.SCHEDULE) -> None:
+        """Record a fire (or a run someone asked for) that did not run, and why."""
         state = self._state
         state.skipped_count += 1
         self.add(ExecutionRecord(
             id=run_id or execution_id(state.task_id, fire), task_id=state.task_id,
             tenant_id=state.tenant_id, scheduled_at=fire, status=ExecutionStatus.SKIPPED,
-            reason=reason.value, finished_at=workflow.now()))
+            reason=reason.value, finished_at=workflow.now(), trigger=trigger))
 
     async def write(self, next_instant: datetime | None) -> None:
         """Write the pending execution rows and the task row, if either has anything new."""

@@ -32,6 +32,7 @@ with workflow.unsafe.imports_passed_through():
         check_timing,
     )
     from scheduling.status import (
+        FINAL_STATUSES,
         ExecutionStatus,
         SkipReason,
         TaskStatus,
@@ -65,6 +66,8 @@ class TaskWorkflow:
         self._state = start.initial_state()
         self._state.running = []
         self._runs = RunsInFlight()
+        # Here, not in run: a signal or update that came with the start is handled before run.
+        self._runs.reported = workflow.patched(REPORTED_STARTS)
         self._record = TaskRecord(self._state)
         self._lock = asyncio.Lock()
         self._wake = False
@@ -72,7 +75,6 @@ class TaskWorkflow:
     @workflow.run
     async def run(self, start: TaskWorkflowInput) -> TaskState:
         """Sleep until each fire and run the job, until the task ends."""
-        self._runs.reported = workflow.patched(REPORTED_STARTS)
         self._record.resend()
         try:
             while True:
@@ -232,7 +234,7 @@ class TaskWorkflow:
             state.queue.insert(0, ended.run)  # a run asked for waits its turn again
         elif ended.run.trigger.scheduled or ended.run.trigger is Trigger.MANUAL:
             reason = SkipReason.CANCELLED if ended.reason == "cancelled" else SkipReason.RESCHEDULED
-            self._record.skip(fire, reason, ended.run_id)
+            self._record.skip(fire, reason, ended.run_id, ended.run.trigger)
 
     def _ran(self, ended: Ended, record: ExecutionRecord) -> None:
         state, trigger, now = self._state, ended.run.trigger, workflow.now()
@@ -255,7 +257,7 @@ class TaskWorkflow:
         self._absorb_ended()
         await self._close_pause()
         for run in state.queue:
-            self._record.skip(run.scheduled_at, SkipReason.CANCELLED, run.execution_id)
+            self._record.skip(run.scheduled_at, SkipReason.CANCELLED, run.execution_id, run.trigger)
         self._state.finish(TaskStatus.CANCELLED, state.status_reason or "cancelled")
         await self._write()
 
@@ -364,15 +366,16 @@ class TaskWorkflow:
     async def cancel_update(self, reason: str | None = None) -> TaskState:
         """Cancel the task and answer with its state."""
         if self._runs.reported:
-            # Answer once every run has ended: none starts after this returns, and the answer
-            # lists the runs whose job had started (cancelled through their heartbeats, or
-            # ended first: a waiting run hears of the cancel at its next heartbeat).
+            # Answer once the task has ended: every run has, none starts after this returns,
+            # and the answer lists the runs whose job had started (cancelled through their
+            # heartbeats, or ended first: a waiting run hears of the cancel at its next
+            # heartbeat).
             self._request_cancel(reason)
             try:
-                await workflow.wait_condition(lambda: not len(self._runs), timeout=CANCEL_SETTLE)
+                await workflow.wait_condition(lambda: self._state.status in FINAL_STATUSES,
+                                              timeout=CANCEL_SETTLE)
             except TimeoutError:
                 pass  # still going (a silent worker): the answer lists them as running
-            self._absorb_ended()
             return self._state
         async with self._lock:
             self._request_cancel(reason)

@@ -135,6 +135,7 @@ async def test_cancel_running_job_through_api(stack: Stack) -> None:
         await wait_for_status(api, task_id, {"RUNNING"})
         cancelled = await api.patch("/task/cancel", json={"task_id": task_id, "task_name": "long-sleep"})
         assert cancelled.status_code == 202, cancelled.text
+        assert cancelled.json()["status"] == "CANCELLED", "the answer waits for the run's end"
         final = await wait_for_status(api, task_id, {"CANCELLED"}, timeout=30)
         assert final["status"] == "CANCELLED"
         runs = (await api.get(f"/tasks/{task_id}/executions")).json()["items"]

@@ -130,7 +130,8 @@ async def test_cancel_just_before_a_dispatched_instant_starts_no_run(
         await asyncio.sleep(2)  # past the instant
     # No run starts once the cancel has answered; one that started before is in the answer.
     assert all(at < answered for at in job.started_at)
-    assert answer.running == [] and answer.started_before_cancel == job.started
+    assert answer.status is TaskStatus.CANCELLED and answer.running == []
+    assert answer.started_before_cancel == job.started
     assert final.status is TaskStatus.CANCELLED and final.run_count == len(job.started)
     [row] = executions(sqlite_engine, final.task_id)
     if job.started:
