@@ -18,6 +18,9 @@ NOTIFY = "notify"
 # What a jobs worker tells a task's workflow: a run's job started (signal), or may it start
 # this late (update, answered True or False).
 RUN_STARTED = "run_started"
+# The heartbeat detail of a job that has started: its retry is a retry, not a late start, and
+# an attempt that timed out with it had run.
+STARTED = "started"
 CLAIM_RUN = "claim_run"
 
 

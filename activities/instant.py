@@ -16,8 +16,6 @@ from activities.contracts import JobInput
 from scheduling.status import JobFailure
 from scheduling.waiting import beat_every
 
-# The heartbeat detail of a job that has started: its retry is a retry, not a late start.
-STARTED = "started"
 # The event loop's timers fire up to a millisecond late (its poll counts whole milliseconds),
 # and more when the process is not scheduled at once: a run sleeps on the loop until this long
 # before its instant and waits out the rest on the clock.

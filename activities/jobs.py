@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
@@ -17,9 +18,8 @@ from temporalio.client import Client, WorkflowFailureError
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 
-from activities.contracts import RUN_JOB, JobFailureDetails, JobInput, JobResult
+from activities.contracts import RUN_JOB, STARTED, JobFailureDetails, JobInput, JobResult
 from activities.instant import (
-    STARTED,
     due_of,
     heartbeat_forever,
     heartbeat_while_waiting,
@@ -27,7 +27,7 @@ from activities.instant import (
     wait_for_instant,
 )
 from activities.run_rows import RunRows, completed_result
-from activities.starts import StartReports
+from activities.starts import REPORT_WAIT_ON_CANCEL, StartReports
 from jobs.egress import EgressRefused
 from jobs.handlers import Handler, HandlerContext, call_handler
 from jobs.outbound import Outbound, OutboundLimits
@@ -127,6 +127,10 @@ class JobActivities:
             result = await self._run(job_input, attempt)
         except asyncio.CancelledError:
             later(self._ended, datetime.now(UTC) - started, labels, "cancelled", bound, None)
+            # The start is reported before the cancelled end (a short, shielded wait).
+            with contextlib.suppress(TimeoutError, asyncio.CancelledError):
+                await asyncio.wait_for(asyncio.shield(self._starts.sent(job_input, attempt)),
+                                       REPORT_WAIT_ON_CANCEL)
             raise
         except Exception as exc:
             error = exc if isinstance(exc, ApplicationError) else None

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import asyncio
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import structlog
 from temporalio import activity
 from temporalio.client import (
     Client,
+    WorkflowHandle,
     WorkflowUpdateFailedError,
     WorkflowUpdateRPCTimeoutOrCancelledError,
 )
@@ -25,7 +27,11 @@ log = structlog.get_logger("task_scheduler.jobs")
 
 # A claim the workflow has not answered in this time is refused: the workflow decides the
 # fire (it finds the run untaken), and a later answer cannot start a job nobody waits for.
-CLAIM_TIMEOUT = timedelta(seconds=10)
+# Shorter than UNTAKEN_AFTER - CLAIM_AFTER: an answer that comes later is not waited for, so a
+# granted claim never starts a job after the workflow found the run untaken.
+CLAIM_TIMEOUT = timedelta(seconds=3)
+# How long a cancelled job waits for its start report to go out before it reports its end.
+REPORT_WAIT_ON_CANCEL = 2.0
 # A start report that fails is sent again, until the workflow would find the run untaken.
 REPORT_RETRY_SECONDS = 0.5
 
@@ -43,9 +49,12 @@ class StartReports:
         if self._client is None or workflow_id is None:
             return
         key = (job_input.execution_id, attempt)
-        task = asyncio.create_task(self._send(workflow_id, RunStart(
+        info = activity.info()
+        # To the workflow run that sent it: never a later run after a continue-as-new.
+        handle = self._client.get_workflow_handle(workflow_id, run_id=info.workflow_run_id)
+        task = asyncio.create_task(self._send(handle, RunStart(
             execution_id=job_input.execution_id, attempt=attempt, at=at,
-            activity_id=activity.info().activity_id)))
+            activity_id=info.activity_id)))
         self._sending[key] = task
         task.add_done_callback(lambda _: self._sending.pop(key, None))
 
@@ -60,7 +69,8 @@ class StartReports:
         """Ask the workflow whether the run may start now; raise Late if not."""
         if self._client is None or workflow_id is None:
             return
-        handle = self._client.get_workflow_handle(workflow_id)
+        handle = self._client.get_workflow_handle(workflow_id,
+                                                  run_id=activity.info().workflow_run_id)
         claim = RunStart(execution_id=job_input.execution_id, attempt=attempt,
                          at=datetime.now(UTC), activity_id=activity.info().activity_id)
         try:
@@ -78,9 +88,7 @@ class StartReports:
                 type=JobFailure.LATE, non_retryable=True,
             )
 
-    async def _send(self, workflow_id: str, report: RunStart) -> None:
-        assert self._client is not None
-        handle = self._client.get_workflow_handle(workflow_id)
+    async def _send(self, handle: WorkflowHandle[Any, Any], report: RunStart) -> None:
         tries = int(UNTAKEN_AFTER.total_seconds() / REPORT_RETRY_SECONDS)
         for _ in range(tries):
             try:

@@ -419,7 +419,7 @@ def after_finish(pos: Position, flight: Flight, finished_at: datetime) -> dateti
 
 
 def take_back(pos: Position, flight: Flight, fire: datetime, now: datetime, *,
-              missed: bool = False, outdated: bool = False) -> Due:
+              missed: bool = False, outdated: bool = False, in_order: bool = True) -> Due:
     """A fire whose run did not start (withdrawn by a pause or new bounds, refused as late, or
     taken by no worker).
 
@@ -453,13 +453,13 @@ def take_back(pos: Position, flight: Flight, fire: datetime, now: datetime, *,
     single = (missed and policy is MissedRunPolicy.SINGLE_CATCHUP and reason is SkipReason.MISSED
               and all(run.scheduled_at < fire for run in waiting))
     if reason is SkipReason.CATCHUP_CAP and room and (left is None or left > 0):
-        _queue_in_order(result.queue, Run(scheduled_at=fire, trigger=Trigger.CATCHUP))
+        _queue_missed(result.queue, fire, in_order=in_order)
     elif single and (left is None or left > 0 or waiting):
         # single_catchup runs the most recent missed fire once: it replaces an older one.
         for old in waiting:
             result.queue.remove(old)
             result.skipped.append((old.scheduled_at, SkipReason.MISSED))
-        _queue_in_order(result.queue, Run(scheduled_at=fire, trigger=Trigger.CATCHUP))
+        _queue_missed(result.queue, fire, in_order=in_order)
     else:
         result.skipped.append((fire, reason))
         if result.next_fire_at is None and pos.latest_taken is not None and not is_fixed_delay(spec):
@@ -467,6 +467,16 @@ def take_back(pos: Position, flight: Flight, fire: datetime, now: datetime, *,
             result.next_fire_at = bounded(next_fire(spec, anchor=pos.anchor, after=pos.latest_taken),
                                           pos, flight)
     return result
+
+
+def _queue_missed(queue: list[Run], fire: datetime, *, in_order: bool) -> None:
+    """Queue a missed fire as a catch-up: by its time, or at the head as histories from
+    before reported-starts recorded it (``in_order`` False)."""
+    run = Run(scheduled_at=fire, trigger=Trigger.CATCHUP)
+    if in_order:
+        _queue_in_order(queue, run)
+    else:
+        queue.insert(0, run)
 
 
 def _queue_in_order(queue: list[Run], run: Run) -> None:

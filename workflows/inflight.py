@@ -15,9 +15,17 @@ from datetime import datetime, timedelta
 from temporalio import workflow
 from temporalio.common import Priority, RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
+from temporalio.exceptions import TimeoutError as TimeoutFailure
 
 with workflow.unsafe.imports_passed_through():
-    from activities.contracts import RUN_JOB, JobFailureDetails, JobInput, JobResult, RunStart
+    from activities.contracts import (
+        RUN_JOB,
+        STARTED,
+        JobFailureDetails,
+        JobInput,
+        JobResult,
+        RunStart,
+    )
     from config.temporal import jobs_queue
     from scheduling.policy import (
         UNTAKEN_AFTER,
@@ -289,7 +297,7 @@ class RunsInFlight:
                 # Cancelled before any worker started it (a backlog, a deploy): withdrawn.
                 kind = JobFailure.WITHDRAWN
             lost = (self.reported and unstarted and kind is None and run.trigger.scheduled
-                    and not isinstance(cause, CancelledError))
+                    and not isinstance(cause, CancelledError) and not _had_started(cause))
             if lost:
                 # Timed out with no start reported (its workers died before the job started):
                 # it did not run, and its fire goes to the missed-run policy.
@@ -311,3 +319,8 @@ class RunsInFlight:
         if not (flying.ghost and ended.record is None):  # a ghost's fire was decided already
             self.ended.append(ended)
 
+
+def _had_started(cause: BaseException | None) -> bool:
+    """An attempt that timed out after its job started (its start report lost with its
+    worker) said so in its last heartbeat."""
+    return isinstance(cause, TimeoutFailure) and STARTED in cause.last_heartbeat_details

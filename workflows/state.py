@@ -171,11 +171,12 @@ class TaskState(BaseModel):
             return None
         return instant_of(self.spec, self.task_id, self.next_fire_at, self.spec.jitter_seconds)
 
-    def next_run_at(self, now: datetime) -> datetime | None:
+    def next_run_at(self, now: datetime, *, reported: bool = True) -> datetime | None:
         """The task's next run, as every answer, the row and NextRunAt show it: the soonest
         instant still to come of a run waiting for it or of the next fire (jitter included);
-        None while paused or being cancelled."""
-        if self.paused or self.cancel_requested:
+        None while paused or being cancelled (``reported`` False: histories from before
+        reported-starts, which showed it while being cancelled)."""
+        if self.paused or (reported and self.cancel_requested):
             return None
         return min((i for i in [*self.waiting, self.next_instant()] if i is not None and i > now),
                    default=None)

@@ -226,7 +226,7 @@ class TaskWorkflow:
             now = workflow.now()
             missed = reported and (ended.reason == UNTAKEN or ended.reason is None)
             back = policy.take_back(state.position(), self._runs.flight(now), fire, now,
-                                    missed=missed, outdated=outdated)
+                                    missed=missed, outdated=outdated, in_order=reported)
             state.next_fire_at, state.queue = back.next_fire_at, back.queue
             for skipped, reason in back.skipped:
                 self._record.skip(skipped, reason)
@@ -264,7 +264,7 @@ class TaskWorkflow:
     async def _write(self) -> None:
         """Write the rows, with the task's next run as every answer shows it."""
         self._note_runs()
-        next_run = self._state.next_run_at(workflow.now())
+        next_run = self._state.next_run_at(workflow.now(), reported=self._runs.reported)
         if self._runs.reported:
             self._record.write_behind(next_run)  # messages never wait for the database
         else:
