@@ -85,6 +85,10 @@ class Position:
     queue: tuple[Run, ...] = ()
     latest_taken: datetime | None = None  # the newest fire taken from the schedule so far
 
+    def instant(self, fire: datetime) -> datetime:
+        """When ``fire`` runs: its time plus the task's jitter (``instant_of``)."""
+        return instant_of(self.spec, self.task_id, fire, self.spec.jitter_seconds)
+
 
 @dataclass
 class Due:
@@ -162,10 +166,7 @@ def decide_due(pos: Position, flight: Flight, now: datetime, *, queued_missed: b
     fire meets the overlap policy when a run of the user's is going; behind catch-up runs it
     queues."""
     spec = pos.spec
-    jitter = spec.jitter_seconds
-
-    def instant(fire: datetime) -> datetime:
-        return instant_of(spec, pos.task_id, fire, jitter)
+    instant = pos.instant
 
     def following(fire: datetime) -> datetime | None:
         return None if is_fixed_delay(spec) else next_fire(spec, anchor=pos.anchor, after=fire)
@@ -270,8 +271,7 @@ def _in_pause(pos: Position, fire: datetime) -> bool:
     asked (any, when that is not kept), its time no later than the pause ended."""
     if pos.resumed_at is None or fire > pos.resumed_at:
         return False
-    return pos.paused_at is None or instant_of(
-        pos.spec, pos.task_id, fire, pos.spec.jitter_seconds) >= pos.paused_at
+    return pos.paused_at is None or pos.instant(fire) >= pos.paused_at
 
 
 def pause_wake(pos: Position) -> datetime | None:
@@ -365,8 +365,7 @@ def stale_in_queue(pos: Position, now: datetime) -> list[Run]:
     drain was decided on time already: it is stale only once past ON_TIME_GRACE."""
 
     def late(run: Run) -> bool:
-        instant = instant_of(pos.spec, pos.task_id, run.scheduled_at, pos.spec.jitter_seconds)
-        return now - instant > ON_TIME_GRACE
+        return now - pos.instant(run.scheduled_at) > ON_TIME_GRACE
 
     held = [run for run in pos.queue if run.held and late(run)]
     scheduled = [run for run in pos.queue if run.trigger is Trigger.SCHEDULE and not run.held]

@@ -31,14 +31,11 @@ class Received:
 
 
 @dataclass
-class TargetServer:
-    """Answers ``/status/<code>``, ``/slow/<seconds>``, ``/hang``, ``/redirect?to=<url>``,
-    anything else with 200 and a JSON body."""
+class LocalServer:
+    """A real HTTP server on 127.0.0.1 and a free port; ``_handle`` answers every request."""
 
-    received: list[Received] = field(default_factory=list)
     port: int = 0
     _runner: web.AppRunner | None = None
-    _event: asyncio.Event = field(default_factory=asyncio.Event)
     _closing: asyncio.Event = field(default_factory=asyncio.Event)
 
     async def start(self) -> None:
@@ -54,6 +51,18 @@ class TargetServer:
         self._closing.set()  # hanging requests end now, not at the runner's shutdown timeout
         if self._runner is not None:
             await self._runner.cleanup()
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        raise NotImplementedError
+
+
+@dataclass
+class TargetServer(LocalServer):
+    """Answers ``/status/<code>``, ``/slow/<seconds>``, ``/hang``, ``/redirect?to=<url>``,
+    anything else with 200 and a JSON body."""
+
+    received: list[Received] = field(default_factory=list)
+    _event: asyncio.Event = field(default_factory=asyncio.Event)
 
     def url(self, path: str = "/hook") -> str:
         return f"http://127.0.0.1:{self.port}{path}"

@@ -9,11 +9,13 @@ from dataclasses import dataclass, field
 
 from aiohttp import web
 
+from tests.target import LocalServer
+
 CHUNK = b"x" * 65536
 
 
 @dataclass
-class HostileTarget:
+class HostileTarget(LocalServer):
     """``/big/<bytes>`` and ``/big-redirect/<bytes>`` (a 302 to ``/ok`` carrying that body),
     ``/trickle/<seconds>`` (a byte every 0.2 s for that long), ``/slow-redirect/<hops>`` (each
     hop answers after 1.5 s), ``/gzip/<bytes>`` (compressed text), ``/loop`` (redirects to itself),
@@ -23,23 +25,6 @@ class HostileTarget:
     sent: int = 0
     paths: list[str] = field(default_factory=list)
     cookies: list[str] = field(default_factory=list)  # Cookie headers that came in
-    port: int = 0
-    _runner: web.AppRunner | None = None
-    _closing: asyncio.Event = field(default_factory=asyncio.Event)
-
-    async def start(self) -> None:
-        app = web.Application()
-        app.router.add_route("*", "/{tail:.*}", self._handle)
-        self._runner = web.AppRunner(app)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-
-    async def stop(self) -> None:
-        self._closing.set()
-        if self._runner is not None:
-            await self._runner.cleanup()
 
     def url(self, path: str, host: str = "127.0.0.1") -> str:
         return f"http://{host}:{self.port}{path}"
