@@ -9,9 +9,11 @@ from typing import Any
 
 import httpx
 
-from tests.api.conftest import Stack
+from tests.api.conftest import ON_BOTH_DATABASES, Stack
 from tests.api.test_e2e import iso
 from workflows.attributes import NEXT_RUN_AT
+
+pytestmark = ON_BOTH_DATABASES
 
 
 async def _until(check: Any, timeout: float = 20) -> Any:
