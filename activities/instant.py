@@ -1,11 +1,10 @@
 """A job dispatched ahead of its instant: waiting for it on the worker's clock, heartbeating
-while it waits and while it runs, and refusing a retry that comes too late to be on time."""
+while it waits and while it runs, and refusing a run that comes too late to be on time. How
+the wait ends on the millisecond is activities/precision.py's."""
 
 from __future__ import annotations
 
 import asyncio
-import gc
-import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -13,52 +12,9 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.contracts import JobInput
+from activities.precision import sleep_until
 from scheduling.status import JobFailure
 from scheduling.waiting import beat_every
-
-# The event loop's timers fire up to a millisecond late (its poll counts whole milliseconds),
-# and more when the process is not scheduled at once: a run sleeps on the loop until this long
-# before its instant and waits out the rest on the clock.
-FINAL_WAIT_SECONDS = 0.002
-
-
-# The runs waiting for each instant, per event loop: one timer sets their event.
-_wakes: dict[tuple[asyncio.AbstractEventLoop, float], asyncio.Event] = {}
-
-
-async def sleep_until_instant(instant: datetime) -> None:
-    """Return at ``instant`` on this worker's clock, within a fraction of a millisecond."""
-    at = instant.timestamp()
-    delay = at - time.time()
-    if delay > FINAL_WAIT_SECONDS:
-        await _wake_for(at, delay - FINAL_WAIT_SECONDS)
-        _collector_after_this_pass()
-        delay = at - time.time()
-    if delay > 0:
-        # Blocks the loop for at most the final wait, once per instant: the runs due with this
-        # one find it passed when they wake.
-        time.sleep(delay)  # noqa: ASYNC251 - on purpose, see above
-
-
-async def _wake_for(at: float, delay: float) -> None:
-    """Sleep with every run due at ``at`` on one timer, so that the loop wakes them all in one
-    pass. Timers of their own, set a few microseconds apart, can straddle the pass: the later
-    ones then wake behind all the bookkeeping the first ones queued, hundreds of ms late."""
-    loop = asyncio.get_running_loop()
-    key = (loop, at)
-    if (wake := _wakes.get(key)) is None:
-        wake = _wakes[key] = asyncio.Event()
-        loop.call_later(delay, lambda: _wakes.pop(key).set())
-    await wake.wait()
-
-
-def _collector_after_this_pass() -> None:
-    """The runs the loop wakes together for an instant all start before the cyclic collector
-    may run again: a full collection over a herd's waiting runs, started by their own
-    allocations halfway through, would make every run after it that much later."""
-    if gc.isenabled():
-        gc.disable()
-        asyncio.get_running_loop().call_soon(gc.enable)
 
 
 async def wait_for_instant(job_input: JobInput) -> None:
@@ -66,7 +22,7 @@ async def wait_for_instant(job_input: JobInput) -> None:
     if job_input.not_before is None or job_input.not_before <= datetime.now(UTC):
         return
     try:
-        await sleep_until_instant(job_input.not_before)
+        await sleep_until(job_input.not_before)
     except asyncio.CancelledError:
         raise ApplicationError(
             "withdrawn before its instant: the job did not run",

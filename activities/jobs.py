@@ -26,6 +26,7 @@ from activities.instant import (
     refuse_if_late,
     wait_for_instant,
 )
+from activities.precision import after_the_starts, queued_bookkeeping_done
 from activities.run_rows import RunRows, completed_result
 from activities.starts import REPORT_WAIT_ON_CANCEL, StartReports
 from jobs.egress import EgressRefused
@@ -119,9 +120,9 @@ class JobActivities:
         # time is skipped (tests) or the job waited here for its instant.
         started = max(datetime.now(UTC), activity.info().started_time.astimezone(UTC))
         labels = {"job_type": job_input.job.type, "trigger": job_input.trigger.value}
-        # The start's and the end's bookkeeping (metric, log line, row) wait in the loop's
-        # queue, in order, behind the other runs woken for this instant: those start first.
-        later = asyncio.get_running_loop().call_soon
+        # The start's and the end's bookkeeping (metric, log line, row) wait behind the other
+        # runs woken for this instant: those start first.
+        later = after_the_starts
         later(self._announce, job_input, started, attempt, labels, bound)
         try:
             result = await self._run(job_input, attempt)
@@ -135,7 +136,7 @@ class JobActivities:
         except Exception as exc:
             error = exc if isinstance(exc, ApplicationError) else None
             later(self._ended, datetime.now(UTC) - started, labels, "failed", bound, error)
-            await asyncio.sleep(0)  # a job that failed at once: its start is reported first
+            await queued_bookkeeping_done()  # a job that failed at once: its start is reported first
             await self._starts.sent(job_input, attempt)
             if error is not None:
                 raise _with_start(error, started) from exc.__cause__
@@ -143,7 +144,7 @@ class JobActivities:
         result = result.model_copy(update={"started_at": started})
         later(self._finished, job_input, result, datetime.now(UTC) - started, labels, bound)
         try:
-            await asyncio.sleep(0)  # the SDK's report of this end, too, waits behind those starts
+            await queued_bookkeeping_done()  # the SDK's report of this end waits behind the starts
             await self._starts.sent(job_input, attempt)
         except asyncio.CancelledError:
             pass  # the job has run: it reports its end whatever was asked meanwhile

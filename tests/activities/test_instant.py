@@ -1,69 +1,60 @@
-"""Waiting for a run's instant on the worker's clock (activities/instant.py)."""
+"""Waiting for a run's instant and refusing a late one (activities/instant.py)."""
 
 from __future__ import annotations
 
 import asyncio
-import gc
-import time
 from datetime import UTC, datetime, timedelta
 
-from activities import instant
-from activities.instant import sleep_until_instant
+import pytest
+from temporalio.exceptions import ApplicationError
+
+from activities.contracts import JobInput
+from activities.instant import refuse_if_late, wait_for_instant
+from scheduling.spec import HandlerJob
+from scheduling.status import JobFailure
 
 
-async def _wake_together(runs: int) -> list[tuple[float, bool]]:
-    """Each run's (lateness in seconds, collector enabled) as it returns from the wait."""
-    instant_at = datetime.now(UTC) + timedelta(milliseconds=50)
-
-    async def one() -> tuple[float, bool]:
-        await sleep_until_instant(instant_at)
-        return time.time() - instant_at.timestamp(), gc.isenabled()
-
-    return await asyncio.gather(*(one() for _ in range(runs)))
+def _run(**fields: object) -> JobInput:
+    return JobInput.model_validate({
+        "execution_id": "t:1", "task_id": "t", "tenant_id": "x",
+        "scheduled_at": datetime.now(UTC), "job": HandlerJob(type="handler", name="noop"), **fields,
+    })
 
 
-async def test_the_runs_of_one_instant_start_with_the_collector_held_until_the_next_pass() -> None:
-    assert gc.isenabled()
-    woken = await _wake_together(200)
-    assert all(late >= 0 for late, _ in woken)
-    assert not any(enabled for _, enabled in woken)
-    await asyncio.sleep(0)
-    await asyncio.sleep(0)
-    assert gc.isenabled()
+async def test_a_run_sent_ahead_starts_at_its_instant() -> None:
+    instant = datetime.now(UTC) + timedelta(milliseconds=50)
+    await wait_for_instant(_run(not_before=instant))
+    assert datetime.now(UTC) >= instant
 
 
-async def test_a_collector_turned_off_by_the_process_stays_off() -> None:
-    gc.disable()
-    try:
-        await _wake_together(3)
-        await asyncio.sleep(0)
-        await asyncio.sleep(0)
-        assert not gc.isenabled()
-    finally:
-        gc.enable()
+async def test_a_run_past_its_instant_starts_at_once() -> None:
+    await asyncio.wait_for(wait_for_instant(_run(not_before=datetime.now(UTC) - timedelta(hours=1))), 0.05)
 
 
-async def test_the_runs_of_one_instant_wake_before_any_bookkeeping_the_first_one_queues() -> None:
-    instant_at = datetime.now(UTC) + timedelta(milliseconds=50)
-    queued: list[str] = []
-    behind: list[bool] = []
-
-    async def one() -> None:
-        await sleep_until_instant(instant_at)
-        behind.append(bool(queued))
-        asyncio.get_running_loop().call_soon(queued.append, "bookkeeping")
-
-    runs = [asyncio.create_task(one()) for _ in range(300)]
-    await asyncio.sleep(0)
-    assert len(instant._wakes) == 1  # one timer for the instant, not one per run
-    await asyncio.gather(*runs)
-    assert behind == [False] * 300 and not instant._wakes
+async def test_a_run_cancelled_before_its_instant_is_withdrawn() -> None:
+    waiting = asyncio.create_task(wait_for_instant(_run(not_before=datetime.now(UTC) + timedelta(hours=1))))
+    await asyncio.sleep(0.01)
+    waiting.cancel()
+    with pytest.raises(ApplicationError) as refused:
+        await waiting
+    assert refused.value.type == JobFailure.WITHDRAWN and refused.value.non_retryable
 
 
-async def test_a_run_withdrawn_while_waiting_leaves_the_others_of_its_instant_waiting() -> None:
-    instant_at = datetime.now(UTC) + timedelta(milliseconds=50)
-    withdrawn, kept = (asyncio.create_task(sleep_until_instant(instant_at)) for _ in range(2))
-    await asyncio.sleep(0)
-    withdrawn.cancel()
-    await kept
-    assert withdrawn.cancelled() and time.time() >= instant_at.timestamp()
+def test_a_run_past_its_grace_is_refused_as_late() -> None:
+    late = _run(not_before=datetime.now(UTC) - timedelta(seconds=90), late_after_seconds=60)
+    with pytest.raises(ApplicationError) as refused:
+        refuse_if_late(late, started_before=False)
+    assert refused.value.type == JobFailure.LATE and refused.value.non_retryable
+
+
+def test_a_run_within_its_grace_or_one_that_had_started_runs() -> None:
+    refuse_if_late(_run(not_before=datetime.now(UTC) - timedelta(seconds=30), late_after_seconds=60),
+                   started_before=False)
+    refuse_if_late(_run(not_before=datetime.now(UTC) - timedelta(seconds=90), late_after_seconds=60),
+                   started_before=True)
+
+
+def test_a_run_that_waited_in_the_queue_counts_from_when_it_was_sent() -> None:
+    queued = _run(scheduled_at=datetime.now(UTC) - timedelta(seconds=300),
+                  sent_at=datetime.now(UTC) - timedelta(seconds=10), late_after_seconds=60)
+    refuse_if_late(queued, started_before=False)

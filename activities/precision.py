@@ -1,0 +1,68 @@
+"""Starting every run of a herd within milliseconds of its instant, on the jobs worker's one
+event loop: the runs due at one instant wake together, start before the cyclic collector may
+run, and start before any of their bookkeeping. Each of these earns its place in the herd
+benchmark (docs/capacity.md, "Herds")."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import time
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+# The event loop's timers fire up to a millisecond late (its poll counts whole milliseconds),
+# and more when the process is not scheduled at once: a run sleeps on the loop until this long
+# before its instant and waits out the rest on the clock.
+FINAL_WAIT_SECONDS = 0.002
+
+# The runs waiting for each instant, per event loop: one timer sets their event.
+_wakes: dict[tuple[asyncio.AbstractEventLoop, float], asyncio.Event] = {}
+
+
+async def sleep_until(instant: datetime) -> None:
+    """Return at ``instant`` on this worker's clock, within a fraction of a millisecond, in the
+    same loop pass as every other run due at that instant."""
+    at = instant.timestamp()
+    delay = at - time.time()
+    if delay > FINAL_WAIT_SECONDS:
+        await _wake_for(at, delay - FINAL_WAIT_SECONDS)
+        _collector_after_this_pass()
+        delay = at - time.time()
+    if delay > 0:
+        # Blocks the loop for at most the final wait, once per instant: the runs due with this
+        # one find it passed when they wake.
+        time.sleep(delay)  # noqa: ASYNC251 - on purpose, see above
+
+
+def after_the_starts(callback: Callable[..., object], *args: Any) -> None:
+    """Run ``callback(*args)`` once the runs woken with this one have started (the loop's
+    queue, in order): a run's bookkeeping never delays another run's start."""
+    asyncio.get_running_loop().call_soon(callback, *args)
+
+
+async def queued_bookkeeping_done() -> None:
+    """Let what ``after_the_starts`` queued so far run before going on."""
+    await asyncio.sleep(0)
+
+
+async def _wake_for(at: float, delay: float) -> None:
+    """Sleep with every run due at ``at`` on one timer, so that the loop wakes them all in one
+    pass. Timers of their own, set a few microseconds apart, can straddle the pass: the later
+    ones then wake behind all the bookkeeping the first ones queued."""
+    loop = asyncio.get_running_loop()
+    key = (loop, at)
+    if (wake := _wakes.get(key)) is None:
+        wake = _wakes[key] = asyncio.Event()
+        loop.call_later(delay, lambda: _wakes.pop(key).set())
+    await wake.wait()
+
+
+def _collector_after_this_pass() -> None:
+    """The runs the loop wakes together for an instant all start before the cyclic collector
+    may run again: a full collection over a herd's waiting runs, started by their own
+    allocations halfway through, would make every run after it that much later."""
+    if gc.isenabled():
+        gc.disable()
+        asyncio.get_running_loop().call_soon(gc.enable)

@@ -1,0 +1,69 @@
+"""Starting the runs of one instant within milliseconds of it (activities/precision.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import time
+from datetime import UTC, datetime, timedelta
+
+from activities import precision
+from activities.precision import sleep_until
+
+
+async def _wake_together(runs: int) -> list[tuple[float, bool]]:
+    """Each run's (lateness in seconds, collector enabled) as it returns from the wait."""
+    instant_at = datetime.now(UTC) + timedelta(milliseconds=200)
+
+    async def one() -> tuple[float, bool]:
+        await sleep_until(instant_at)
+        return time.time() - instant_at.timestamp(), gc.isenabled()
+
+    return await asyncio.gather(*(one() for _ in range(runs)))
+
+
+async def test_the_runs_of_one_instant_start_with_the_collector_held_until_the_next_pass() -> None:
+    assert gc.isenabled()
+    woken = await _wake_together(200)
+    assert all(late >= 0 for late, _ in woken)
+    assert not any(enabled for _, enabled in woken)
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    assert gc.isenabled()
+
+
+async def test_a_collector_turned_off_by_the_process_stays_off() -> None:
+    gc.disable()
+    try:
+        await _wake_together(3)
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+
+
+async def test_the_runs_of_one_instant_wake_before_any_bookkeeping_the_first_one_queues() -> None:
+    instant_at = datetime.now(UTC) + timedelta(milliseconds=200)
+    queued: list[str] = []
+    behind: list[bool] = []
+
+    async def one() -> None:
+        await sleep_until(instant_at)
+        behind.append(bool(queued))
+        asyncio.get_running_loop().call_soon(queued.append, "bookkeeping")
+
+    runs = [asyncio.create_task(one()) for _ in range(300)]
+    await asyncio.sleep(0)
+    assert len(precision._wakes) == 1  # one timer for the instant, not one per run
+    await asyncio.gather(*runs)
+    assert behind == [False] * 300 and not precision._wakes
+
+
+async def test_a_run_withdrawn_while_waiting_leaves_the_others_of_its_instant_waiting() -> None:
+    instant_at = datetime.now(UTC) + timedelta(milliseconds=200)
+    withdrawn, kept = (asyncio.create_task(sleep_until(instant_at)) for _ in range(2))
+    await asyncio.sleep(0)
+    withdrawn.cancel()
+    await kept
+    assert withdrawn.cancelled() and time.time() >= instant_at.timestamp()
