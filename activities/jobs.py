@@ -120,14 +120,13 @@ class JobActivities:
         # time is skipped (tests) or the job waited here for its instant.
         started = max(datetime.now(UTC), activity.info().started_time.astimezone(UTC))
         labels = {"job_type": job_input.job.type, "trigger": job_input.trigger.value}
-        # The start's and the end's bookkeeping (metric, log line, row) wait behind the other
-        # runs woken for this instant: those start first.
-        later = after_the_starts
-        later(self._announce, job_input, started, attempt, labels, bound)
+        # The bookkeeping of the start and the end (metric, log line, row) waits behind the
+        # starts of the other runs woken for this instant.
+        after_the_starts(self._announce, job_input, started, attempt, labels, bound)
         try:
             result = await self._run(job_input, attempt)
         except asyncio.CancelledError:
-            later(self._ended, datetime.now(UTC) - started, labels, "cancelled", bound, None)
+            after_the_starts(self._ended, datetime.now(UTC) - started, labels, "cancelled", bound, None)
             # The start is reported before the cancelled end (a short, shielded wait).
             with contextlib.suppress(TimeoutError, asyncio.CancelledError):
                 await asyncio.wait_for(asyncio.shield(self._starts.sent(job_input, attempt)),
@@ -135,20 +134,22 @@ class JobActivities:
             raise
         except Exception as exc:
             error = exc if isinstance(exc, ApplicationError) else None
-            later(self._ended, datetime.now(UTC) - started, labels, "failed", bound, error)
-            await queued_bookkeeping_done()  # a job that failed at once: its start is reported first
-            await self._starts.sent(job_input, attempt)
+            after_the_starts(self._ended, datetime.now(UTC) - started, labels, "failed", bound, error)
+            await self._start_reported(job_input, attempt)
             if error is not None:
                 raise _with_start(error, started) from exc.__cause__
             raise
         result = result.model_copy(update={"started_at": started})
-        later(self._finished, job_input, result, datetime.now(UTC) - started, labels, bound)
-        try:
-            await queued_bookkeeping_done()  # the SDK's report of this end waits behind the starts
-            await self._starts.sent(job_input, attempt)
-        except asyncio.CancelledError:
-            pass  # the job has run: it reports its end whatever was asked meanwhile
+        after_the_starts(self._finished, job_input, result, datetime.now(UTC) - started, labels, bound)
+        with contextlib.suppress(asyncio.CancelledError):  # the job has run: it reports its end
+            await self._start_reported(job_input, attempt)
         return result
+
+    async def _start_reported(self, job_input: JobInput, attempt: int) -> None:
+        """Return once the attempt's start is reported: its end, and the SDK's report of it,
+        come after the start's bookkeeping and the start report it sends."""
+        await queued_bookkeeping_done()
+        await self._starts.sent(job_input, attempt)
 
     async def _run(self, job_input: JobInput, attempt: int) -> JobResult:
         job = job_input.job

@@ -1,7 +1,7 @@
-"""Starting every run of a herd within milliseconds of its instant, on the jobs worker's one
+"""Starting every run of a herd within milliseconds of its instant on the jobs worker's one
 event loop: the runs due at one instant wake together, start before the cyclic collector may
-run, and start before any of their bookkeeping. Each of these earns its place in the herd
-benchmark (docs/capacity.md, "Herds")."""
+run, and start before any of their bookkeeping. Each keeps its place by its measured gain in
+the herd benchmark (docs/capacity.md, "Herds")."""
 
 from __future__ import annotations
 
@@ -12,28 +12,20 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-# The event loop's timers fire up to a millisecond late (its poll counts whole milliseconds),
-# and more when the process is not scheduled at once: a run sleeps on the loop until this long
-# before its instant and waits out the rest on the clock.
-FINAL_WAIT_SECONDS = 0.002
-
 # The runs waiting for each instant, per event loop: one timer sets their event.
 _wakes: dict[tuple[asyncio.AbstractEventLoop, float], asyncio.Event] = {}
 
 
 async def sleep_until(instant: datetime) -> None:
-    """Return at ``instant`` on this worker's clock, within a fraction of a millisecond, in the
-    same loop pass as every other run due at that instant."""
+    """Return at ``instant`` on this worker's clock (never before it), in the same loop pass
+    as every other run due at that instant."""
     at = instant.timestamp()
-    delay = at - time.time()
-    if delay > FINAL_WAIT_SECONDS:
-        await _wake_for(at, delay - FINAL_WAIT_SECONDS)
+    if (delay := at - time.time()) > 0:
+        await _wake_for(at, delay)
         _collector_after_this_pass()
-        delay = at - time.time()
-    if delay > 0:
-        # Blocks the loop for at most the final wait, once per instant: the runs due with this
-        # one find it passed when they wake.
-        time.sleep(delay)  # noqa: ASYNC251 - on purpose, see above
+    # The loop's timers run on the monotonic clock: should the wall clock lag it, the rest.
+    if (delay := at - time.time()) > 0:
+        await asyncio.sleep(delay)
 
 
 def after_the_starts(callback: Callable[..., object], *args: Any) -> None:

@@ -8,7 +8,7 @@ import time
 from datetime import UTC, datetime, timedelta
 
 from activities import precision
-from activities.precision import sleep_until
+from activities.precision import after_the_starts, queued_bookkeeping_done, sleep_until
 
 
 async def _wake_together(runs: int) -> list[tuple[float, bool]]:
@@ -51,13 +51,16 @@ async def test_the_runs_of_one_instant_wake_before_any_bookkeeping_the_first_one
     async def one() -> None:
         await sleep_until(instant_at)
         behind.append(bool(queued))
-        asyncio.get_running_loop().call_soon(queued.append, "bookkeeping")
+        after_the_starts(queued.append, "bookkeeping")
+
+    def timers() -> int:
+        return sum(at == instant_at.timestamp() for _, at in precision._wakes)
 
     runs = [asyncio.create_task(one()) for _ in range(300)]
     await asyncio.sleep(0)
-    assert len(precision._wakes) == 1  # one timer for the instant, not one per run
+    assert timers() == 1  # one timer for the instant, not one per run
     await asyncio.gather(*runs)
-    assert behind == [False] * 300 and not precision._wakes
+    assert behind == [False] * 300 and timers() == 0
 
 
 async def test_a_run_withdrawn_while_waiting_leaves_the_others_of_its_instant_waiting() -> None:
@@ -67,3 +70,11 @@ async def test_a_run_withdrawn_while_waiting_leaves_the_others_of_its_instant_wa
     withdrawn.cancel()
     await kept
     assert withdrawn.cancelled() and time.time() >= instant_at.timestamp()
+
+
+async def test_what_a_run_queued_is_done_before_it_goes_on() -> None:
+    done: list[str] = []
+    after_the_starts(done.append, "start")
+    assert done == []
+    await queued_bookkeeping_done()
+    assert done == ["start"]
