@@ -146,8 +146,8 @@ class JobActivities:
         return result
 
     async def _start_reported(self, job_input: JobInput, attempt: int) -> None:
-        """Return once the attempt's start is reported: its end, and the SDK's report of it,
-        come after the start's bookkeeping and the start report it sends."""
+        """Return once the start's queued bookkeeping has run and its start report is sent."""
+        # The attempt's end, and the SDK's report of it, never reach the workflow before its start.
         await queued_bookkeeping_done()
         await self._starts.sent(job_input, attempt)
 

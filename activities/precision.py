@@ -17,20 +17,19 @@ _wakes: dict[tuple[asyncio.AbstractEventLoop, float], asyncio.Event] = {}
 
 
 async def sleep_until(instant: datetime) -> None:
-    """Return at ``instant`` on this worker's clock (never before it), in the same loop pass
-    as every other run due at that instant."""
+    """Return at ``instant`` on this worker's clock, in one loop pass with all runs due then."""
     at = instant.timestamp()
     if (delay := at - time.time()) > 0:
         await _wake_for(at, delay)
         _collector_after_this_pass()
-    # The loop's timers run on the monotonic clock: should the wall clock lag it, the rest.
+    # The loop's timers count on the monotonic clock: if the wall clock lags it, wait the rest.
     if (delay := at - time.time()) > 0:
         await asyncio.sleep(delay)
 
 
 def after_the_starts(callback: Callable[..., object], *args: Any) -> None:
-    """Run ``callback(*args)`` once the runs woken with this one have started (the loop's
-    queue, in order): a run's bookkeeping never delays another run's start."""
+    """Run ``callback(*args)`` once the runs woken with this one have started, in order."""
+    # A run's bookkeeping in line would delay the start of every run behind it in the pass.
     asyncio.get_running_loop().call_soon(callback, *args)
 
 
@@ -40,9 +39,9 @@ async def queued_bookkeeping_done() -> None:
 
 
 async def _wake_for(at: float, delay: float) -> None:
-    """Sleep with every run due at ``at`` on one timer, so that the loop wakes them all in one
-    pass. Timers of their own, set a few microseconds apart, can straddle the pass: the later
-    ones then wake behind all the bookkeeping the first ones queued."""
+    """Sleep with every run due at ``at`` on one timer, so that the loop wakes them in one pass."""
+    # Timers of their own, set a few microseconds apart, can straddle the pass: the later ones
+    # then wake behind all the bookkeeping the first ones queued.
     loop = asyncio.get_running_loop()
     key = (loop, at)
     if (wake := _wakes.get(key)) is None:
@@ -52,9 +51,9 @@ async def _wake_for(at: float, delay: float) -> None:
 
 
 def _collector_after_this_pass() -> None:
-    """The runs the loop wakes together for an instant all start before the cyclic collector
-    may run again: a full collection over a herd's waiting runs, started by their own
-    allocations halfway through, would make every run after it that much later."""
+    """Hold the cyclic collector until the runs woken in this loop pass have all started."""
+    # A full collection over a herd's waiting runs, started by their own allocations halfway
+    # through the pass, would make every run after it that much later.
     if gc.isenabled():
         gc.disable()
         asyncio.get_running_loop().call_soon(gc.enable)
