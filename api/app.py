@@ -54,10 +54,7 @@ def create_app(
                                            tracing=tracing, lazy=True)
         app.state.service = TaskService(
             db,
-            TemporalGateway(
-                temporal, settings.temporal.task_queue, lead_seconds=settings.dispatch.lead_seconds,
-                max_lead_seconds=settings.dispatch.max_lead_seconds,
-            ),
+            TemporalGateway(temporal, settings.temporal.task_queue),
             load_handlers().keys(),
             EgressPolicy.from_list(settings.egress_allow_list, own_ports=settings.own_ports),
             Quota.from_settings(settings.quota),

@@ -26,6 +26,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
+from activities.options import RunOptions
 from config.settings import Settings, environment_names
 from jobs.egress import EgressPolicy, guarded_client
 from jobs.handlers import Handler
@@ -208,19 +209,21 @@ async def new_worker(
     handlers: Mapping[str, Handler] | None = None,
     egress: EgressPolicy | None = None,
     workflow_jobs: WorkflowJobRules | None = None,
+    run_options: RunOptions | None = None,
     **options: Any,
 ) -> AsyncIterator[Worker]:
     """A worker on a fresh task queue with exactly the production activities.
 
     HTTP jobs go through the egress guard; by default it allowlists loopback only, for the
-    local target server. Workflow jobs start nothing unless ``workflow_jobs`` allows it."""
+    local target server. Workflow jobs start nothing unless ``workflow_jobs`` allows it. Its
+    task workflows dispatch without a lead unless ``run_options`` give one."""
     queue = task_queue or f"tq-{uuid.uuid4()}"
     executor = ThreadPoolExecutor(max_workers=16)
     policy = egress or EgressPolicy.from_list(["127.0.0.1"])
     async with guarded_client(policy) as http:
         activities = build_activities(
             engine=engine, http=http, client=client, extra_handlers=handlers,
-            workflow_jobs=workflow_jobs,
+            workflow_jobs=workflow_jobs, run_options=run_options,
         )
         main, jobs = build_workers(client, task_queue=queue, activities=activities, executor=executor, **options)
         async with main, jobs:

@@ -28,6 +28,7 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 from activities.bookkeeping import BookkeepingActivities
 from activities.jobs import JobActivities
 from activities.notify import NotifyActivities
+from activities.options import RunOptions, RunOptionsActivities
 from config.temporal import jobs_queue
 from jobs.handlers import Handler, load_handlers
 from jobs.outbound import Outbound, OutboundLimits
@@ -53,10 +54,13 @@ def build_activities(
     limits: OutboundLimits | None = None,
     workflow_jobs: WorkflowJobRules | None = None,
     meter: MetricMeter | None = None,
+    run_options: RunOptions | None = None,
 ) -> ActivitySet:
     """Every activity the task workflow calls, bound to its dependencies (``workflow_jobs``:
     what workflow jobs may start, none by default; ``limits``: the bounds of HTTP calls, the
-    settings' defaults by default; ``meter``: where the calls waiting for a slot are counted)."""
+    settings' defaults by default; ``meter``: where the calls waiting for a slot are counted;
+    ``run_options``: the lead and history limit of the task workflows, none and 10,000 by
+    default)."""
     writer = BatchWriter(engine)
     waiting = None if meter is None else http_waiting_gauge(meter)
     # One per process: jobs and webhooks of a tenant share its slots.
@@ -72,8 +76,9 @@ def build_activities(
     )
     books = BookkeepingActivities(engine, writer)
     notes = NotifyActivities(http, outbound)
+    options = RunOptionsActivities(run_options or RunOptions())
     return ActivitySet(
-        workflow_side=[books.record, notes.notify],
+        workflow_side=[books.record, notes.notify, options.run_options],
         jobs=[jobs.run_job],
     )
 

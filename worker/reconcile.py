@@ -73,12 +73,10 @@ class Reconciler:
         grace: timedelta = timedelta(seconds=30),
         window: timedelta = timedelta(days=1),
         full_every: timedelta = timedelta(hours=1),
-        lead_seconds: float = 0.0,
     ) -> None:
         self._full_every = full_every
         self._last_full: datetime | None = None
         self._last_pass: datetime | None = None
-        self._lead_seconds = lead_seconds
         self._engine = engine
         self._client = client
         self._task_queue = task_queue
@@ -212,7 +210,7 @@ class Reconciler:
                                reason="restarted by the reconciler")
         await start_task_workflow(
             self._client, task_queue=self._task_queue, task_id=row.id, tenant_id=row.tenant_id,
-            spec=spec, created_at=row.created_at, state=state, lead_seconds=self._lead_seconds,
+            spec=spec, created_at=row.created_at, state=state,
         )
         log.warning("reconcile.restarted", task_id=row.id, tenant=row.tenant_id)
 

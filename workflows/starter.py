@@ -1,4 +1,7 @@
-"""Starting a task's workflow: the one client-side call shared by the API and the reconciler."""
+"""Starting a task's workflow: the one client-side call shared by the API and the reconciler.
+
+A start carries the task and, for a task that existed, its state: nothing of the starting
+process. The lead and the history limit are the workflow worker's (activities/options.py)."""
 
 from __future__ import annotations
 
@@ -26,18 +29,14 @@ async def start_task_workflow(
     spec: TaskSpec,
     created_at: datetime,
     state: TaskState | None = None,
-    lead_seconds: float = 0.0,
-    max_lead_seconds: float = 60.0,
     reuse_closed_id: bool = False,
 ) -> bool:
     """Start the task's workflow at once; False when a workflow with that id exists or existed."""
     try:
         await client.start_workflow(
             "TaskWorkflow",
-            TaskWorkflowInput(
-                task_id=task_id, tenant_id=tenant_id, spec=spec, created_at=created_at,
-                state=state, lead_seconds=lead_seconds, max_lead_seconds=max_lead_seconds,
-            ),
+            TaskWorkflowInput(task_id=task_id, tenant_id=tenant_id, spec=spec, created_at=created_at,
+                              state=state),
             id_reuse_policy=(
                 WorkflowIDReusePolicy.ALLOW_DUPLICATE
                 if reuse_closed_id

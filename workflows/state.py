@@ -7,6 +7,7 @@ from datetime import datetime
 from pydantic import BaseModel, Field
 
 from activities.contracts import Notification
+from activities.options import RunOptions
 from scheduling.fire import first_fire
 from scheduling.policy import Position, Run, instant_of
 from scheduling.records import ExecutionRecord
@@ -198,13 +199,12 @@ class TaskWorkflowInput(BaseModel):
     spec: TaskSpec
     created_at: datetime
     state: TaskState | None = None
-    history_limit: int = Field(default=10_000, description="continue-as-new past this length")
-    lead_seconds: float = Field(
-        default=0.0, ge=0,
-        description="dispatch each run this long before its instant; the job waits for the "
-        "instant on the worker's clock (0: dispatch at the instant)",
-    )
-    max_lead_seconds: float = Field(default=60.0, ge=0)
+    # Runtime options are the workflow worker's (RunOptions, asked once per workflow run); the
+    # starters of older workflows froze them here, and the runs recorded so replay with them.
+    history_limit: int | None = Field(default=None, description="set by older starters only")
+    lead_seconds: float | None = Field(default=None, ge=0, description="set by older starters only")
+    max_lead_seconds: float | None = Field(default=None, ge=0,
+                                           description="set by older starters only")
 
     def initial_state(self) -> TaskState:
         """The state the workflow starts from: the one carried over, or a new task's."""
@@ -213,3 +213,10 @@ class TaskWorkflowInput(BaseModel):
             created_at=self.created_at, anchor=self.created_at,
             next_fire_at=first_fire(self.spec, self.created_at),
         )
+
+    def frozen_options(self) -> RunOptions:
+        """The options an older starter froze into this input, the defaults for those it left
+        out (a run recorded before the worker owned them replays with these)."""
+        frozen = {"history_limit": self.history_limit, "lead_seconds": self.lead_seconds,
+                  "max_lead_seconds": self.max_lead_seconds}
+        return RunOptions.model_validate({k: v for k, v in frozen.items() if v is not None})

@@ -20,6 +20,7 @@ from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from activities.contracts import CLAIM_RUN, RUN_STARTED, RunStart
+    from activities.options import RUN_OPTIONS, RUN_OPTIONS_TIMEOUT, RunOptions
     from scheduling import policy
     from scheduling.fire import next_fire
     from scheduling.policy import Run
@@ -54,6 +55,9 @@ GIVE_BACK = frozenset({"paused", "rebound", "asked", UNTAKEN})
 REPORTED_STARTS = "reported-starts"
 # How long a cancel waits for the runs it stops to end before it answers.
 CANCEL_SETTLE = timedelta(seconds=10)
+# Workflow runs from here on take the lead and the history limit from their worker, asked once
+# per run (after each continue-as-new too), instead of from their input (docs/upgrades.md).
+WORKER_OPTIONS = "worker-options"
 
 
 @workflow.defn(name="TaskWorkflow")
@@ -63,6 +67,9 @@ class TaskWorkflow:
     @workflow.init
     def __init__(self, start: TaskWorkflowInput) -> None:
         self._input = start
+        # Until the run has asked its worker (a message that came with the start is handled
+        # first): the options of the input, or the defaults.
+        self._options = start.frozen_options()
         self._state = start.initial_state()
         self._state.running = []
         self._runs = RunsInFlight()
@@ -75,6 +82,10 @@ class TaskWorkflow:
     @workflow.run
     async def run(self, start: TaskWorkflowInput) -> TaskState:
         """Sleep until each fire and run the job, until the task ends."""
+        if workflow.patched(WORKER_OPTIONS):
+            # A local activity: the worker's answer is recorded, so a replay reads the same.
+            self._options = await workflow.execute_local_activity(
+                RUN_OPTIONS, result_type=RunOptions, start_to_close_timeout=RUN_OPTIONS_TIMEOUT)
         self._record.resend()
         try:
             while True:
@@ -308,14 +319,15 @@ class TaskWorkflow:
     # -- helpers of the loop ----------------------------------------------------------------
 
     def _lead(self) -> timedelta:
-        return policy.lead(self._input.lead_seconds, self._state.wake_lag_seconds,
-                           self._input.max_lead_seconds)
+        options = self._options
+        return policy.lead(options.lead_seconds, self._state.wake_lag_seconds,
+                           options.max_lead_seconds)
 
     def _draining(self) -> bool:
         """The history is long: no new run starts here; the next workflow run starts them."""
         info = workflow.info()
         return (info.is_continue_as_new_suggested()
-                or info.get_current_history_length() > self._input.history_limit)
+                or info.get_current_history_length() > self._options.history_limit)
 
     def _quiet(self) -> bool:
         """No handler is running and every row is written: the workflow run may end."""

@@ -7,6 +7,7 @@ from datetime import timedelta
 from sqlalchemy import Engine
 from temporalio.testing import WorkflowEnvironment
 
+from activities.options import RunOptions
 from scheduling.status import TaskStatus
 from store.tasks import get_task
 from tests.conftest import new_worker
@@ -18,8 +19,8 @@ async def test_continue_as_new_preserves_counts_schedule_and_spec(
     time_env: WorkflowEnvironment, sqlite_engine: Engine
 ) -> None:
     task = spec(schedule_type="interval", interval_seconds=600, max_runs=8, task_name="nightly")
-    async with new_worker(time_env.client, sqlite_engine) as worker:
-        handle = await start_task(time_env, worker.task_queue, task, history_limit=30)
+    async with new_worker(time_env.client, sqlite_engine, run_options=RunOptions(history_limit=30)) as worker:
+        handle = await start_task(time_env, worker.task_queue, task)
         await time_env.sleep(timedelta(minutes=45))
         midway = await task_state(handle)
         state = await handle.result()
@@ -45,8 +46,8 @@ async def test_continue_as_new_keeps_a_task_paused(
 ) -> None:
     task = spec(schedule_type="interval", interval_seconds=600)
     async with (
-        new_worker(time_env.client, sqlite_engine) as worker,
-        running_task(time_env, worker.task_queue, task, history_limit=30) as handle,
+        new_worker(time_env.client, sqlite_engine, run_options=RunOptions(history_limit=30)) as worker,
+        running_task(time_env, worker.task_queue, task) as handle,
     ):
         await time_env.sleep(timedelta(minutes=25))
         await handle.execute_update(TaskWorkflow.pause_update, "hold")

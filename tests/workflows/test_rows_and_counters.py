@@ -43,11 +43,11 @@ async def test_a_run_no_worker_started_then_cancelled_is_skipped_and_not_counted
     dev_env: WorkflowEnvironment, sqlite_engine: Engine
 ) -> None:
     job = Counting()
-    async with split_workers(dev_env, sqlite_engine, job) as (queue, _up, _down):  # no jobs worker
+    async with split_workers(dev_env, sqlite_engine, job, lead=0) as (queue, _up, _down):  # no jobs worker
         now = await dev_env.get_current_time()
         task = spec(schedule_type="interval", interval_seconds=3600, start_date=now + timedelta(seconds=2),
                     max_runs=2, job_details=handler_job("count"))
-        handle = await start_ahead(dev_env, queue, task, lead=0)
+        handle = await start_ahead(dev_env, queue, task)
 
         async def sent() -> bool:
             return bool((await task_state(handle)).running)

@@ -36,6 +36,7 @@ from sqlalchemy import Engine
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
+from activities.options import RunOptions
 from jobs.handlers import HandlerContext
 from scheduling import policy
 from scheduling.fire import first_fire
@@ -117,14 +118,16 @@ class JobsWorker:
 
 
 @asynccontextmanager
-async def _workers(env: WorkflowEnvironment, engine: Engine, job: Recording
+async def _workers(env: WorkflowEnvironment, engine: Engine, job: Recording, *, lead: float = 0.0
                    ) -> AsyncIterator[JobsWorker]:
-    """A workflow worker that stays up, and a jobs worker the test can stop."""
+    """A workflow worker that stays up (dispatching ``lead`` seconds ahead), and a jobs worker
+    the test can stop."""
     executor = ThreadPoolExecutor(max_workers=4)
     queue = f"tq-{uuid.uuid4()}"
     async with httpx.AsyncClient() as http:
         activities = build_activities(engine=engine, http=http, client=env.client,
-                                      extra_handlers={"seam": job})
+                                      extra_handlers={"seam": job},
+                                      run_options=RunOptions(lead_seconds=lead))
         async with build_workflow_worker(env.client, task_queue=queue, activities=activities,
                                          executor=executor):
             jobs = JobsWorker(env, queue, activities)
@@ -297,10 +300,10 @@ async def test_random_fires_outages_pauses_triggers_and_updates_keep_every_run_o
     job = Recording(random.Random(seed))
     story = Story(log=[f"interval {interval} overlap {overlap} missed {missed_policy} lead {lead}"])
     task_id = uuid.uuid4().hex
-    async with _workers(dev_env, sqlite_engine, job) as jobs:
+    async with _workers(dev_env, sqlite_engine, job, lead=lead) as jobs:
         created = _now()
         await start_task_workflow(dev_env.client, task_queue=jobs.queue, task_id=task_id,
-                                  tenant_id="t1", spec=task, created_at=created, lead_seconds=lead)
+                                  tenant_id="t1", spec=task, created_at=created)
         story.segments.append((created, timedelta(seconds=interval)))
         final = await asyncio.wait_for(_drive(rng, dev_env, jobs, story, task_id), 120)
     rows = executions(sqlite_engine, task_id)
@@ -350,9 +353,9 @@ async def test_a_trigger_near_the_instant_of_a_waiting_run_starts_after_that_run
     job = Recording(random.Random(0))
     task = spec(schedule_type="interval", interval_seconds=2, job_details=handler_job("seam"))
     task_id = uuid.uuid4().hex
-    async with _workers(dev_env, sqlite_engine, job) as jobs:
+    async with _workers(dev_env, sqlite_engine, job, lead=1.5) as jobs:
         await start_task_workflow(dev_env.client, task_queue=jobs.queue, task_id=task_id,
-                                  tenant_id="t1", spec=task, created_at=_now(), lead_seconds=1.5)
+                                  tenant_id="t1", spec=task, created_at=_now())
         handle = dev_env.client.get_workflow_handle_for(TaskWorkflow.run, workflow_id(task_id))
 
         async def sent() -> bool:
