@@ -47,7 +47,7 @@ from workflows.state import ReplayRequest, TaskState
 from workflows.task import TaskWorkflow
 
 HERE = Path(__file__).parent
-STAMP = "20261203"
+STAMP = "20261204"
 MINUTE = timedelta(minutes=1)
 
 Scenario = Callable[[WorkflowEnvironment, Engine], Awaitable[TaskHandle]]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import uuid
 from datetime import timedelta
 
 from sqlalchemy import Engine
@@ -70,19 +69,16 @@ async def test_a_changed_history_limit_reaches_a_running_task_at_its_next_contin
     time_env: WorkflowEnvironment, sqlite_engine: Engine
 ) -> None:
     task = spec(schedule_type="interval", interval_seconds=600, max_runs=14)
-    queue = f"tq-{uuid.uuid4()}"
-    # No cache: the second worker replays the workflow run the first one left.
-    async with new_worker(time_env.client, sqlite_engine, task_queue=queue, max_cached_workflows=0,
-                          run_options=RunOptions(history_limit=30)):
-        handle = await start_task(time_env, queue, task)
+    options = RunOptions(history_limit=30)
+    async with new_worker(time_env.client, sqlite_engine, run_options=options) as worker:
+        handle = await start_task(time_env, worker.task_queue, task)
         while (await task_state(handle)).continued_as_new == 0:
             await time_env.sleep(timedelta(minutes=10))
         before = await task_state(handle)
-    async with new_worker(time_env.client, sqlite_engine, task_queue=queue, max_cached_workflows=0,
-                          run_options=RunOptions(history_limit=10_000)):
+        options.history_limit = 10_000  # the worker's setting changes (as after a restart)
         state = await handle.result()
 
     # The workflow run going on keeps the limit it was given, so it continues as new once more;
-    # the run after it takes the new worker's and goes to the end.
+    # the run after it takes the new one and goes to the end.
     assert before.run_count < 14 and state.run_count == 14
     assert state.continued_as_new == before.continued_as_new + 1
