@@ -68,17 +68,18 @@ async def test_continue_as_new_keeps_a_task_paused(
 async def test_a_changed_history_limit_reaches_a_running_task_at_its_next_continue_as_new(
     time_env: WorkflowEnvironment, sqlite_engine: Engine
 ) -> None:
-    task = spec(schedule_type="interval", interval_seconds=600, max_runs=14)
+    task = spec(schedule_type="interval", interval_seconds=600, max_runs=30)
     options = RunOptions(history_limit=30)
     async with new_worker(time_env.client, sqlite_engine, run_options=options) as worker:
         handle = await start_task(time_env, worker.task_queue, task)
-        while (await task_state(handle)).continued_as_new == 0:
-            await time_env.sleep(timedelta(minutes=10))
+        await time_env.sleep(timedelta(minutes=45))
         before = await task_state(handle)
         options.history_limit = 10_000  # the worker's setting changes (as after a restart)
         state = await handle.result()
 
-    # The workflow run going on keeps the limit it was given, so it continues as new once more;
-    # the run after it takes the new one and goes to the end.
-    assert before.run_count < 14 and state.run_count == 14
-    assert state.continued_as_new == before.continued_as_new + 1
+    # The workflow run going on keeps the limit it was given (and one that began while the
+    # limit changed may have been given the old one too): it continues as new once more, the
+    # run after it takes the new limit and goes to the end, where the old one would have
+    # continued as new every few fires.
+    assert before.continued_as_new > 0 and before.run_count < 10 and state.run_count == 30
+    assert before.continued_as_new + 1 <= state.continued_as_new <= before.continued_as_new + 2
