@@ -62,8 +62,7 @@ from store.tasks import (
     set_dead_letter,
     write_snapshot,
 )
-from workflows.starter import first_run_at
-from workflows.state import TaskState
+from workflows.state import TaskState, TaskWorkflowInput
 
 log = structlog.get_logger("task_scheduler.api")
 T = TypeVar("T")
@@ -135,7 +134,7 @@ class TaskService:
             known = await task_of_key(self.engine, who.tenant_id, idempotency_key, request)
             row = None if known is None else await in_thread(read_task, self.engine, known, who.tenant_id)
             if row is not None:
-                return TaskOut.from_row(row), False
+                return TaskOut.of(row), False
         await self._check(spec, now)
         if usage is None:
             quota, active = await in_thread(quota_and_active, self.engine, who.tenant_id, self.quota_defaults,
@@ -156,18 +155,7 @@ class TaskService:
             # Same key, same body: the task exists already (or is being created right now).
             return await self._existing(who, task_id, spec, now), False
         self.active_counts.created(who.tenant_id)
-        snapshot = TaskSnapshot(
-            task_id=task_id,
-            tenant_id=who.tenant_id,
-            name=spec.task_name,
-            schedule_type=spec.schedule_type.value,
-            spec=spec.model_dump(mode="json"),
-            status=TaskStatus.PENDING.value,
-            next_run_at=first_run_at(task_id, who.tenant_id, spec, now),
-            created_at=now,
-            updated_at=now,
-            state_version=0,
-        )
+        snapshot = _new_task_row(task_id, who.tenant_id, spec, now)
         try:
             # Version 0: anything the workflow has written already wins. Concurrent creates
             # share a commit (and a thread hop); each still answers only once its row is stored.
@@ -180,22 +168,16 @@ class TaskService:
             # The workflow's first step writes the same row, so the task is not lost.
             log.warning("task.row_write_deferred", task_id=task_id, error=type(exc).__name__)
         log.info("task.created", task_id=task_id, tenant=who.tenant_id, schedule=spec.schedule_type.value)
-        return _out_of_snapshot(snapshot), True
+        return TaskOut.of(snapshot), True
 
     async def _existing(self, who: Principal, task_id: str, spec: TaskSpec, now: datetime) -> TaskOut:
         for _ in range(40):
             row = await in_thread(read_task, self.engine, task_id, who.tenant_id)
             if row is not None:
-                return TaskOut.from_row(row)
+                return TaskOut.of(row)
             await anyio.sleep(0.05)
         # The winning request has started the workflow but not yet written the row.
-        return _out_of_snapshot(TaskSnapshot(
-            task_id=task_id, tenant_id=who.tenant_id, name=spec.task_name,
-            schedule_type=spec.schedule_type.value, spec=spec.model_dump(mode="json"),
-            status=TaskStatus.PENDING.value,
-            next_run_at=first_run_at(task_id, who.tenant_id, spec, now),
-            created_at=now, updated_at=now,
-        ))
+        return TaskOut.of(_new_task_row(task_id, who.tenant_id, spec, now))
 
     async def get(self, who: Principal, task_id: str) -> TaskOut:
         """A task of the caller's tenant (404 for anyone else's)."""
@@ -203,7 +185,7 @@ class TaskService:
         row = await in_thread(read_task, self.engine, task_id, tenant)
         if row is None:
             raise TaskNotFound(f"no task {task_id}")
-        return TaskOut.from_row(row)
+        return TaskOut.of(row)
 
     async def list(
         self, who: Principal, *, limit: int, cursor: str | None, status: str | None,
@@ -218,7 +200,7 @@ class TaskService:
             )
         except ValueError as exc:
             raise InvalidTask(f"cursor: {exc}", field="cursor") from exc
-        return TaskPage(items=[TaskOut.from_row(r) for r in rows], next_cursor=public_cursor(next_cursor))
+        return TaskPage(items=[TaskOut.of(r) for r in rows], next_cursor=public_cursor(next_cursor))
 
     async def executions(self, who: Principal, task_id: str, *, limit: int, cursor: str | None) -> ExecutionPage:
         """A task's run history, newest first."""
@@ -269,7 +251,7 @@ class TaskService:
         await self._check(new_spec, now)
         check_task_limits(quota, new_spec, now, gaps=self.gaps, before=spec)
         self._check_workflow_job(new_spec, quota)
-        return TaskOut.from_state(await self.temporal.update(task_id, changes, request_id=request_id))
+        return self._out(await self.temporal.update(task_id, changes, request_id=request_id))
 
     async def cancel(
         self, who: Principal, task_id: str, task_name: str | None, reason: str | None, *,
@@ -438,11 +420,16 @@ class TaskService:
 
     @staticmethod
     def _out(state: TaskState) -> TaskOut:
-        return TaskOut.from_state(state)
+        """The task as its workflow answered a change."""
+        now = datetime.now(UTC)
+        return TaskOut.of(state.snapshot(state.next_run_at(now), updated_at=now))
 
 
-def _out_of_snapshot(snapshot: TaskSnapshot) -> TaskOut:
-    return TaskOut.from_row(snapshot)
+def _new_task_row(task_id: str, tenant_id: str, spec: TaskSpec, now: datetime) -> TaskSnapshot:
+    """A new task's row, as its workflow's first write will make it."""
+    start = TaskWorkflowInput(task_id=task_id, tenant_id=tenant_id, spec=spec, created_at=now)
+    state = start.initial_state()
+    return state.snapshot(state.next_run_at(now), updated_at=now)
 
 
 def _first_error(exc: ValidationError) -> str:

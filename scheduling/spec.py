@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 from urllib.parse import urlsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -18,6 +18,7 @@ from pydantic import (
     ConfigDict,
     Field,
     SerializerFunctionWrapHandler,
+    create_model,
     field_validator,
     model_serializer,
     model_validator,
@@ -41,6 +42,7 @@ from scheduling.bounds import (
     Text,
 )
 from scheduling.cron import CronError, parse_cron
+from scheduling.partial import optional_fields
 
 MAX_NAME_LENGTH = 200
 PAST_TOLERANCE = timedelta(minutes=1)
@@ -308,11 +310,16 @@ class PolicyFields(_Strict):
     )
 
 
-class TaskSpec(ScheduleFields, PolicyFields):
-    """Everything that defines a task; validated the same way by the API and the workflow."""
+class JobFields(_Strict):
+    """What a task is called and what it runs."""
 
     task_name: Text = Field(min_length=1, max_length=MAX_NAME_LENGTH, examples=["nightly-report"])
     job_details: JobDetails
+
+
+class TaskSpec(ScheduleFields, PolicyFields, JobFields):
+    """Everything that defines a task, the one declaration of its editable fields and their
+    bounds; validated the same way by the API and the workflow."""
 
     def effective_missed_run_policy(self) -> MissedRunPolicy:
         """The missed-run policy, or the default of the task's priority."""
@@ -323,32 +330,8 @@ class TaskSpec(ScheduleFields, PolicyFields):
         return _zone(self.timezone)
 
 
-class TaskChanges(_Strict):
+class _Changes(_Strict):
     """Fields an update may change; anything left out keeps its value."""
-
-    task_name: str | None = Field(default=None, min_length=1, max_length=MAX_NAME_LENGTH)
-    job_details: JobDetails | None = None
-    schedule_type: ScheduleType | None = None
-    run_at: datetime | None = None
-    cron: str | None = None
-    timezone: str | None = None
-    interval_seconds: float | None = None
-    interval_mode: IntervalMode | None = None
-    start_date: datetime | None = None
-    end_date: datetime | None = None
-    max_runs: int | None = None
-    retry_policy: RetrySpec | None = None
-    heartbeat_timeout_seconds: float | None = None
-    run_timeout_seconds: float | None = None
-    priority: Priority | None = None
-    missed_run_policy: MissedRunPolicy | None = None
-    max_catchup_runs: int | None = None
-    overlap_policy: OverlapPolicy | None = None
-    catchup_window_seconds: float | None = None
-    jitter_seconds: float | None = None
-    drift_threshold_seconds: float | None = None
-    max_consecutive_failures: int | None = None
-    notify: NotifySpec | None = None
 
     @model_serializer(mode="wrap")
     def _only_given(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
@@ -367,6 +350,17 @@ class TaskChanges(_Strict):
             base = spec.model_dump()
         base.update(changes)
         return TaskSpec.model_validate(base)
+
+
+# Every field of the spec, optional and without its bounds: the spec they make is validated
+# whole (apply_to), so a change obeys the very rules a new task does.
+if TYPE_CHECKING:
+    class TaskChanges(_Changes):
+        """Fields an update may change; anything left out keeps its value."""
+else:
+    TaskChanges = create_model("TaskChanges", __base__=_Changes, __module__=__name__,
+                               __doc__=_Changes.__doc__,
+                               **optional_fields(TaskSpec.model_fields, bounds=False))
 
 
 def check_timing(spec: TaskSpec, now: datetime) -> None:

@@ -29,7 +29,6 @@ from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
 from scheduling.fire import next_fire
-from scheduling.records import TaskSnapshot
 from scheduling.spec import ScheduleType, TaskSpec
 from scheduling.status import workflow_id
 from store.models import Task
@@ -240,16 +239,7 @@ class Reconciler:
                 # No worker answers right now; once one runs, the workflow writes its own row.
                 log.warning("reconcile.query_failed", task_id=task_id, error=exc.message)
                 continue
-            snapshot = TaskSnapshot(
-                task_id=state.task_id, tenant_id=state.tenant_id, name=state.spec.task_name,
-                schedule_type=state.spec.schedule_type.value,
-                spec=state.spec.model_dump(mode="json"), status=state.status.value,
-                status_reason=state.status_reason,
-                next_run_at=state.next_run_at(now),
-                run_count=state.run_count, success_count=state.success_count,
-                failure_count=state.failure_count, skipped_count=state.skipped_count,
-                created_at=state.created_at, updated_at=now, state_version=0,
-            )
+            snapshot = state.snapshot(state.next_run_at(now), updated_at=now)
             await asyncio.to_thread(save_snapshot, self._engine, snapshot)
             report.rows_written.append(task_id)
 

@@ -9,7 +9,7 @@ from pydantic import BaseModel, Field
 from activities.contracts import Notification
 from scheduling.fire import first_fire
 from scheduling.policy import Position, Run, instant_of
-from scheduling.records import ExecutionRecord
+from scheduling.records import ExecutionRecord, TaskSnapshot
 from scheduling.spec import ScheduleType, TaskSpec
 from scheduling.status import FINAL_STATUSES, ExecutionStatus, TaskStatus, Trigger, execution_id
 
@@ -80,6 +80,23 @@ class TaskState(BaseModel):
     def run_count(self) -> int:
         """Runs that ran and ended, whatever started them."""
         return self.success_count + self.failure_count + self.cancelled_count
+
+    def snapshot(self, next_run_at: datetime | None, updated_at: datetime) -> TaskSnapshot:
+        """The task's row as this state makes it, the one way every path builds it: the
+        workflow writes it, the reconciler repairs a missing row and the API answers with it."""
+        last = self.last_run
+        return TaskSnapshot(
+            task_id=self.task_id, tenant_id=self.tenant_id, name=self.spec.task_name,
+            schedule_type=self.spec.schedule_type.value, spec=self.spec.model_dump(mode="json"),
+            status=self.status.value, status_reason=self.status_reason, next_run_at=next_run_at,
+            last_run_at=last.scheduled_at if last else None,
+            last_run_status=last.status.value if last else None,
+            last_execution_id=last.execution_id if last else None,
+            run_count=self.run_count, success_count=self.success_count,
+            failure_count=self.failure_count, skipped_count=self.skipped_count,
+            consecutive_failures=self.consecutive_failures,
+            created_at=self.created_at, updated_at=updated_at,
+        )
 
     def count(self, record: ExecutionRecord, trigger: Trigger, *, rerun: bool = False) -> None:
         """Count a run that ran and ended; it is the last run now. A ``rerun`` (a replay of a
