@@ -15,10 +15,9 @@ import structlog
 from sqlalchemy import Engine
 
 from activities.contracts import JobInput, JobResult
-from scheduling.records import ExecutionRecord
 from scheduling.status import ExecutionStatus
 from store.batch import BatchWriter, Write
-from store.models import TaskExecution
+from store.models import ExecutionRecord, TaskExecution
 from store.tasks import get_execution, write_run, write_started
 
 log = structlog.get_logger("task_scheduler.jobs")

@@ -30,8 +30,7 @@ from scheduling.spec import (
     TaskSpec,
     count_not_text,
 )
-from store.models import TaskExecution
-from store.tasks import TaskView
+from store.models import Task, TaskExecution, TaskSnapshot
 
 
 # The create and update bodies describe to clients exactly what TaskSpec accepts; the API then
@@ -211,7 +210,7 @@ class TaskOut(BaseModel):
     updated_at: datetime | None = None
 
     @classmethod
-    def of(cls, row: TaskView) -> TaskOut:
+    def of(cls, row: Task | TaskSnapshot) -> TaskOut:
         """The task as shown, from its row (read, or as the workflow's state makes it)."""
         schedule = dict(row.spec)
         job = schedule.pop("job_details", {})

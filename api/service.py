@@ -35,7 +35,6 @@ from api.schemas import (
 from api.store_calls import in_thread
 from api.temporal import TemporalGateway
 from jobs.egress import EgressPolicy, EgressRefused
-from scheduling.records import TaskSnapshot
 from scheduling.spacing import ShortestGaps
 from scheduling.spec import (
     HandlerJob,
@@ -50,7 +49,7 @@ from scheduling.status import DeadLetter, TaskStatus
 from scheduling.workflow_jobs import WorkflowJobRules, refusal
 from store.batch import BatchWriter
 from store.idempotency import complete_key
-from store.models import Task, TaskExecution
+from store.models import Task, TaskExecution, TaskSnapshot
 from store.quotas import ActiveCounts, Quota, quota_and_active, quota_for
 from store.tasks import (
     get_execution,

@@ -21,8 +21,8 @@ from pathlib import Path
 
 from sqlalchemy import Engine
 
-from scheduling.records import ExecutionRecord, TaskSnapshot
 from store.engine import make_engine, migrate
+from store.models import ExecutionRecord, TaskSnapshot
 from store.tasks import mark_started, save_run
 
 

@@ -1,4 +1,5 @@
-"""Tables: Task, TaskExecution and ApiKey."""
+"""Tables (Task, TaskExecution, ApiKey, ...) and the records of their rows that the workflow
+hands to bookkeeping (TaskSnapshot, ExecutionRecord): one declaration of each row's fields."""
 
 from __future__ import annotations
 
@@ -38,26 +39,14 @@ def _ts(**kwargs: Any) -> Any:
     return Field(sa_type=UTCDateTime, **kwargs)
 
 
-class Task(SQLModel, table=True):
-    """One scheduled task; its workflow is ``task-<id>``."""
+class TaskFields(SQLModel):
+    """A task row's columns but its id, declared once: the table's, and the snapshot's that the
+    workflow hands to bookkeeping."""
 
-    __tablename__ = "task"
-    # Listing pages are read in (created_at, id) order: the indexes that end in it make a page,
-    # and a cursor into the list, a range read whatever the number of tasks. The status index
-    # stays narrow: it serves the active-task count of every create, and its entries change
-    # with every run (a page filtered by status reads the tenant's index and skips the others).
-    __table_args__ = (
-        Index("ix_task_tenant_created", "tenant_id", "created_at", "id"),
-        Index("ix_task_tenant_name_created", "tenant_id", "name", "created_at", "id"),
-        Index("ix_task_created", "created_at", "id"),
-        Index("ix_task_tenant_status", "tenant_id", "status"),
-    )
-
-    id: str = Field(primary_key=True, max_length=64)
     tenant_id: str = Field(max_length=128)
     name: str = Field(max_length=200)
     schedule_type: str = Field(max_length=16)
-    spec: dict[str, Any] = Field(sa_column=Column(JSON, nullable=False))
+    spec: dict[str, Any] = Field(sa_type=JSON, nullable=False)
     status: str = Field(max_length=16)
     status_reason: str | None = Field(default=None, max_length=500)
     next_run_at: datetime | None = _ts(default=None)
@@ -74,11 +63,39 @@ class Task(SQLModel, table=True):
     updated_at: datetime = _ts(default_factory=utcnow)
 
 
-class TaskExecution(SQLModel, table=True):
-    """One run (or one recorded skip) of a task; id is ``<task_id>:<scheduled_at>``."""
+class Task(TaskFields, table=True):
+    """One scheduled task; its workflow is ``task-<id>``."""
 
-    __tablename__ = "task_execution"
-    __table_args__ = (Index("ix_execution_task_scheduled", "task_id", "scheduled_at"),)
+    __tablename__ = "task"
+    # Listing pages are read in (created_at, id) order: the indexes that end in it make a page,
+    # and a cursor into the list, a range read whatever the number of tasks. The status index
+    # stays narrow: it serves the active-task count of every create, and its entries change
+    # with every run (a page filtered by status reads the tenant's index and skips the others).
+    __table_args__ = (
+        Index("ix_task_tenant_created", "tenant_id", "created_at", "id"),
+        Index("ix_task_tenant_name_created", "tenant_id", "name", "created_at", "id"),
+        Index("ix_task_created", "created_at", "id"),
+        Index("ix_task_tenant_status", "tenant_id", "status"),
+    )
+
+    id: str = Field(primary_key=True, max_length=64)
+
+
+class TaskSnapshot(TaskFields):
+    """The task's row as its workflow sees it; newer state_version wins. It travels to
+    bookkeeping under these JSON names (``task_id``, not ``id``): recorded histories carry it."""
+
+    task_id: str
+
+    @property
+    def id(self) -> str:
+        """The task id under the name of the row's column (so it reads like a row)."""
+        return self.task_id
+
+
+class ExecutionFields(SQLModel):
+    """An execution row's columns but its creation time, declared once: the table's, and the
+    record's that the workflow and the jobs worker hand to bookkeeping."""
 
     id: str = Field(primary_key=True, max_length=200)
     task_id: str = Field(max_length=64)
@@ -97,7 +114,19 @@ class TaskExecution(SQLModel, table=True):
     lateness_ms: float | None = None  # started_at minus instant
     drifted: bool = False
     dead_letter: str | None = Field(default=None, max_length=16, index=True)
+
+
+class TaskExecution(ExecutionFields, table=True):
+    """One run (or one recorded skip) of a task; id is ``<task_id>:<scheduled_at>``."""
+
+    __tablename__ = "task_execution"
+    __table_args__ = (Index("ix_execution_task_scheduled", "task_id", "scheduled_at"),)
+
     created_at: datetime = _ts(default_factory=utcnow)
+
+
+class ExecutionRecord(ExecutionFields):
+    """One execution row as it stands; a final status is never overwritten by RUNNING."""
 
 
 class ApiKey(SQLModel, table=True):

@@ -6,7 +6,7 @@ import base64
 import functools
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Any, Protocol, TypeVar, cast
+from typing import Any, TypeVar, cast
 
 import structlog
 from sqlalchemy import (
@@ -31,9 +31,16 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 from sqlmodel import col, select
 
-from scheduling.records import ExecutionRecord, TaskSnapshot
 from scheduling.status import DeadLetter, ExecutionStatus, Trigger
-from store.models import EXECUTION_TABLE, TASK_TABLE, Task, TaskExecution, utcnow
+from store.models import (
+    EXECUTION_TABLE,
+    TASK_TABLE,
+    ExecutionRecord,
+    Task,
+    TaskExecution,
+    TaskSnapshot,
+    utcnow,
+)
 
 # How a run that ran can end.
 RUN_OUTCOMES = (ExecutionStatus.COMPLETED, ExecutionStatus.FAILED, ExecutionStatus.CANCELLED)
@@ -279,58 +286,18 @@ def decode_cursor(cursor: str) -> tuple[datetime, str]:
     return moment, row_id
 
 
-class TaskView(Protocol):
-    """A task row as read for showing it (a database row, not a tracked ORM object)."""
-
-    @property
-    def id(self) -> str: ...
-    @property
-    def tenant_id(self) -> str: ...
-    @property
-    def name(self) -> str: ...
-    @property
-    def schedule_type(self) -> str: ...
-    @property
-    def spec(self) -> dict[str, Any]: ...
-    @property
-    def status(self) -> str: ...
-    @property
-    def status_reason(self) -> str | None: ...
-    @property
-    def next_run_at(self) -> datetime | None: ...
-    @property
-    def last_run_at(self) -> datetime | None: ...
-    @property
-    def last_run_status(self) -> str | None: ...
-    @property
-    def last_execution_id(self) -> str | None: ...
-    @property
-    def run_count(self) -> int: ...
-    @property
-    def success_count(self) -> int: ...
-    @property
-    def failure_count(self) -> int: ...
-    @property
-    def skipped_count(self) -> int: ...
-    @property
-    def consecutive_failures(self) -> int: ...
-    @property
-    def created_at(self) -> datetime: ...
-    @property
-    def updated_at(self) -> datetime: ...
-
-
 # Reads that every GET makes are built once (see _task_page): plain rows, no ORM objects.
 _TASK_BY_ID = core_select(TASK_TABLE).where(TASK_TABLE.c.id == bindparam("task_id"))
 
 
-def read_task(engine: Engine, task_id: str, tenant_id: str | None) -> TaskView | None:
-    """A task to show, by id; ``tenant_id`` None means any tenant (admin)."""
+def read_task(engine: Engine, task_id: str, tenant_id: str | None) -> Task | None:
+    """A task to show, by id; ``tenant_id`` None means any tenant (admin). A plain row with
+    the table's columns, not an object a session tracks."""
     with engine.connect() as connection:
         row = connection.execute(_TASK_BY_ID, {"task_id": task_id}).first()
     if row is None or (tenant_id is not None and row.tenant_id != tenant_id):
         return None
-    return cast(TaskView, row)
+    return cast(Task, row)
 
 
 def list_tasks(
@@ -341,15 +308,16 @@ def list_tasks(
     cursor: str | None = None,
     status: str | None = None,
     name: str | None = None,
-) -> tuple[Sequence[TaskView], str | None]:
-    """Tasks newest first, and the cursor of the next page (None at the end)."""
+) -> tuple[Sequence[Task], str | None]:
+    """Tasks newest first (plain rows, as ``read_task``), and the cursor of the next page
+    (None at the end)."""
     params: dict[str, Any] = {"tenant_id": tenant_id, "status": status, "name": name,
                               "limit": limit + 1}
     if cursor is not None:
         params["after"], params["after_id"] = decode_cursor(cursor)
     query = _task_page(tenant_id is not None, status is not None, name is not None, cursor is not None)
     with engine.connect() as connection:
-        rows = cast(list[TaskView], connection.execute(query, params).all())
+        rows = cast(list[Task], connection.execute(query, params).all())
     return rows[:limit], _next_cursor(rows, limit, lambda r: (r.created_at, r.id))
 
 

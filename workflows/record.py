@@ -16,9 +16,9 @@ from temporalio.exceptions import ActivityError
 with workflow.unsafe.imports_passed_through():
     from activities.contracts import NOTIFY, RECORD, Notification, Record
     from scheduling import policy
-    from scheduling.records import ExecutionRecord, TaskSnapshot
     from scheduling.spec import NotifyEvent
     from scheduling.status import ExecutionStatus, SkipReason, Trigger, execution_id
+    from store.models import ExecutionRecord, TaskSnapshot
     from workflows import attributes
     from workflows.describe import describe_schedule
     from workflows.state import TaskState

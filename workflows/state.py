@@ -9,9 +9,9 @@ from pydantic import BaseModel, Field
 from activities.contracts import Notification
 from scheduling.fire import first_fire
 from scheduling.policy import Position, Run, instant_of
-from scheduling.records import ExecutionRecord, TaskSnapshot
 from scheduling.spec import ScheduleType, TaskSpec
 from scheduling.status import FINAL_STATUSES, ExecutionStatus, TaskStatus, Trigger, execution_id
+from store.models import ExecutionRecord, TaskSnapshot
 
 
 class ReplayRequest(BaseModel):

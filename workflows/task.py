@@ -23,7 +23,6 @@ with workflow.unsafe.imports_passed_through():
     from scheduling import policy
     from scheduling.fire import next_fire
     from scheduling.policy import Run
-    from scheduling.records import ExecutionRecord
     from scheduling.spec import (
         NotifyEvent,
         OverlapPolicy,
@@ -39,6 +38,7 @@ with workflow.unsafe.imports_passed_through():
         Trigger,
         execution_id,
     )
+    from store.models import ExecutionRecord
     from workflows.describe import describe_schedule
     from workflows.inflight import RESCHEDULED, UNTAKEN, Ended, RunsInFlight
     from workflows.record import TaskRecord

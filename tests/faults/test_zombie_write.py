@@ -14,7 +14,7 @@ from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import Engine
 
-from scheduling.records import ExecutionRecord
+from store.models import ExecutionRecord
 from store.tasks import get_execution, save_execution, save_run
 
 

@@ -7,8 +7,8 @@ from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import Engine
 
-from scheduling.records import ExecutionRecord
 from scheduling.status import DeadLetter
+from store.models import ExecutionRecord
 from store.tasks import (
     get_execution,
     mark_started,

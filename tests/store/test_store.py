@@ -7,8 +7,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from sqlalchemy import Engine
 
-from scheduling.records import ExecutionRecord, TaskSnapshot
 from store.keys import create_key, find_active_key, list_keys, revoke_key
+from store.models import ExecutionRecord, TaskSnapshot
 from store.tasks import (
     get_task,
     list_executions,

@@ -14,9 +14,9 @@ from structlog.testing import capture_logs
 
 from activities.contracts import JobInput, JobResult
 from activities.run_rows import RunRows
-from scheduling.records import ExecutionRecord, TaskSnapshot
 from scheduling.spec import HandlerJob
 from store.batch import BatchWriter
+from store.models import ExecutionRecord, TaskSnapshot
 from store.tasks import (
     get_execution,
     get_task,

@@ -10,9 +10,8 @@ from sqlalchemy import Engine, delete
 from temporalio.client import WorkflowExecutionStatus
 from temporalio.testing import WorkflowEnvironment
 
-from scheduling.records import ExecutionRecord, TaskSnapshot
 from scheduling.status import workflow_id
-from store.models import Task
+from store.models import ExecutionRecord, Task, TaskSnapshot
 from store.tasks import get_task, list_executions, save_execution, save_snapshot
 from tests.conftest import new_worker
 from tests.workflows.helpers import spec, start_task, until
