@@ -30,7 +30,7 @@ from scheduling.spec import (
     TaskSpec,
     count_not_text,
 )
-from store.models import Task, TaskExecution, TaskSnapshot
+from store.models import Task, TaskExecution, TaskFields, TaskSnapshot
 
 
 # The create and update bodies describe to clients exactly what TaskSpec accepts; the API then
@@ -219,14 +219,14 @@ class TaskOut(BaseModel):
         if row.last_execution_id and row.last_run_status and row.last_run_at:
             last = LastRunOut(execution_id=row.last_execution_id, status=row.last_run_status,
                               scheduled_at=row.last_run_at)
-        return cls(
-            task_id=row.id, task_name=row.name, tenant_id=row.tenant_id, status=row.status,
-            status_reason=row.status_reason, schedule_type=row.schedule_type, schedule=schedule,
-            job_details=job, next_run_at=row.next_run_at, last_run=last, run_count=row.run_count,
-            success_count=row.success_count, failure_count=row.failure_count,
-            skipped_count=row.skipped_count, consecutive_failures=row.consecutive_failures,
-            created_at=row.created_at, updated_at=row.updated_at,
-        )
+        # Every other field is the row's column of the same name: a new one needs no line here.
+        same = {name: getattr(row, name) for name in _STORED_AS_SHOWN}
+        return cls(task_id=row.id, task_name=row.name, schedule=schedule, job_details=job,
+                   last_run=last, **same)
+
+
+# The fields of a shown task that are its row's columns under the same name.
+_STORED_AS_SHOWN = tuple(sorted(TaskOut.model_fields.keys() & TaskFields.model_fields.keys()))
 
 
 class TaskPage(BaseModel):

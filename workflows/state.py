@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 from pydantic import BaseModel, Field
 
@@ -85,18 +86,19 @@ class TaskState(BaseModel):
         """The task's row as this state makes it, the one way every path builds it: the
         workflow writes it, the reconciler repairs a missing row and the API answers with it."""
         last = self.last_run
-        return TaskSnapshot(
-            task_id=self.task_id, tenant_id=self.tenant_id, name=self.spec.task_name,
-            schedule_type=self.spec.schedule_type.value, spec=self.spec.model_dump(mode="json"),
-            status=self.status.value, status_reason=self.status_reason, next_run_at=next_run_at,
-            last_run_at=last.scheduled_at if last else None,
-            last_run_status=last.status.value if last else None,
-            last_execution_id=last.execution_id if last else None,
-            run_count=self.run_count, success_count=self.success_count,
-            failure_count=self.failure_count, skipped_count=self.skipped_count,
-            consecutive_failures=self.consecutive_failures,
-            created_at=self.created_at, updated_at=updated_at,
-        )
+        derived: dict[str, Any] = {
+            "name": self.spec.task_name, "schedule_type": self.spec.schedule_type.value,
+            "spec": self.spec.model_dump(mode="json"), "status": self.status.value,
+            "next_run_at": next_run_at, "run_count": self.run_count,
+            "last_run_at": last.scheduled_at if last else None,
+            "last_run_status": last.status.value if last else None,
+            "last_execution_id": last.execution_id if last else None,
+            "updated_at": updated_at,
+        }
+        # Every other column is this state's field of the same name (the ids, the counters,
+        # status_reason, created_at): a new one needs no line here.
+        kept = (TaskSnapshot.model_fields.keys() & TaskState.model_fields.keys()) - derived.keys()
+        return TaskSnapshot(**{name: getattr(self, name) for name in kept}, **derived)
 
     def count(self, record: ExecutionRecord, trigger: Trigger, *, rerun: bool = False) -> None:
         """Count a run that ran and ended; it is the last run now. A ``rerun`` (a replay of a
