@@ -8,7 +8,7 @@ from typing import Any
 
 from sqlalchemy import JSON, BigInteger, Column, DateTime, Index, Table, TypeDecorator
 from sqlalchemy.engine import Dialect
-from sqlmodel import Field, SQLModel
+from sqlmodel import AutoString, Field, SQLModel
 
 
 class UTCDateTime(TypeDecorator[datetime]):
@@ -39,20 +39,26 @@ def _ts(**kwargs: Any) -> Any:
     return Field(sa_type=UTCDateTime, **kwargs)
 
 
+def _text(length: int, **kwargs: Any) -> Any:
+    # The length bounds the column, not the records of a row the workflow and the jobs worker
+    # build (a max_length would refuse a long reason or answer in the workflow itself).
+    return Field(sa_type=AutoString(length), **kwargs)
+
+
 class TaskFields(SQLModel):
     """A task row's columns but its id, declared once: the table's, and the snapshot's that the
     workflow hands to bookkeeping."""
 
-    tenant_id: str = Field(max_length=128)
-    name: str = Field(max_length=200)
-    schedule_type: str = Field(max_length=16)
+    tenant_id: str = _text(128)
+    name: str = _text(200)
+    schedule_type: str = _text(16)
     spec: dict[str, Any] = Field(sa_type=JSON, nullable=False)
-    status: str = Field(max_length=16)
-    status_reason: str | None = Field(default=None, max_length=500)
+    status: str = _text(16)
+    status_reason: str | None = _text(500, default=None)
     next_run_at: datetime | None = _ts(default=None)
     last_run_at: datetime | None = _ts(default=None)
-    last_run_status: str | None = Field(default=None, max_length=16)
-    last_execution_id: str | None = Field(default=None, max_length=200)
+    last_run_status: str | None = _text(16, default=None)
+    last_execution_id: str | None = _text(200, default=None)
     run_count: int = 0
     success_count: int = 0
     failure_count: int = 0
@@ -97,23 +103,23 @@ class ExecutionFields(SQLModel):
     """An execution row's columns but its creation time, declared once: the table's, and the
     record's that the workflow and the jobs worker hand to bookkeeping."""
 
-    id: str = Field(primary_key=True, max_length=200)
-    task_id: str = Field(max_length=64)
-    tenant_id: str = Field(max_length=128, index=True)
+    id: str = _text(200, primary_key=True)
+    task_id: str = _text(64)
+    tenant_id: str = _text(128, index=True)
     scheduled_at: datetime = _ts()
-    trigger: str = Field(default="schedule", max_length=16)
-    status: str = Field(max_length=16)
-    reason: str | None = Field(default=None, max_length=500)
+    trigger: str = _text(16, default="schedule")
+    status: str = _text(16)
+    reason: str | None = _text(500, default=None)
     attempts: int = 0
     started_at: datetime | None = _ts(default=None)
     finished_at: datetime | None = _ts(default=None)
     http_status: int | None = None
-    response_snippet: str | None = Field(default=None, max_length=2048)
-    error: str | None = Field(default=None, max_length=2000)
+    response_snippet: str | None = _text(2048, default=None)
+    error: str | None = _text(2000, default=None)
     instant: datetime | None = _ts(default=None)  # scheduled_at plus the run's jitter
     lateness_ms: float | None = None  # started_at minus instant
     drifted: bool = False
-    dead_letter: str | None = Field(default=None, max_length=16, index=True)
+    dead_letter: str | None = _text(16, default=None, index=True)
 
 
 class TaskExecution(ExecutionFields, table=True):
