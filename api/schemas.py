@@ -28,7 +28,6 @@ from scheduling.spec import (
     PolicyFields,
     TaskChanges,
     TaskSpec,
-    count_not_text,
 )
 from store.models import Task, TaskExecution, TaskFields, TaskSnapshot
 
@@ -62,8 +61,6 @@ class _NewTask(PolicyFields, JobFields):
     )
     start_date: Instant | None = Field(default=None, description=f"no run before this instant, {INSTANT_RANGE}")
     end_date: Instant | None = Field(default=None, description=f"no run after this instant, {INSTANT_RANGE}")
-
-    _counts = field_validator("max_runs", mode="before", check_fields=False)(count_not_text)
 
     def spec(self) -> TaskSpec:
         """The task as a TaskSpec (raises ValidationError naming the field at fault)."""
@@ -138,9 +135,6 @@ class _UpdateBody(BaseModel):
     model_config = ConfigDict(extra="forbid", json_schema_extra=_update_schema)
 
     task_id: Text = Field(min_length=1, max_length=64)
-
-    _counts = field_validator("max_runs", "max_catchup_runs", "max_consecutive_failures",
-                              mode="before", check_fields=False)(count_not_text)
 
     @field_validator(*NOT_NULL, mode="before", check_fields=False)
     @classmethod

@@ -29,6 +29,7 @@ from scheduling.bounds import (
     MAX_INTERVAL_SECONDS,
     MAX_RUN_SECONDS,
     CatchupWindowSeconds,
+    Count,
     DriftThresholdSeconds,
     HeaderName,
     HeaderValue,
@@ -83,13 +84,6 @@ DEFAULT_MISSED_RUN_POLICY = {
     Priority.MEDIUM: MissedRunPolicy.SINGLE_CATCHUP,
     Priority.LOW: MissedRunPolicy.SKIP,
 }
-
-
-def count_not_text(value: Any) -> Any:
-    """A count comes as a JSON number (3 or 3.0), never as a string or a boolean."""
-    if isinstance(value, str | bool):
-        raise ValueError("must be a number")
-    return value
 
 
 class _Strict(BaseModel):
@@ -151,12 +145,10 @@ JobDetails = Annotated[HttpJob | HandlerJob | WorkflowJob, Field(discriminator="
 class RetrySpec(_Strict):
     """How a failed run is retried before it counts as FAILED."""
 
-    max_attempts: int = Field(default=3, ge=1, le=50)
+    max_attempts: Count = Field(default=3, ge=1, le=50)
     initial_interval_seconds: float = Field(strict=True, default=1.0, gt=0, le=3600)
     backoff_coefficient: float = Field(strict=True, default=2.0, ge=1, le=10)
     maximum_interval_seconds: float = Field(strict=True, default=300.0, gt=0, le=86400)
-
-    _count = field_validator("max_attempts", mode="before")(count_not_text)
 
     @model_validator(mode="after")
     def _ordered(self) -> RetrySpec:
@@ -303,10 +295,6 @@ class PolicyFields(_Strict):
     heartbeat_timeout_seconds: HeartbeatTimeoutSeconds = 30.0
     run_timeout_seconds: RunTimeoutSeconds = Field(
         default=3600.0, description="limit for one attempt of a run"
-    )
-
-    _counts = field_validator("max_catchup_runs", "max_consecutive_failures", mode="before")(
-        count_not_text
     )
 
 
