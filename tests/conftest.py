@@ -31,6 +31,7 @@ from jobs.egress import EgressPolicy, guarded_client
 from jobs.handlers import Handler
 from scheduling.workflow_jobs import WorkflowJobRules
 from store.engine import make_engine, migrate
+from tests.faults.processes import PostgresCluster
 from tests.target import TargetServer
 from worker.build import build_activities, build_workers
 from workflows import attributes
@@ -111,6 +112,18 @@ def sqlite_engine(tmp_path: Path) -> Iterator[Engine]:
     migrate(engine)
     yield engine
     engine.dispose()
+
+
+@pytest.fixture
+def pg_cluster() -> Iterator[PostgresCluster]:
+    """A PostgreSQL cluster of this test alone, which it may stop and start."""
+    cluster = PostgresCluster()
+    cluster.init()
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.destroy()
 
 
 def _free_port() -> int:
