@@ -123,7 +123,10 @@ class TaskService:
             task_id = await claim_create(self.engine, who.tenant_id, idempotency_key,
                                          create_request(spec, recurring_only), task_id)
         snapshot = _first_snapshot(task_id, who.tenant_id, spec, now)
-        if not await self.temporal.start_task(task_id=task_id, tenant_id=who.tenant_id, spec=spec, created_at=now):
+        started = await self.temporal.start_task(
+            task_id=task_id, tenant_id=who.tenant_id, spec=spec, created_at=now
+        )
+        if not started:
             # Same key, same body: the task exists already (or is being created right now).
             return await self._existing(who, snapshot), False
         self.active_counts.created(who.tenant_id)
@@ -132,8 +135,9 @@ class TaskService:
         return TaskOut.from_row(snapshot), True
 
     async def _created(self, who: Principal, key: str, request: dict[str, Any]) -> TaskOut | None:
-        """The task an earlier create under the key made, whatever Temporal still knows: past
-        the namespace's retention a start under the same workflow id would succeed."""
+        """The task an earlier create under the tenant's key made (None: the key is new)."""
+        # Whatever Temporal still knows: past the namespace's retention a start under the same
+        # workflow id would succeed.
         known = await task_of_key(self.engine, who.tenant_id, key, request)
         row = None if known is None else await in_thread(read_task, self.engine, known, who.tenant_id)
         return None if row is None else TaskOut.from_row(row)

@@ -23,11 +23,10 @@ from store.quotas import Quota
 
 @dataclass(frozen=True)
 class TenantUsage:
-    """A tenant's quota and how many of its tasks are active (None: not counted, as for a
-    change to a task that counts already)."""
+    """A tenant's quota and how many of its tasks are active."""
 
     quota: Quota
-    active: int | None = None
+    active: int | None = None  # None: not counted, as for a change to a task that counts already
 
 
 @dataclass(frozen=True)
@@ -51,11 +50,10 @@ async def validate_new_task(
     recurring_only: bool = False,
     before: TaskSpec | None = None,
 ) -> None:
-    """Return when ``spec`` may be a task of the tenant at ``now``; else raise the 4xx answer
-    (InvalidTask 422, PayloadTooLarge 413, QuotaExceeded 403) naming the field or limit at fault.
-
-    With ``before`` (an update), quota limits apply only to the parts that change. It saves
-    nothing; it only resolves job and notify host names."""
+    """Pass if ``spec`` may be the tenant's task at ``now``; else raise the first rule's 4xx."""
+    # ``before``: the task as it is, when ``spec`` is a change of it. The 4xx is InvalidTask (422),
+    # PayloadTooLarge (413) or QuotaExceeded (403), naming the field or limit at fault. Nothing is
+    # saved or changed (only the URLs' host names are resolved), so a dry run may call it too.
     if recurring_only and spec.schedule_type is ScheduleType.ONCE:
         raise InvalidTask(
             "schedule_type: /task/recurring takes 'cron' or 'interval'; use /task/create "
@@ -102,9 +100,9 @@ def _check_quota(
     spec: TaskSpec, usage: TenantUsage, gaps: ShortestGaps, *, now: datetime, body_size: int,
     before: TaskSpec | None,
 ) -> None:
-    """Refuse a task past any of the tenant's limits, naming the limit and its value. With
-    ``before``, only the limits of the parts that change: a task that a later, tighter quota
-    would refuse keeps working and can still be renamed or paused."""
+    """Refuse a task past any of the tenant's limits, naming the limit and its value."""
+    # With ``before``, only the limits of the parts that change: a task that a later, tighter
+    # quota would refuse keeps working and can still be renamed or paused.
     quota = usage.quota
     if body_size > quota.max_body_bytes:
         raise PayloadTooLarge(
@@ -150,8 +148,8 @@ def _pace(spec: TaskSpec) -> tuple[object, ...]:
 
 
 def _check_workflow_job(spec: TaskSpec, quota: Quota, rules: WorkflowJobRules) -> None:
-    """Refuse a workflow job that may not start its workflow, for the task's own tenant (its
-    grant is in ``quota``); the job activity checks the same again before it starts."""
+    """Refuse a workflow job the deployment or the tenant's grant (in ``quota``) does not allow."""
+    # The job activity checks the same again before it starts the workflow.
     job = spec.job_details
     if not isinstance(job, WorkflowJob):
         return
