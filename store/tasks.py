@@ -60,29 +60,12 @@ def save_snapshot(engine: Engine, snapshot: TaskSnapshot) -> None:
         _upsert(connection, TASK_TABLE, _snapshot_upsert(engine, snapshot))
 
 
-def save_execution(engine: Engine, record: ExecutionRecord, *, reopen: bool = False) -> None:
-    """Insert or update an execution row by its id; retries of the same run record it once,
-    and no write changes a row of another tenant or task."""
-    with engine.begin() as connection:
-        _upsert(connection, EXECUTION_TABLE, _execution_upsert(engine, record, reopen=reopen))
-
-
-def save_run(engine: Engine, record: ExecutionRecord, snapshot: TaskSnapshot | None) -> None:
-    """An execution row and the task row after it, in one transaction."""
-    with engine.begin() as connection:
-        write_run(engine, record, snapshot)(connection)
-
-
-def write_run(engine: Engine, record: ExecutionRecord, snapshot: TaskSnapshot | None, *,
-              early: bool = False) -> Callable[[Connection], None]:
-    """The writes of a finished run, for a batch. An ``early`` outcome (the jobs worker's,
-    before the workflow has it) lands only on a row that has none yet: the workflow's row,
-    with its finish and drift, is final whoever writes last."""
+def write_completed(engine: Engine, record: ExecutionRecord) -> Callable[[Connection], None]:
+    """The jobs worker's outcome of a run, for a batch. It lands only on a row that has none
+    yet: the workflow's row, with its finish and drift, is final whoever writes last."""
 
     def write(connection: Connection) -> None:
-        _upsert(connection, EXECUTION_TABLE, _execution_upsert(engine, record, early=early))
-        if snapshot is not None:
-            _upsert(connection, TASK_TABLE, _snapshot_upsert(engine, snapshot))
+        _upsert(connection, EXECUTION_TABLE, _execution_upsert(engine, record, early=True))
 
     return write
 
@@ -107,12 +90,6 @@ def write_snapshot(engine: Engine, snapshot: TaskSnapshot) -> Callable[[Connecti
         _upsert(connection, TASK_TABLE, _snapshot_upsert(engine, snapshot))
 
     return write
-
-
-def mark_started(engine: Engine, record: ExecutionRecord) -> None:
-    """A run's job has started: its RUNNING row with the real start time."""
-    with engine.begin() as connection:
-        write_started(engine, record)(connection)
 
 
 def write_started(engine: Engine, record: ExecutionRecord) -> Callable[[Connection], None]:

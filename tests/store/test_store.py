@@ -14,9 +14,9 @@ from store.tasks import (
     list_executions,
     list_tasks,
     read_task,
-    save_execution,
     save_snapshot,
 )
+from tests.store.writes import workflow_rows
 
 T0 = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
 
@@ -44,11 +44,11 @@ def test_newer_snapshot_wins_older_never_overwrites(any_engine: Engine) -> None:
 def test_execution_recorded_once_and_final_stays_final(any_engine: Engine) -> None:
     running = ExecutionRecord(id="a:1", task_id="a", tenant_id="t1", scheduled_at=T0,
                               status="RUNNING", started_at=T0)
-    save_execution(any_engine, running)
-    save_execution(any_engine, running)  # a retried bookkeeping call
+    workflow_rows(any_engine, running)
+    workflow_rows(any_engine, running)  # a retried bookkeeping call
     done = running.model_copy(update={"status": "COMPLETED", "attempts": 2, "finished_at": T0})
-    save_execution(any_engine, done)
-    save_execution(any_engine, running)  # a late RUNNING write must not resurrect it
+    workflow_rows(any_engine, done)
+    workflow_rows(any_engine, running)  # a late RUNNING write must not resurrect it
     rows, cursor = list_executions(any_engine, task_id="a", limit=10)
     assert [(r.id, r.status, r.attempts) for r in rows] == [("a:1", "COMPLETED", 2)]
     assert cursor is None
@@ -171,7 +171,7 @@ def test_dead_letters_listed_and_moved(any_engine: Engine) -> None:
 
     save_snapshot(any_engine, snapshot("d", version=1, name="dl-task"))
     for n, letter in enumerate(["open", "open", None]):
-        save_execution(any_engine, ExecutionRecord(
+        workflow_rows(any_engine, ExecutionRecord(
             id=f"d:{n}", task_id="d", tenant_id="t1", scheduled_at=T0 + timedelta(minutes=n),
             status="FAILED" if letter else "COMPLETED", dead_letter=letter,
         ))

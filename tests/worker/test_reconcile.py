@@ -13,8 +13,9 @@ from temporalio.testing import WorkflowEnvironment
 from scheduling.records import ExecutionRecord, TaskSnapshot
 from scheduling.status import workflow_id
 from store.models import Task
-from store.tasks import get_task, list_executions, save_execution, save_snapshot
+from store.tasks import get_task, list_executions, save_snapshot
 from tests.conftest import new_worker
+from tests.store.writes import workflow_rows
 from tests.workflows.helpers import spec, start_task, until
 from worker.reconcile import Reconciler
 from workflows.task import TaskWorkflow
@@ -135,7 +136,7 @@ async def test_a_restarted_paused_task_stays_paused_and_counts_only_its_schedule
     for n, trigger in enumerate(["schedule", "manual", "schedule", "manual", "manual"]):
         at = created + timedelta(seconds=n)
         run_id = f"{task_id}:{'manual-' if trigger == 'manual' else ''}{at.isoformat()}"
-        save_execution(sqlite_engine, ExecutionRecord(
+        workflow_rows(sqlite_engine, ExecutionRecord(
             id=run_id, task_id=task_id, tenant_id="t1", scheduled_at=at, trigger=trigger,
             status="COMPLETED", started_at=at, finished_at=at))
     async with new_worker(dev_env.client, sqlite_engine) as worker:
