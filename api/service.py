@@ -16,7 +16,6 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from api.admission import TenantUsage, check_body_size, check_quota, check_task_limits
-from api.cursors import public_cursor, stored_cursor
 from api.errors import (
     InvalidTask,
     NotFound,
@@ -214,11 +213,11 @@ class TaskService:
         try:
             rows, next_cursor = await in_thread(
                 list_tasks, self.engine, tenant_id=tenant, limit=limit,
-                cursor=stored_cursor(cursor), status=status, name=name,
+                cursor=cursor, status=status, name=name,
             )
         except ValueError as exc:
             raise InvalidTask(f"cursor: {exc}", field="cursor") from exc
-        return TaskPage(items=[TaskOut.from_row(r) for r in rows], next_cursor=public_cursor(next_cursor))
+        return TaskPage(items=[TaskOut.from_row(r) for r in rows], next_cursor=next_cursor)
 
     async def executions(self, who: Principal, task_id: str, *, limit: int, cursor: str | None) -> ExecutionPage:
         """A task's run history, newest first."""
@@ -226,12 +225,12 @@ class TaskService:
         try:
             rows, next_cursor = await in_thread(
                 list_executions, self.engine, task_id=task_id, limit=limit,
-                cursor=stored_cursor(cursor), tenant_id=task.tenant_id,
+                cursor=cursor, tenant_id=task.tenant_id,
             )
         except ValueError as exc:
             raise InvalidTask(f"cursor: {exc}", field="cursor") from exc
         return ExecutionPage(
-            items=[ExecutionOut.from_row(r) for r in rows], next_cursor=public_cursor(next_cursor)
+            items=[ExecutionOut.from_row(r) for r in rows], next_cursor=next_cursor
         )
 
     # ------------------------------------------------------------- changes
@@ -330,7 +329,7 @@ class TaskService:
         try:
             rows, next_cursor = await in_thread(
                 list_dead_letters, self.engine, tenant_id=tenant, limit=limit,
-                cursor=stored_cursor(cursor),
+                cursor=cursor,
             )
         except ValueError as exc:
             raise InvalidTask(f"cursor: {exc}", field="cursor") from exc
@@ -338,7 +337,7 @@ class TaskService:
             DeadLetterOut(**ExecutionOut.from_row(row).model_dump(), task_name=name)
             for row, name in rows
         ]
-        return DeadLetterPage(items=items, next_cursor=public_cursor(next_cursor))
+        return DeadLetterPage(items=items, next_cursor=next_cursor)
 
     async def replay(
         self, who: Principal, execution_id: str, *, idempotency_key: str | None = None

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 import functools
 from collections.abc import Callable, Sequence
 from datetime import datetime
@@ -33,6 +32,7 @@ from sqlmodel import col, select
 
 from scheduling.records import ExecutionRecord, TaskSnapshot
 from scheduling.status import DeadLetter, ExecutionStatus, Trigger
+from store.cursors import decode_cursor, encode_cursor
 from store.models import EXECUTION_TABLE, TASK_TABLE, Task, TaskExecution, utcnow
 
 # How a run that ran can end.
@@ -235,25 +235,6 @@ def get_task(engine: Engine, task_id: str, tenant_id: str | None) -> Task | None
             return None
         session.expunge(task)
         return task
-
-
-def encode_cursor(created_at: datetime, row_id: str) -> str:
-    """An opaque cursor pointing after the given row."""
-    raw = f"{created_at.isoformat()}|{row_id}".encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
-
-
-def decode_cursor(cursor: str) -> tuple[datetime, str]:
-    """The (created_at, id) a cursor points after; ValueError when malformed."""
-    try:
-        padded = cursor + "=" * (-len(cursor) % 4)
-        created, row_id = base64.urlsafe_b64decode(padded.encode()).decode().split("|", 1)
-        moment = datetime.fromisoformat(created)
-    except Exception as exc:  # any decoding failure means the client sent garbage
-        raise ValueError("cursor is not one this API returned") from exc
-    if moment.tzinfo is None:
-        raise ValueError("cursor is not one this API returned")
-    return moment, row_id
 
 
 class TaskView(Protocol):
