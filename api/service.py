@@ -42,6 +42,7 @@ from scheduling.spec import (
     ScheduleType,
     TaskChanges,
     TaskSpec,
+    TimingError,
     WorkflowJob,
     check_timing,
 )
@@ -49,11 +50,11 @@ from scheduling.status import DeadLetter, TaskStatus
 from scheduling.workflow_jobs import WorkflowJobRules, refusal
 from store.batch import BatchWriter
 from store.idempotency import complete_key
-from store.models import Task, TaskExecution
+from store.models import TaskExecution
 from store.quotas import ActiveCounts, Quota, quota_and_active, quota_for
 from store.tasks import (
+    TaskView,
     get_execution,
-    get_task,
     list_dead_letters,
     list_executions,
     list_tasks,
@@ -391,9 +392,8 @@ class TaskService:
     async def _check(self, spec: TaskSpec, now: datetime) -> None:
         try:
             check_timing(spec, now)
-        except ValueError as exc:
-            message = str(exc)
-            raise InvalidTask(message, field=message.split(" ", 1)[0]) from exc
+        except TimingError as exc:
+            raise InvalidTask(str(exc), field=exc.field) from exc
         job = spec.job_details
         if isinstance(job, HttpJob):
             try:
@@ -423,15 +423,15 @@ class TaskService:
         if refused is not None:
             raise InvalidTask(str(refused), field=refused.field)
 
-    async def _row(self, who: Principal, task_id: str) -> Task:
+    async def _row(self, who: Principal, task_id: str) -> TaskView:
         tenant = None if who.is_admin else who.tenant_id
-        row = await in_thread(get_task, self.engine, task_id, tenant)
+        row = await in_thread(read_task, self.engine, task_id, tenant)
         if row is None:
             raise TaskNotFound(f"no task {task_id}")
         return row
 
     @staticmethod
-    def _refuse_final(row: Task) -> None:
+    def _refuse_final(row: TaskView) -> None:
         if row.status in (TaskStatus.COMPLETED, TaskStatus.FAILED, TaskStatus.CANCELLED):
             raise TaskConflict(f"task {row.id} is {row.status} and can no longer change")
 

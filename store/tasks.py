@@ -227,16 +227,6 @@ def _execution_statement(dialect: str, columns: tuple[str, ...], known: tuple[st
     )
 
 
-def get_task(engine: Engine, task_id: str, tenant_id: str | None) -> Task | None:
-    """A task by id; ``tenant_id`` None means any tenant (admin)."""
-    with Session(engine) as session:
-        task = session.get(Task, task_id)
-        if task is None or (tenant_id is not None and task.tenant_id != tenant_id):
-            return None
-        session.expunge(task)
-        return task
-
-
 class TaskView(Protocol):
     """A task row as read for showing it (a database row, not a tracked ORM object)."""
 

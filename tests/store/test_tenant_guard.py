@@ -19,9 +19,9 @@ from scheduling.spec import HandlerJob
 from store.batch import BatchWriter
 from store.tasks import (
     get_execution,
-    get_task,
     list_dead_letters,
     list_executions,
+    read_task,
     save_snapshot,
     write_record,
     write_snapshot,
@@ -56,7 +56,7 @@ def victim_rows(engine: Engine) -> None:
 
 
 def assert_victim_unchanged(engine: Engine) -> None:
-    task = get_task(engine, "b-task", VICTIM)
+    task = read_task(engine, "b-task", VICTIM)
     assert task is not None
     assert (task.tenant_id, task.name, task.status, task.state_version) == (VICTIM, "payroll", "PENDING", 5)
     run = get_execution(engine, "b-task:1")
@@ -71,14 +71,14 @@ def test_a_task_row_of_another_tenant_is_not_overwritten(any_engine: Engine) -> 
     with capture_logs() as logs:
         save_snapshot(any_engine, forged)
     assert_victim_unchanged(any_engine)
-    assert get_task(any_engine, "b-task", ATTACKER) is None
+    assert read_task(any_engine, "b-task", ATTACKER) is None
     [entry] = refusals(logs)
     assert entry["log_level"] == "warning"
     assert (entry["table"], entry["row_id"], entry["tenant"], entry["owner_tenant"]) == (
         "task", "b-task", ATTACKER, VICTIM)
     # The victim's own later write still lands: its version was never raised by the forgery.
     save_snapshot(any_engine, snapshot("b-task", VICTIM, version=6, name="payroll", status="RUNNING"))
-    task = get_task(any_engine, "b-task", VICTIM)
+    task = read_task(any_engine, "b-task", VICTIM)
     assert task is not None and task.status == "RUNNING"
 
 
@@ -139,7 +139,7 @@ async def test_batched_writes_refuse_the_foreign_one_and_commit_the_rest(any_eng
     finally:
         await writer.aclose()
     assert_victim_unchanged(any_engine)
-    own = get_task(any_engine, "a-task", ATTACKER)
+    own = read_task(any_engine, "a-task", ATTACKER)
     assert own is not None and own.name == "own"
     own_run = get_execution(any_engine, "a-task:1")
     assert own_run is not None and own_run.status == "COMPLETED"
