@@ -95,8 +95,7 @@ def job_failure(
     kind: JobFailure, message: str, *, attempt: int | None = None, retryable: bool = True,
     http_status: int | None = None, response_snippet: str | None = None,
 ) -> ApplicationError:
-    """The error of an attempt that failed or did not run; with an ``attempt``, it carries the
-    attempt's ``JobFailureDetails``."""
+    """The error of an attempt that failed or did not run, with its attempt's details if given."""
     details = () if attempt is None else (JobFailureDetails(
         attempt=attempt, http_status=http_status, response_snippet=response_snippet,
     ).model_dump(mode="json"),)
