@@ -15,7 +15,6 @@ from pydantic import ValidationError
 from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
-from api.cursors import public_cursor, stored_cursor
 from api.errors import (
     InvalidTask,
     NotFound,
@@ -41,11 +40,11 @@ from scheduling.status import DeadLetter, TaskStatus
 from scheduling.workflow_jobs import WorkflowJobRules
 from store.batch import BatchWriter
 from store.idempotency import complete_key
-from store.models import Task, TaskExecution
+from store.models import TaskExecution
 from store.quotas import ActiveCounts, Quota, quota_and_active, quota_for
 from store.tasks import (
+    TaskView,
     get_execution,
-    get_task,
     list_dead_letters,
     list_executions,
     list_tasks,
@@ -187,11 +186,11 @@ class TaskService:
         try:
             rows, next_cursor = await in_thread(
                 list_tasks, self.engine, tenant_id=tenant, limit=limit,
-                cursor=stored_cursor(cursor), status=status, name=name,
+                cursor=cursor, status=status, name=name,
             )
         except ValueError as exc:
             raise InvalidTask(f"cursor: {exc}", field="cursor") from exc
-        return TaskPage(items=[TaskOut.from_row(r) for r in rows], next_cursor=public_cursor(next_cursor))
+        return TaskPage(items=[TaskOut.from_row(r) for r in rows], next_cursor=next_cursor)
 
     async def executions(self, who: Principal, task_id: str, *, limit: int, cursor: str | None) -> ExecutionPage:
         """A task's run history, newest first."""
@@ -199,12 +198,12 @@ class TaskService:
         try:
             rows, next_cursor = await in_thread(
                 list_executions, self.engine, task_id=task_id, limit=limit,
-                cursor=stored_cursor(cursor), tenant_id=task.tenant_id,
+                cursor=cursor, tenant_id=task.tenant_id,
             )
         except ValueError as exc:
             raise InvalidTask(f"cursor: {exc}", field="cursor") from exc
         return ExecutionPage(
-            items=[ExecutionOut.from_row(r) for r in rows], next_cursor=public_cursor(next_cursor)
+            items=[ExecutionOut.from_row(r) for r in rows], next_cursor=next_cursor
         )
 
     # ------------------------------------------------------------- changes
@@ -300,7 +299,7 @@ class TaskService:
         try:
             rows, next_cursor = await in_thread(
                 list_dead_letters, self.engine, tenant_id=tenant, limit=limit,
-                cursor=stored_cursor(cursor),
+                cursor=cursor,
             )
         except ValueError as exc:
             raise InvalidTask(f"cursor: {exc}", field="cursor") from exc
@@ -308,7 +307,7 @@ class TaskService:
             DeadLetterOut(**ExecutionOut.from_row(row).model_dump(), task_name=name)
             for row, name in rows
         ]
-        return DeadLetterPage(items=items, next_cursor=public_cursor(next_cursor))
+        return DeadLetterPage(items=items, next_cursor=next_cursor)
 
     async def replay(
         self, who: Principal, execution_id: str, *, idempotency_key: str | None = None
@@ -359,15 +358,15 @@ class TaskService:
     ) -> TaskOut:
         return await once(self.engine, who.tenant_id, key, request, act, TaskOut, task_id=task_id)
 
-    async def _row(self, who: Principal, task_id: str) -> Task:
+    async def _row(self, who: Principal, task_id: str) -> TaskView:
         tenant = None if who.is_admin else who.tenant_id
-        row = await in_thread(get_task, self.engine, task_id, tenant)
+        row = await in_thread(read_task, self.engine, task_id, tenant)
         if row is None:
             raise TaskNotFound(f"no task {task_id}")
         return row
 
     @staticmethod
-    def _refuse_final(row: Task) -> None:
+    def _refuse_final(row: TaskView) -> None:
         if row.status in (TaskStatus.COMPLETED, TaskStatus.FAILED, TaskStatus.CANCELLED):
             raise TaskConflict(f"task {row.id} is {row.status} and can no longer change")
 

@@ -16,7 +16,15 @@ from datetime import datetime
 from api.errors import InvalidTask, PayloadTooLarge, QuotaExceeded
 from jobs.egress import EgressPolicy, EgressRefused
 from scheduling.spacing import ShortestGaps
-from scheduling.spec import HandlerJob, HttpJob, ScheduleType, TaskSpec, WorkflowJob, check_timing
+from scheduling.spec import (
+    HandlerJob,
+    HttpJob,
+    ScheduleType,
+    TaskSpec,
+    TimingError,
+    WorkflowJob,
+    check_timing,
+)
 from scheduling.workflow_jobs import WorkflowJobRules, refusal
 from store.quotas import Quota
 
@@ -69,9 +77,8 @@ async def validate_new_task(
 def _check_timing(spec: TaskSpec, now: datetime) -> None:
     try:
         check_timing(spec, now)
-    except ValueError as exc:
-        message = str(exc)
-        raise InvalidTask(message, field=message.split(" ", 1)[0]) from exc
+    except TimingError as exc:
+        raise InvalidTask(str(exc), field=exc.field) from exc
 
 
 async def _check_targets(spec: TaskSpec, rules: TaskRules) -> None:

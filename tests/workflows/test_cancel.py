@@ -13,7 +13,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from jobs.handlers import HandlerContext
 from scheduling.status import TaskStatus, workflow_id
-from store.tasks import get_task
+from store.tasks import read_task
 from tests.conftest import new_worker
 from tests.workflows.helpers import (
     Blocker,
@@ -51,7 +51,7 @@ async def test_cancel_while_sleeping(
     assert state.status is TaskStatus.CANCELLED and state.status_reason == "no longer needed"
     assert state.run_count == 0 and state.next_fire_at is None
     assert executions(sqlite_engine, state.task_id) == []
-    row = get_task(sqlite_engine, state.task_id, "t1")
+    row = read_task(sqlite_engine, state.task_id, "t1")
     assert row is not None
     assert (row.status, row.status_reason, row.next_run_at) == (
         "CANCELLED",
@@ -91,7 +91,7 @@ async def test_cancel_while_running_cancels_the_job_through_its_heartbeats(
     [run] = executions(sqlite_engine, state.task_id)
     assert run.status == "CANCELLED" and run.finished_at is not None
     assert run.scheduled_at == now + timedelta(hours=1)
-    row = get_task(sqlite_engine, state.task_id, "t1")
+    row = read_task(sqlite_engine, state.task_id, "t1")
     assert row is not None and (row.status, row.status_reason) == ("CANCELLED", "stop it")
     assert row.last_run_status == "CANCELLED"
 
