@@ -27,7 +27,7 @@ from config.temporal import QueueReading, describe_queues, jobs_queue
 from scheduling.policy import Run
 from scheduling.spec import TaskChanges, TaskSpec
 from scheduling.status import Trigger, workflow_id
-from store.models import Task
+from store.tasks import TaskView
 from workflows.starter import start_task_workflow, start_with_update, state_from_row
 from workflows.state import ReplayRequest, TaskState
 from workflows.task import TaskWorkflow
@@ -123,7 +123,7 @@ class TemporalGateway:
         return await self._update(task_id, TaskWorkflow.replay_update, request, request_id=request_id)
 
     async def replay_ended(
-        self, row: Task, execution_id: str, scheduled_at: datetime, *, request_id: str | None = None
+        self, row: TaskView, execution_id: str, scheduled_at: datetime, *, request_id: str | None = None
     ) -> None:
         """Replay a dead letter of a task whose workflow has ended: a new run of the task's
         workflow does just that run, then ends by the same rules. The run is started with the

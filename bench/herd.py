@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 import time
 from typing import Any
 
@@ -149,4 +150,4 @@ def notes(data: dict[str, Any]) -> list[str]:
 if __name__ == "__main__":
     from bench.cli import main
 
-    main(["herd"])
+    main({"herd": sys.modules[__name__]})

@@ -368,7 +368,3 @@ def setting_fields() -> Iterator[tuple[str, str, FieldInfo]]:
         else:
             yield name, f"SCHEDULER_{name}".upper(), field
 
-
-def environment_names() -> dict[str, str]:
-    """Every variable Settings reads, by its dotted field path (``api.port``: ``SCHEDULER_API_PORT``)."""
-    return {path: env for path, env, _ in setting_fields()}

@@ -164,27 +164,3 @@ def build_jobs_worker(
         **_HEARTBEATS,
     )
 
-
-def build_workers(
-    client: Client,
-    *,
-    task_queue: str,
-    activities: ActivitySet,
-    executor: ThreadPoolExecutor,
-    max_concurrent_activities: int = 2000,
-    max_concurrent_workflow_tasks: int = 200,
-    max_cached_workflows: int = 4000,
-    sandboxed: bool = True,
-) -> list[Worker]:
-    """The workflow worker and the jobs worker, for one process that runs both."""
-    return [
-        build_workflow_worker(
-            client, task_queue=task_queue, activities=activities, executor=executor,
-            max_concurrent_workflow_tasks=max_concurrent_workflow_tasks,
-            max_cached_workflows=max_cached_workflows, sandboxed=sandboxed,
-        ),
-        build_jobs_worker(
-            client, task_queue=task_queue, activities=activities,
-            max_concurrent_activities=max_concurrent_activities,
-        ),
-    ]

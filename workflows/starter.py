@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any
 
 from temporalio.client import Client, WithStartWorkflowOperation
 from temporalio.common import Priority, WorkflowIDConflictPolicy, WorkflowIDReusePolicy
@@ -12,6 +12,7 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from scheduling.policy import Run
 from scheduling.spec import TaskSpec
 from scheduling.status import PRIORITY_KEYS, TaskStatus, workflow_id
+from store.tasks import TaskView
 from workflows import attributes
 from workflows.state import TaskState, TaskWorkflowInput
 from workflows.task import TaskWorkflow
@@ -94,23 +95,8 @@ def first_run_at(task_id: str, tenant_id: str, spec: TaskSpec, created_at: datet
     return start.initial_state().next_run_at(created_at)
 
 
-class TaskRow(Protocol):
-    """What a new workflow run of a task takes from the task's stored row."""
-
-    id: str
-    tenant_id: str
-    spec: dict[str, Any]
-    created_at: datetime
-    status: str
-    status_reason: str | None
-    run_count: int
-    success_count: int
-    failure_count: int
-    skipped_count: int
-
-
 def state_from_row(
-    row: TaskRow, *, next_fire_at: datetime | None, queue: list[Run] | None = None,
+    row: TaskView, *, next_fire_at: datetime | None, queue: list[Run] | None = None,
     executed: int = 0, reason: str,
 ) -> TaskState:
     """A workflow state rebuilt from a task row (its workflow is gone or has ended): a paused

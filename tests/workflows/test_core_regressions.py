@@ -24,7 +24,7 @@ from temporalio.worker import Worker
 from jobs.handlers import HandlerContext
 from scheduling.spec import TaskChanges, TaskSpec
 from scheduling.status import TaskStatus, workflow_id
-from store.tasks import get_task
+from store.tasks import read_task
 from tests.conftest import new_worker
 from tests.target import TargetServer
 from tests.workflows.helpers import (
@@ -457,7 +457,7 @@ async def test_every_task_row_write_is_the_workflows_versioned_write(
     versioned = re.compile(r"ON CONFLICT.*DO UPDATE.*WHERE.*excluded\.state_version >= task\.state_version",
                            re.IGNORECASE | re.DOTALL)
     assert all(versioned.search(statement) for statement in written), written
-    row = get_task(sqlite_engine, state.task_id, "t1")
+    row = read_task(sqlite_engine, state.task_id, "t1")
     assert row is not None and row.status == "PENDING" and row.last_run_status == "COMPLETED"
 
 
@@ -476,7 +476,7 @@ async def test_a_pause_signal_during_a_run_is_saved_in_the_task_row(
         task_id = (await task_state(handle)).task_id
 
         async def saved() -> bool:
-            row = get_task(sqlite_engine, task_id, "t1")
+            row = read_task(sqlite_engine, task_id, "t1")
             return row is not None and row.status == "PAUSED"
 
         await until(saved)
