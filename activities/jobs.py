@@ -27,10 +27,12 @@ from activities.instant import (
     wait_for_instant,
 )
 from activities.run_rows import RunRows, completed_result
+from activities.signing import Signer
 from activities.starts import REPORT_WAIT_ON_CANCEL, StartReports
 from jobs.egress import EgressRefused
 from jobs.handlers import Handler, HandlerContext, call_handler
 from jobs.outbound import Outbound, OutboundLimits
+from jobs.signing import ATTEMPT_HEADER, SCHEDULED_AT_HEADER, TASK_ID_HEADER, traceparent
 from scheduling.policy import must_claim, retryable_http_status
 from scheduling.spec import HandlerJob, HttpJob, WorkflowJob, redact_url
 from scheduling.status import JobFailure
@@ -57,6 +59,7 @@ class JobActivities:
         engine: Engine | None = None,
         writer: BatchWriter | None = None,
         outbound: Outbound | None = None,
+        signer: Signer | None = None,
     ) -> None:
         self._rows = RunRows(engine, writer) if engine is not None else None
         self._starts = StartReports(client)
@@ -65,6 +68,7 @@ class JobActivities:
         self._handlers = dict(handlers)
         self._client = client
         self._engine = engine
+        self._signer = signer
         # None: no workflow job may start anything.
         self._workflow_jobs = workflow_jobs or WorkflowJobRules()
 
@@ -203,13 +207,27 @@ class JobActivities:
             span.set_attribute("http.response.status_code", result.http_status or 0)
             return result
 
+    async def _delivery_headers(self, job_input: JobInput, attempt: int,
+                                content: bytes | None) -> dict[str, str]:
+        """What every HTTP job call says of itself: the signature (Standard Webhooks, the
+        execution id as ``webhook-id``), the task, the scheduled time, the attempt and a trace."""
+        headers = {TASK_ID_HEADER: job_input.task_id,
+                   SCHEDULED_AT_HEADER: job_input.scheduled_at.isoformat(),
+                   ATTEMPT_HEADER: str(attempt)}
+        propagate.inject(headers)  # traceparent, when tracing is on
+        headers.setdefault("traceparent", traceparent(job_input.execution_id, attempt))
+        if self._signer is not None:
+            headers.update(await self._signer.headers(job_input.tenant_id, job_input.execution_id,
+                                                      content or b""))
+        return headers
+
     async def _send_http(self, job: HttpJob, job_input: JobInput, attempt: int) -> JobResult:
         headers = {**job.headers, "Idempotency-Key": job_input.execution_id}
-        propagate.inject(headers)  # traceparent, when tracing is on
         content = None
         if job.body is not None:
             content = json.dumps(job.body).encode()
             headers.setdefault("Content-Type", "application/json")
+        headers.update(await self._delivery_headers(job_input, attempt, content))
         try:
             answer = await self._outbound.call(
                 job.method, job.url, tenant=job_input.tenant_id, headers=headers,

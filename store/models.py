@@ -1,4 +1,4 @@
-"""Tables: Task, TaskExecution and ApiKey."""
+"""Tables: Task, TaskExecution, ApiKey, the idempotency records, quotas and signing secrets."""
 
 from __future__ import annotations
 
@@ -150,3 +150,16 @@ class TenantQuota(SQLModel, table=True):
 TASK_TABLE: Table = Task.__table__  # type: ignore[attr-defined]
 EXECUTION_TABLE: Table = TaskExecution.__table__  # type: ignore[attr-defined]
 IDEMPOTENCY_TABLE: Table = IdempotencyRecord.__table__  # type: ignore[attr-defined]
+
+
+class SigningSecret(SQLModel, table=True):
+    """A tenant's secret that signs its deliveries, encrypted at rest; one without
+    ``expires_at`` is the current one, an older one signs until it expires."""
+
+    __tablename__ = "signing_secret"
+
+    id: str = Field(primary_key=True, max_length=64)
+    tenant_id: str = Field(max_length=128, index=True)
+    secret_encrypted: str = Field(max_length=512)
+    created_at: datetime = _ts(default_factory=utcnow)
+    expires_at: datetime | None = _ts(default=None)

@@ -25,7 +25,8 @@ METRIC_FACTORIES = {
     "create_gauge", "create_gauge_float",
     "CounterMetricFamily", "GaugeMetricFamily", "HistogramMetricFamily",  # read at scrape time
 }
-API_ROOTS = ("/task", "/dead-letters", "/checkHealth", "/livez", "/readyz", "/metrics", "/ui")
+API_ROOTS = ("/task", "/dead-letters", "/checkHealth", "/livez", "/readyz", "/metrics", "/ui",
+             "/signing-secret")
 METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
 
 
