@@ -7,9 +7,10 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from pydantic import BaseModel, Field
+from temporalio.exceptions import ApplicationError
 
 from scheduling.spec import HandlerJob, HttpJob, WorkflowJob
-from scheduling.status import Trigger
+from scheduling.status import JobFailure, Trigger
 from store.models import ExecutionRecord, TaskSnapshot
 
 RUN_JOB = "run_job"
@@ -93,6 +94,17 @@ class JobFailureDetails(AttemptOutcome):
             return cls.model_validate(details[0])
         except ValueError:
             return None
+
+
+def job_failure(
+    kind: JobFailure, message: str, *, attempt: int | None = None, retryable: bool = True,
+    http_status: int | None = None, response_snippet: str | None = None,
+) -> ApplicationError:
+    """The error of an attempt that failed or did not run, with its attempt's details if given."""
+    details = () if attempt is None else (JobFailureDetails(
+        attempt=attempt, http_status=http_status, response_snippet=response_snippet,
+    ).model_dump(mode="json"),)
+    return ApplicationError(message, *details, type=kind, non_retryable=not retryable)
 
 
 class Record(BaseModel):

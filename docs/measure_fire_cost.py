@@ -67,7 +67,7 @@ from jobs.handlers import HandlerContext
 from scheduling.spec import TaskSpec
 from scheduling.status import workflow_id
 from store.engine import make_engine, migrate
-from worker.build import build_activities, build_workers
+from worker.build import build_activities, build_jobs_worker, build_workflow_worker
 from worker.dev import SQLITE_PRAGMA_FLAGS
 from workflows.attributes import DEFINITIONS
 from workflows.starter import start_task_workflow
@@ -244,8 +244,9 @@ async def measure(interval: float, runs: int) -> tuple[list[Scenario], dict[str,
         async with guarded_client(EgressPolicy.from_list(["127.0.0.1"])) as http:
             activities = build_activities(engine=engine, http=http, client=client,
                                           extra_handlers={"flaky": flaky})
-            main, jobs = build_workers(client, task_queue=queue, activities=activities,
-                                       executor=executor)
+            main = build_workflow_worker(client, task_queue=queue, activities=activities,
+                                         executor=executor)
+            jobs = build_jobs_worker(client, task_queue=queue, activities=activities)
             bare_worker = Worker(bare_client, task_queue=f"{queue}-bare",
                                  workflows=[BareWorkflow], activities=[empty])
             async with main, jobs, bare_worker:

@@ -351,8 +351,16 @@ else:
                                **optional_fields(TaskSpec.model_fields, bounds=False))
 
 
+class TimingError(ValueError):
+    """A schedule that can never fire or points into the past, and the field at fault."""
+
+    def __init__(self, field: str, problem: str) -> None:
+        super().__init__(f"{field} {problem}")
+        self.field = field
+
+
 def check_timing(spec: TaskSpec, now: datetime) -> None:
-    """Refuse schedules that can never fire or that point into the past (raises ValueError).
+    """Refuse schedules that can never fire or that point into the past (raises TimingError).
 
     A run_at in the past is most often a client's clock or time-zone mistake, so it is refused
     unless the task itself asks for missed runs to be caught up: then it runs at once.
@@ -360,12 +368,12 @@ def check_timing(spec: TaskSpec, now: datetime) -> None:
     once = spec.schedule_type is ScheduleType.ONCE
     catch_up = spec.missed_run_policy in (MissedRunPolicy.SINGLE_CATCHUP, MissedRunPolicy.CATCHUP)
     if once and spec.run_at is not None and spec.run_at < now - PAST_TOLERANCE and not catch_up:
-        raise ValueError(
-            "run_at is more than a minute in the past; check the client's clock and time zone "
+        raise TimingError(
+            "run_at", "is more than a minute in the past; check the client's clock and time zone "
             "(or set missed_run_policy to single_catchup or catchup to run it at once)"
         )
     if spec.end_date is not None and spec.end_date <= now:
-        raise ValueError("end_date is in the past: the task could never run")
+        raise TimingError("end_date", "is in the past: the task could never run")
 
 
 def redact_url(url: str) -> str:

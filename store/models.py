@@ -1,5 +1,6 @@
-"""Tables (Task, TaskExecution, ApiKey, ...) and the records of their rows that the workflow
-hands to bookkeeping (TaskSnapshot, ExecutionRecord): one declaration of each row's fields."""
+"""Tables (Task, TaskExecution, ApiKey, signing secrets, ...) and the records of their rows
+that the workflow hands to bookkeeping (TaskSnapshot, ExecutionRecord): one declaration of
+each row's fields."""
 
 from __future__ import annotations
 
@@ -185,3 +186,16 @@ class TenantQuota(SQLModel, table=True):
 TASK_TABLE: Table = Task.__table__  # type: ignore[attr-defined]
 EXECUTION_TABLE: Table = TaskExecution.__table__  # type: ignore[attr-defined]
 IDEMPOTENCY_TABLE: Table = IdempotencyRecord.__table__  # type: ignore[attr-defined]
+
+
+class SigningSecret(SQLModel, table=True):
+    """A tenant's secret that signs its deliveries, encrypted at rest; one without
+    ``expires_at`` is the current one, an older one signs until it expires."""
+
+    __tablename__ = "signing_secret"
+
+    id: str = Field(primary_key=True, max_length=64)
+    tenant_id: str = Field(max_length=128, index=True)
+    secret_encrypted: str = Field(max_length=512)
+    created_at: datetime = _ts(default_factory=utcnow)
+    expires_at: datetime | None = _ts(default=None)

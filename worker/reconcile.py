@@ -33,7 +33,7 @@ from scheduling.spec import ScheduleType, TaskSpec
 from scheduling.status import workflow_id
 from store.models import Task
 from store.quotas import ACTIVE_STATUSES
-from store.tasks import mark_task, save_snapshot, scheduled_runs_executed
+from store.tasks import mark_task, read_task, save_snapshot, scheduled_runs_executed
 from workflows.starter import start_task_workflow, state_from_row
 from workflows.state import TaskState
 
@@ -175,13 +175,6 @@ class Reconciler:
     async def _repair_rows(self, task_ids: list[str], now: datetime, report: ReconcileReport) -> None:
         """Describe each task's workflow: start it again when it is gone, mark the row when it
         closed without writing its end; a running one is left alone."""
-        def row(task_id: str) -> Task | None:
-            with Session(self._engine) as session:
-                found = session.get(Task, task_id)
-                if found is not None:
-                    session.expunge(found)
-                return found
-
         for task_id in task_ids:
             handle = self._client.get_workflow_handle(workflow_id(task_id))
             try:
@@ -189,7 +182,7 @@ class Reconciler:
             except RPCError as exc:
                 if exc.status is not RPCStatusCode.NOT_FOUND:
                     raise
-                found = await asyncio.to_thread(row, task_id)
+                found = await asyncio.to_thread(read_task, self._engine, task_id, None)
                 if found is not None:
                     await self._restart(found, now)
                     report.restarted.append(task_id)

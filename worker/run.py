@@ -82,6 +82,7 @@ async def run_worker(settings: Settings) -> None:
             limits=OutboundLimits.of(settings),
             workflow_jobs=workflow_job_rules(settings),
             meter=runtime.metric_meter,
+            signing=settings.signing,
         )
         workers = []
         if runs_workflows:

@@ -51,6 +51,7 @@ class TaskState(BaseModel):
         default=None, description="fires up to this instant fell inside a pause"
     )
     cancel_requested: bool = False
+    cancelled_at: datetime | None = None  # when the cancel was asked (None: not kept)
     queue: list[Run] = Field(default_factory=list, description="runs waiting to start")
     latest_taken: datetime | None = Field(
         default=None, description="the newest fire taken from the schedule (decided or sent)")
@@ -119,10 +120,12 @@ class TaskState(BaseModel):
         self.last_run = LastRun(execution_id=record.id, scheduled_at=record.scheduled_at,
                                 status=status, finished_at=record.finished_at, error=record.error)
 
-    def request_cancel(self, reason: str | None) -> bool:
+    def request_cancel(self, reason: str | None, now: datetime | None = None) -> bool:
         """Ask the task to end CANCELLED; False once it has ended."""
         if self.status in FINAL_STATUSES:
             return False
+        if not self.cancel_requested:
+            self.cancelled_at = now
         self.cancel_requested, self.status_reason = True, reason or "cancelled"
         return True
 

@@ -256,10 +256,25 @@ class TaskWorkflow:
         await self._runs.settled()
         self._absorb_ended()
         await self._close_pause()
+        await self._skip_due_at_cancel()
         for run in state.queue:
             self._record.skip(run.scheduled_at, SkipReason.CANCELLED, run.execution_id, run.trigger)
         self._state.finish(TaskStatus.CANCELLED, state.status_reason or "cancelled")
         await self._write()
+
+    async def _skip_due_at_cancel(self) -> None:
+        """Record the fires that came due before the cancel but that no pass decided."""
+        state = self._state
+        if state.cancelled_at is None or not workflow.patched("fires-due-at-cancel"):
+            return
+        more = True
+        while more:
+            due = policy.due_at_cancel(state.position(), state.cancelled_at)
+            state.next_fire_at, more = due.next_fire_at, due.more
+            for fire, reason in due.skipped:
+                self._record.skip(fire, reason)
+            if more:
+                await self._write()
 
     async def _write(self) -> None:
         """Write the rows, with the task's next run as every answer shows it."""
@@ -422,6 +437,11 @@ class TaskWorkflow:
             changed = {n for n in ScheduleFields.model_fields
                        if getattr(new_spec, n) != getattr(state.spec, n)}
             if changed:
+                if self._runs.reported and workflow.patched("fires-due-before-change"):
+                    # The fires of the old schedule that came due before the change (a late
+                    # timer, the workflow's worker away) are decided by the old schedule.
+                    while self._decide_due():
+                        await self._write()
                 await self._close_pause()
                 retimed = not changed <= policy.BOUND_FIELDS
                 self._runs.withdraw(RESCHEDULED if retimed else "rebound")
@@ -471,7 +491,7 @@ class TaskWorkflow:
             raise ApplicationError(why, type="TaskFinished", non_retryable=True)
 
     def _request_cancel(self, reason: str | None) -> None:
-        if self._state.request_cancel(reason):
+        if self._state.request_cancel(reason, workflow.now() if self._runs.reported else None):
             if self._runs.reported:
                 self._runs.cancel_all()
             self._wake = True
