@@ -52,6 +52,10 @@ GIVE_BACK = frozenset({"paused", "rebound", "asked", UNTAKEN})
 # Workflows started from here on count a run as started when its worker reports it, decide an
 # untaken run's fire again, and stop every run when cancelled (docs/upgrades.md).
 REPORTED_STARTS = "reported-starts"
+# Fires due before an update or a cancel that no pass decided are decided first (update) or
+# SKIPPED cancelled (cancel). Asked once per workflow run, here: the SDK keeps a patch's first
+# answer for the whole run, so asking it first inside a later handler could replay otherwise.
+DUE_FIRST = "fires-due-first"
 # How long a cancel waits for the runs it stops to end before it answers.
 CANCEL_SETTLE = timedelta(seconds=10)
 
@@ -68,6 +72,7 @@ class TaskWorkflow:
         self._runs = RunsInFlight()
         # Here, not in run: a signal or update that came with the start is handled before run.
         self._runs.reported = workflow.patched(REPORTED_STARTS)
+        self._due_first = self._runs.reported and workflow.patched(DUE_FIRST)
         self._record = TaskRecord(self._state)
         self._lock = asyncio.Lock()
         self._wake = False
@@ -94,6 +99,8 @@ class TaskWorkflow:
             # Cancelled through Temporal itself (`temporal workflow cancel`): stop the runs,
             # record the end, then end as cancelled.
             self._state.status_reason = "workflow cancelled through Temporal"
+            if self._due_first and self._state.cancelled_at is None:
+                self._state.cancelled_at = workflow.now()
             await self._stop()
             await workflow.wait_condition(self._record.idle)
             raise
@@ -265,7 +272,7 @@ class TaskWorkflow:
     async def _skip_due_at_cancel(self) -> None:
         """Record the fires that came due before the cancel but that no pass decided."""
         state = self._state
-        if state.cancelled_at is None or not workflow.patched("fires-due-at-cancel"):
+        if state.cancelled_at is None or not self._due_first:
             return
         more = True
         while more:
@@ -437,7 +444,7 @@ class TaskWorkflow:
             changed = {n for n in ScheduleFields.model_fields
                        if getattr(new_spec, n) != getattr(state.spec, n)}
             if changed:
-                if self._runs.reported and workflow.patched("fires-due-before-change"):
+                if self._due_first:
                     # The fires of the old schedule that came due before the change (a late
                     # timer, the workflow's worker away) are decided by the old schedule.
                     while self._decide_due():

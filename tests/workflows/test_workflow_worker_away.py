@@ -65,7 +65,7 @@ async def test_an_update_after_the_workflow_worker_was_away_decides_the_old_fire
         await handle.result()
     first = executions(sqlite_engine, task_id)[0].scheduled_at
     outcomes = _one_row_per_fire(sqlite_engine, task_id, changed.anchor - first - timedelta(seconds=1))
-    assert len(outcomes) >= 5, outcomes
+    assert len(outcomes) >= 4, outcomes
     # Missed while the worker was away (the newest one may still have been on time).
     assert all(status in ("COMPLETED", "FAILED") or reason in ("missed", "overlap")
                for status, reason in outcomes), outcomes
@@ -82,6 +82,7 @@ async def test_a_cancel_sent_while_the_workflow_worker_was_away_records_the_fire
         await _first_run_recorded(sqlite_engine, task_id)
     await asyncio.sleep(AWAY)
     await handle.signal(TaskWorkflow.cancel_signal, "while the worker was away")
+    await asyncio.sleep(0.5)
     async with stoppable_worker(dev_env, sqlite_engine, queue):
         final = await asyncio.wait_for(handle.result(), 30)
     assert final.status is TaskStatus.CANCELLED
@@ -89,7 +90,7 @@ async def test_a_cancel_sent_while_the_workflow_worker_was_away_records_the_fire
     assert final.cancelled_at is not None
     outcomes = _one_row_per_fire(sqlite_engine, task_id,
                                  final.cancelled_at - first - timedelta(seconds=1))
-    assert len(outcomes) >= 5, outcomes
+    assert len(outcomes) >= 4, outcomes
     assert ("SKIPPED", "cancelled") in outcomes, outcomes
     assert final.skipped_count == sum(1 for r in executions(sqlite_engine, task_id)
                                       if r.status == "SKIPPED")
