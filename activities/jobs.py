@@ -31,10 +31,18 @@ from activities.signing import Signer
 from activities.starts import REPORT_WAIT_ON_CANCEL, StartReports
 from jobs.egress import EgressRefused
 from jobs.handlers import Handler, HandlerContext, call_handler
-from jobs.outbound import Outbound, OutboundLimits
-from jobs.signing import ATTEMPT_HEADER, SCHEDULED_AT_HEADER, TASK_ID_HEADER, traceparent
+from jobs.outbound import Outbound, OutboundLimits, Signing
+from jobs.signing import traceparent
 from scheduling.policy import must_claim, retryable_http_status
-from scheduling.spec import HandlerJob, HttpJob, WorkflowJob, redact_url
+from scheduling.spec import (
+    ATTEMPT_HEADER,
+    SCHEDULED_AT_HEADER,
+    TASK_ID_HEADER,
+    HandlerJob,
+    HttpJob,
+    WorkflowJob,
+    redact_url,
+)
 from scheduling.status import JobFailure
 from scheduling.workflow_jobs import WorkflowJobRules, refusal
 from store.batch import BatchWriter
@@ -207,18 +215,22 @@ class JobActivities:
             span.set_attribute("http.response.status_code", result.http_status or 0)
             return result
 
-    async def _delivery_headers(self, job_input: JobInput, attempt: int,
-                                content: bytes | None) -> dict[str, str]:
-        """What every HTTP job call says of itself: the signature (Standard Webhooks, the
-        execution id as ``webhook-id``), the task, the scheduled time, the attempt and a trace."""
+    def _sign(self, job_input: JobInput, content: bytes | None) -> Signing | None:
+        """Signs the call with the tenant's secrets (the execution id as ``webhook-id``)."""
+        if self._signer is None:
+            return None
+        signer = self._signer
+        return lambda: signer.headers(job_input.tenant_id, job_input.execution_id, content or b"")
+
+    @staticmethod
+    def _delivery_headers(job_input: JobInput, attempt: int) -> dict[str, str]:
+        """What every HTTP job call says of itself beside its signature: the task, the
+        scheduled time, the attempt and a trace."""
         headers = {TASK_ID_HEADER: job_input.task_id,
                    SCHEDULED_AT_HEADER: job_input.scheduled_at.isoformat(),
                    ATTEMPT_HEADER: str(attempt)}
         propagate.inject(headers)  # traceparent, when tracing is on
         headers.setdefault("traceparent", traceparent(job_input.execution_id, attempt))
-        if self._signer is not None:
-            headers.update(await self._signer.headers(job_input.tenant_id, job_input.execution_id,
-                                                      content or b""))
         return headers
 
     async def _send_http(self, job: HttpJob, job_input: JobInput, attempt: int) -> JobResult:
@@ -227,11 +239,11 @@ class JobActivities:
         if job.body is not None:
             content = json.dumps(job.body).encode()
             headers.setdefault("Content-Type", "application/json")
-        headers.update(await self._delivery_headers(job_input, attempt, content))
+        headers.update(self._delivery_headers(job_input, attempt))
         try:
             answer = await self._outbound.call(
                 job.method, job.url, tenant=job_input.tenant_id, headers=headers,
-                content=content, timeout=job.timeout_seconds,
+                content=content, timeout=job.timeout_seconds, sign=self._sign(job_input, content),
             )
         except EgressRefused as exc:
             raise job_failure(JobFailure.EGRESS_REFUSED,

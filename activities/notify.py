@@ -17,7 +17,7 @@ from activities.contracts import NOTIFY, Notification
 from activities.signing import Signer
 from jobs.egress import EgressRefused
 from jobs.outbound import Outbound
-from jobs.signing import TASK_ID_HEADER
+from scheduling.spec import TASK_ID_HEADER
 
 log = structlog.get_logger("task_scheduler.notify")
 
@@ -43,12 +43,13 @@ class NotifyActivities:
         message_id = f"{note.task_id}:{note.event}:{note.at.isoformat()}"
         headers = {"Content-Type": "application/json", "Idempotency-Key": message_id,
                    TASK_ID_HEADER: note.task_id}
-        if self._signer is not None:
-            headers.update(await self._signer.headers(note.tenant_id, message_id, content))
+        signer = self._signer
         try:
             answer = await self._outbound.call(
                 "POST", note.url, tenant=note.tenant_id, content=content, headers=headers,
                 timeout=DEADLINE_SECONDS, wait_at_most=WAIT_FOR_SLOT_SECONDS,
+                sign=None if signer is None else (
+                    lambda: signer.headers(note.tenant_id, message_id, content)),
             )
         except EgressRefused as exc:
             raise ApplicationError(str(exc), type="EgressRefused", non_retryable=True) from exc

@@ -9,17 +9,18 @@ import time
 from datetime import UTC, datetime
 
 import structlog
+from cryptography.fernet import InvalidToken
 from sqlalchemy import Engine
-from temporalio.exceptions import ApplicationError
 
+from activities.contracts import job_failure
 from jobs.signing import signed_headers
+from scheduling.status import JobFailure
 from store.signing import LiveSecret, SecretBox, live_secrets
 
 log = structlog.get_logger("task_scheduler.signing")
 
 # A rotation reaches the workers within this time; the replaced secret signs on meanwhile.
 CACHE_SECONDS = 30.0
-SIGNING_UNAVAILABLE = "SigningUnavailable"
 
 
 class Signer:
@@ -50,11 +51,19 @@ class Signer:
             reading.add_done_callback(lambda _: self._reading.pop(tenant_id, None))
         try:
             secrets = await asyncio.shield(reading)
+        except InvalidToken as exc:
+            raise job_failure(JobFailure.SIGNING_UNAVAILABLE,
+                              "the tenant's signing secrets cannot be decrypted with "
+                              "SCHEDULER_SIGNING_KEY (was the key changed?)") from exc
         except Exception as exc:
-            if cached is not None:  # the database is away: sign on with what was read
+            if cached is not None:
+                # The database is away: sign on with what was read, and ask it again only
+                # after another CACHE_SECONDS (the calls meanwhile do not wait on it).
                 log.warning("signing.secrets_stale", tenant=tenant_id, error=str(exc))
+                self._cached[tenant_id] = (time.monotonic(), cached[1])
                 return cached[1]
-            raise ApplicationError(f"the tenant's signing secret could not be read: {exc}",
-                                   type=SIGNING_UNAVAILABLE) from exc
+            raise job_failure(JobFailure.SIGNING_UNAVAILABLE,
+                              f"not sent: the tenant's signing secret could not be read ({exc})"
+                              ) from exc
         self._cached[tenant_id] = (time.monotonic(), secrets)
         return secrets

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from cryptography.fernet import InvalidToken
 from pydantic import BaseModel, ConfigDict
 from sqlalchemy import Engine
 
+from api.errors import ServiceUnavailable
 from api.store_calls import in_thread
 from store.signing import LiveSecret, SecretBox, live_secrets, rotate_secret
 
@@ -49,10 +53,22 @@ class SigningService:
 
     async def secrets(self, tenant_id: str) -> SigningSecrets:
         """The live secrets; the first is made on first use."""
-        return SigningSecrets.of(await in_thread(
-            live_secrets, self._engine, tenant_id, datetime.now(UTC), self._box))
+        with _readable():
+            return SigningSecrets.of(await in_thread(
+                live_secrets, self._engine, tenant_id, datetime.now(UTC), self._box))
 
     async def rotate(self, tenant_id: str) -> SigningSecrets:
         """A new current secret; the replaced one signs on for the rotation window."""
-        return SigningSecrets.of(await in_thread(
-            rotate_secret, self._engine, tenant_id, datetime.now(UTC), self._window, self._box))
+        with _readable():
+            return SigningSecrets.of(await in_thread(
+                rotate_secret, self._engine, tenant_id, datetime.now(UTC), self._window, self._box))
+
+
+@contextmanager
+def _readable() -> Iterator[None]:
+    """Secrets stored under another key are an operator's error, answered as such (503)."""
+    try:
+        yield
+    except InvalidToken as exc:
+        raise ServiceUnavailable("the signing secrets cannot be decrypted with "
+                                 "SCHEDULER_SIGNING_KEY (was the key changed?)") from exc

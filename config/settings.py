@@ -216,9 +216,9 @@ class SigningSettings(BaseModel):
         "in the database; the default is a development key, refused in production",
     )
     rotation_hours: float = Field(
-        default=24.0, gt=0, le=24 * 90,
+        default=24.0, ge=0.1, le=24 * 90,
         description="after a rotation, how long the replaced signing secret still signs beside "
-        "the new one",
+        "the new one (at least 0.1: workers re-read the secrets every 30 s)",
     )
 
 

@@ -11,12 +11,8 @@ import hashlib
 import hmac
 from collections.abc import Sequence
 
+from scheduling.spec import SIGNATURE_HEADERS
 from store.signing import SECRET_PREFIX
-
-# Headers of the scheduler's own beside the spec's, naming what the delivery is about.
-TASK_ID_HEADER = "Scheduler-Task-Id"
-SCHEDULED_AT_HEADER = "Scheduler-Scheduled-At"
-ATTEMPT_HEADER = "Scheduler-Attempt"
 
 
 def _key(secret: str) -> bytes:
@@ -33,11 +29,10 @@ def signature(secret: str, message_id: str, timestamp: int, body: bytes) -> str:
 def signed_headers(secrets: Sequence[str], message_id: str, timestamp: int,
                    body: bytes) -> dict[str, str]:
     """The spec's three headers, signed by every live secret of the tenant."""
-    return {
-        "webhook-id": message_id,
-        "webhook-timestamp": str(timestamp),
-        "webhook-signature": " ".join(signature(s, message_id, timestamp, body) for s in secrets),
-    }
+    if not secrets:
+        raise ValueError("no live signing secret")
+    signatures = " ".join(signature(s, message_id, timestamp, body) for s in secrets)
+    return dict(zip(SIGNATURE_HEADERS, (message_id, str(timestamp), signatures), strict=True))
 
 
 def traceparent(execution_id: str, attempt: int) -> str:

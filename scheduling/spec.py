@@ -90,6 +90,17 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+
+# What every delivery says of itself (Standard Webhooks, and the scheduler's own); a job's
+# headers may not set them.
+SIGNATURE_HEADERS = ("webhook-id", "webhook-timestamp", "webhook-signature")
+TASK_ID_HEADER = "Scheduler-Task-Id"
+SCHEDULED_AT_HEADER = "Scheduler-Scheduled-At"
+ATTEMPT_HEADER = "Scheduler-Attempt"
+DELIVERY_HEADERS = (*SIGNATURE_HEADERS, TASK_ID_HEADER, SCHEDULED_AT_HEADER, ATTEMPT_HEADER,
+                    "traceparent")
+
+
 class HttpJob(_Strict):
     """Call an HTTP(S) endpoint; 2xx is success."""
 
@@ -113,7 +124,8 @@ class HttpJob(_Strict):
     @field_validator("headers")
     @classmethod
     def _no_reserved_headers(cls, value: dict[str, str]) -> dict[str, str]:
-        reserved = {"host", "idempotency-key", "content-length", "transfer-encoding"}
+        reserved = {"host", "idempotency-key", "content-length", "transfer-encoding",
+                    *(name.lower() for name in DELIVERY_HEADERS)}
         clash = sorted(name for name in value if name.lower() in reserved)
         if clash:
             raise ValueError(f"headers {clash} are set by the scheduler and cannot be overridden")

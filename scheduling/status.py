@@ -75,6 +75,7 @@ class JobFailure(StrEnum):
     UNKNOWN_HANDLER = "UnknownHandler"
     HANDLER_ERROR = "HandlerError"  # the handler raised
     WORKFLOW_FAILED = "WorkflowFailed"  # the job's workflow failed
+    SIGNING_UNAVAILABLE = "SigningUnavailable"  # no signing secret could be read: not sent
 
 
 # Temporal priority keys of a task's workflow and runs: smaller runs first under a backlog.

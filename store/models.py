@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, Column, DateTime, Index, Table, TypeDecorator
+from sqlalchemy import JSON, BigInteger, Column, DateTime, Index, Table, TypeDecorator, text
 from sqlalchemy.engine import Dialect
 from sqlmodel import AutoString, Field, SQLModel
 
@@ -193,6 +193,10 @@ class SigningSecret(SQLModel, table=True):
     ``expires_at`` is the current one, an older one signs until it expires."""
 
     __tablename__ = "signing_secret"
+    # One current secret per tenant: two rotations at once cannot both make one.
+    __table_args__ = (Index("ux_signing_secret_current", "tenant_id", unique=True,
+                            sqlite_where=text("expires_at IS NULL"),
+                            postgresql_where=text("expires_at IS NULL")),)
 
     id: str = Field(primary_key=True, max_length=64)
     tenant_id: str = Field(max_length=128, index=True)

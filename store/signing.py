@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import base64
-import hashlib
 import os
 import uuid
 from dataclasses import dataclass
@@ -19,6 +18,8 @@ from store.models import SigningSecret
 
 SECRET_PREFIX = "whsec_"
 SECRET_BYTES = 32
+# Rotations at once: each that finds another's new secret current rotates that one instead.
+ROTATION_TRIES = 10
 
 
 def new_secret() -> str:
@@ -54,8 +55,8 @@ def live_secrets(engine: Engine, tenant_id: str, now: datetime, box: SecretBox) 
         rows = _live(session, tenant_id, now)
         if rows:
             return [_shown(row, box) for row in rows]
-        # The first secret has an id of the tenant's: two first uses at once make one secret.
-        _add(session, tenant_id, now, box, row_id=hashlib.sha256(tenant_id.encode()).hexdigest())
+        # Two first uses at once make one secret (one current secret per tenant, a unique index).
+        _add(session, tenant_id, now, box)
         try:
             session.commit()
         except IntegrityError:
@@ -67,14 +68,22 @@ def rotate_secret(engine: Engine, tenant_id: str, now: datetime, window: timedel
                   box: SecretBox) -> list[LiveSecret]:
     """Make a new current secret; the one it replaces signs beside it until ``now + window``.
     Returns the live secrets, the new one first."""
-    with Session(engine) as session:
-        for row in _live(session, tenant_id, now):
-            if row.expires_at is None or row.expires_at > now + window:
-                row.expires_at = now + window
-                session.add(row)
-        _add(session, tenant_id, now, box)
-        session.commit()
-        return [_shown(row, box) for row in _live(session, tenant_id, now)]
+    for tries_left in reversed(range(ROTATION_TRIES)):
+        with Session(engine) as session:
+            for row in _live(session, tenant_id, now):
+                if row.expires_at is None or row.expires_at > now + window:
+                    row.expires_at = now + window
+                    session.add(row)
+            session.flush()  # the current one ends before the new one begins
+            _add(session, tenant_id, now, box)
+            try:
+                session.commit()
+            except IntegrityError:
+                if not tries_left:
+                    raise
+                continue  # another rotation made a current secret meanwhile: rotate that one
+            return [_shown(row, box) for row in _live(session, tenant_id, now)]
+    raise AssertionError("unreachable")
 
 
 def _live(session: Session, tenant_id: str, now: datetime) -> list[SigningSecret]:
@@ -87,9 +96,8 @@ def _live(session: Session, tenant_id: str, now: datetime) -> list[SigningSecret
     return list(session.scalars(query))
 
 
-def _add(session: Session, tenant_id: str, now: datetime, box: SecretBox,
-         row_id: str | None = None) -> SigningSecret:
-    row = SigningSecret(id=row_id or uuid.uuid4().hex, tenant_id=tenant_id,
+def _add(session: Session, tenant_id: str, now: datetime, box: SecretBox) -> SigningSecret:
+    row = SigningSecret(id=uuid.uuid4().hex, tenant_id=tenant_id,
                         secret_encrypted=box.seal(new_secret()), created_at=now)
     session.add(row)
     return row

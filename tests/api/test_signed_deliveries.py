@@ -79,3 +79,16 @@ async def test_a_rotation_keeps_the_old_secret_signing_for_the_window(stack: Sta
         assert created.status_code == 201, created.text
         [request] = await target.wait_for(1, timeout=30)
     assert request.verified and request.status == 200
+
+
+async def test_a_job_may_not_set_the_headers_a_delivery_signs_with(stack: Stack) -> None:
+    async with stack.client("t1") as api:
+        for name in ("Webhook-Signature", "webhook-id", "Scheduler-Attempt", "traceparent"):
+            refused = await api.post("/task/create", json={
+                "task_name": "forged", "schedule_type": "once",
+                "run_at": iso(datetime.now(UTC) + timedelta(hours=1)),
+                "job_details": {"type": "http", "url": "https://example.com/hook",
+                                "headers": {name: "v1,forged"}},
+            })
+            assert refused.status_code == 422, (name, refused.text)
+            assert name.lower() in refused.text.lower()

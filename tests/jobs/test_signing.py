@@ -14,6 +14,8 @@ from sqlalchemy import Engine, text
 from standardwebhooks import Webhook, WebhookVerificationError
 
 from activities.signing import Signer
+from api.errors import ServiceUnavailable
+from api.signing import SigningService
 from jobs.signing import signed_headers, traceparent
 from store.signing import SecretBox, live_secrets, new_secret, rotate_secret
 from tests.target import TargetServer
@@ -89,3 +91,20 @@ async def test_concurrent_first_uses_make_one_secret(any_engine: Engine) -> None
     made = await asyncio.gather(*(asyncio.to_thread(live_secrets, any_engine, "t9", now, KEY)
                                   for _ in range(8)))
     assert len({tuple(s.secret for s in m) for m in made}) == 1
+
+
+async def test_rotations_at_once_leave_one_current_secret(any_engine: Engine) -> None:
+    now = datetime.now(UTC)
+    live_secrets(any_engine, "t7", now, KEY)
+    await asyncio.gather(*(asyncio.to_thread(rotate_secret, any_engine, "t7", now,
+                                             timedelta(hours=1), KEY) for _ in range(6)))
+    current = [s for s in live_secrets(any_engine, "t7", now, KEY) if s.expires_at is None]
+    assert len(current) == 1
+
+
+async def test_secrets_under_another_key_are_a_503_with_the_reason(sqlite_engine: Engine) -> None:
+    live_secrets(sqlite_engine, "t1", datetime.now(UTC), KEY)
+    other = SigningService(sqlite_engine, SecretBox("YW5vdGhlci1rZXktb2YtdGhpcnR5LXR3by1ieXRlcyE="),
+                           timedelta(hours=1))
+    with pytest.raises(ServiceUnavailable, match="SCHEDULER_SIGNING_KEY"):
+        await other.secrets("t1")

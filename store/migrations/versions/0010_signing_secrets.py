@@ -23,8 +23,12 @@ def upgrade() -> None:
         sa.Column('expires_at', sa.DateTime(timezone=True), nullable=True),
     )
     op.create_index('ix_signing_secret_tenant_id', 'signing_secret', ['tenant_id'])
+    op.create_index('ux_signing_secret_current', 'signing_secret', ['tenant_id'], unique=True,
+                    sqlite_where=sa.text('expires_at IS NULL'),
+                    postgresql_where=sa.text('expires_at IS NULL'))
 
 
 def downgrade() -> None:
+    op.drop_index('ux_signing_secret_current', table_name='signing_secret')
     op.drop_index('ix_signing_secret_tenant_id', table_name='signing_secret')
     op.drop_table('signing_secret')
