@@ -217,6 +217,24 @@ class ReconcileSettings(BaseModel):
                                 description="how far back the full pass looks")
 
 
+# Encrypts the signing secrets at rest outside production only: a Fernet key anyone can read.
+DEV_SIGNING_KEY = "dGFzay1zY2hlZHVsZXIgZGV2ZWxvcG1lbnQga2V5ISE="
+
+
+class SigningSettings(BaseModel):
+    key: SecretStr = Field(
+        default=SecretStr(DEV_SIGNING_KEY), json_schema_extra=key(API, WORKFLOWS, JOBS),
+        description="the Fernet key (`python -c 'from cryptography.fernet import Fernet; "
+        "print(Fernet.generate_key().decode())'`) that encrypts the tenants' signing secrets "
+        "in the database; the default is a development key, refused in production",
+    )
+    rotation_hours: float = Field(
+        default=24.0, ge=0.1, le=24 * 90,
+        description="after a rotation, how long the replaced signing secret still signs beside "
+        "the new one (at least 0.1: workers re-read the secrets every 30 s)",
+    )
+
+
 class Settings(BaseSettings):
     """Settings shared by the API, the worker and the dev launcher; defaults run the embedded stack."""
 
@@ -266,6 +284,7 @@ class Settings(BaseSettings):
     quota: QuotaSettings = QuotaSettings()
     dispatch: DispatchSettings = DispatchSettings()
     reconcile: ReconcileSettings = ReconcileSettings()
+    signing: SigningSettings = SigningSettings()
 
     @model_validator(mode="after")
     def _refuse_dev_secrets_outside_dev(self) -> Settings:
@@ -273,6 +292,15 @@ class Settings(BaseSettings):
             raise ValueError(
                 "SCHEDULER_DEV_API_KEY is a development convenience and is refused when "
                 "SCHEDULER_ENV=production; create keys with `task-scheduler keys create`"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _signing_key_set_in_production(self) -> Settings:
+        if self.env == "production" and self.signing.key.get_secret_value() == DEV_SIGNING_KEY:
+            raise ValueError(
+                "SCHEDULER_SIGNING_KEY must be set when SCHEDULER_ENV=production: it encrypts "
+                "the tenants' signing secrets at rest (a Fernet key, see the README)"
             )
         return self
 
@@ -353,7 +381,3 @@ def setting_fields() -> Iterator[tuple[str, str, FieldInfo]]:
         else:
             yield name, f"SCHEDULER_{name}".upper(), field
 
-
-def environment_names() -> dict[str, str]:
-    """Every variable Settings reads, by its dotted field path (``api.port``: ``SCHEDULER_API_PORT``)."""
-    return {path: env for path, env, _ in setting_fields()}

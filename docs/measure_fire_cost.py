@@ -68,7 +68,7 @@ from jobs.handlers import HandlerContext
 from scheduling.spec import TaskSpec
 from scheduling.status import workflow_id
 from store.engine import make_engine, migrate
-from worker.build import build_activities, build_workers
+from worker.build import build_activities, build_jobs_worker, build_workflow_worker
 from worker.dev import SQLITE_PRAGMA_FLAGS
 from workflows.attributes import DEFINITIONS
 from workflows.starter import start_task_workflow
@@ -248,9 +248,11 @@ async def measure(interval: float, runs: int) -> tuple[list[Scenario], dict[str,
                 activities = build_activities(engine=engine, http=http, client=client,
                                               extra_handlers={"flaky": flaky},
                                               run_options=RunOptions(lead_seconds=lead))
-                for worker in build_workers(client, task_queue=f"{queue}-lead{lead:g}",
-                                            activities=activities, executor=executor):
-                    await up.enter_async_context(worker)
+                lead_queue = f"{queue}-lead{lead:g}"
+                await up.enter_async_context(build_workflow_worker(
+                    client, task_queue=lead_queue, activities=activities, executor=executor))
+                await up.enter_async_context(build_jobs_worker(
+                    client, task_queue=lead_queue, activities=activities))
             bare_worker = Worker(bare_client, task_queue=f"{queue}-bare",
                                  workflows=[BareWorkflow], activities=[empty])
             async with bare_worker:

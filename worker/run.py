@@ -84,6 +84,7 @@ async def run_worker(settings: Settings) -> None:
             workflow_jobs=workflow_job_rules(settings),
             meter=runtime.metric_meter,
             run_options=RunOptions.of(settings),
+            signing=settings.signing,
         )
         workers = []
         if runs_workflows:

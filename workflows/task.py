@@ -24,7 +24,6 @@ with workflow.unsafe.imports_passed_through():
     from scheduling import policy
     from scheduling.fire import next_fire
     from scheduling.policy import Run
-    from scheduling.records import ExecutionRecord
     from scheduling.spec import (
         NotifyEvent,
         OverlapPolicy,
@@ -40,6 +39,7 @@ with workflow.unsafe.imports_passed_through():
         Trigger,
         execution_id,
     )
+    from store.models import ExecutionRecord
     from workflows.describe import describe_schedule
     from workflows.inflight import RESCHEDULED, UNTAKEN, Ended, RunsInFlight
     from workflows.record import TaskRecord
@@ -53,6 +53,10 @@ GIVE_BACK = frozenset({"paused", "rebound", "asked", UNTAKEN})
 # Workflows started from here on count a run as started when its worker reports it, decide an
 # untaken run's fire again, and stop every run when cancelled (docs/upgrades.md).
 REPORTED_STARTS = "reported-starts"
+# Fires due before an update or a cancel that no pass decided are decided first (update) or
+# SKIPPED cancelled (cancel). Asked once per workflow run, here: the SDK keeps a patch's first
+# answer for the whole run, so asking it first inside a later handler could replay otherwise.
+DUE_FIRST = "fires-due-first"
 # How long a cancel waits for the runs it stops to end before it answers.
 CANCEL_SETTLE = timedelta(seconds=10)
 # Workflow runs from here on take the lead and the history limit from their worker, asked once
@@ -75,6 +79,7 @@ class TaskWorkflow:
         self._runs = RunsInFlight()
         # Here, not in run: a signal or update that came with the start is handled before run.
         self._runs.reported = workflow.patched(REPORTED_STARTS)
+        self._due_first = self._runs.reported and workflow.patched(DUE_FIRST)
         self._record = TaskRecord(self._state)
         self._lock = asyncio.Lock()
         self._wake = False
@@ -105,6 +110,8 @@ class TaskWorkflow:
             # Cancelled through Temporal itself (`temporal workflow cancel`): stop the runs,
             # record the end, then end as cancelled.
             self._state.status_reason = "workflow cancelled through Temporal"
+            if self._due_first and self._state.cancelled_at is None:
+                self._state.cancelled_at = workflow.now()
             await self._stop()
             await workflow.wait_condition(self._record.idle)
             raise
@@ -267,10 +274,25 @@ class TaskWorkflow:
         await self._runs.settled()
         self._absorb_ended()
         await self._close_pause()
+        await self._skip_due_at_cancel()
         for run in state.queue:
             self._record.skip(run.scheduled_at, SkipReason.CANCELLED, run.execution_id, run.trigger)
         self._state.finish(TaskStatus.CANCELLED, state.status_reason or "cancelled")
         await self._write()
+
+    async def _skip_due_at_cancel(self) -> None:
+        """Record the fires that came due before the cancel but that no pass decided."""
+        state = self._state
+        if state.cancelled_at is None or not self._due_first:
+            return
+        more = True
+        while more:
+            due = policy.due_at_cancel(state.position(), state.cancelled_at)
+            state.next_fire_at, more = due.next_fire_at, due.more
+            for fire, reason in due.skipped:
+                self._record.skip(fire, reason)
+            if more:
+                await self._write()
 
     async def _write(self) -> None:
         """Write the rows, with the task's next run as every answer shows it."""
@@ -434,6 +456,11 @@ class TaskWorkflow:
             changed = {n for n in ScheduleFields.model_fields
                        if getattr(new_spec, n) != getattr(state.spec, n)}
             if changed:
+                if self._due_first:
+                    # The fires of the old schedule that came due before the change (a late
+                    # timer, the workflow's worker away) are decided by the old schedule.
+                    while self._decide_due():
+                        await self._write()
                 await self._close_pause()
                 retimed = not changed <= policy.BOUND_FIELDS
                 self._runs.withdraw(RESCHEDULED if retimed else "rebound")
@@ -483,7 +510,7 @@ class TaskWorkflow:
             raise ApplicationError(why, type="TaskFinished", non_retryable=True)
 
     def _request_cancel(self, reason: str | None) -> None:
-        if self._state.request_cancel(reason):
+        if self._state.request_cancel(reason, workflow.now() if self._runs.reported else None):
             if self._runs.reported:
                 self._runs.cancel_all()
             self._wake = True

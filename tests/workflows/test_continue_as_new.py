@@ -9,7 +9,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from activities.options import RunOptions
 from scheduling.status import TaskStatus
-from store.tasks import get_task
+from store.tasks import read_task
 from tests.conftest import new_worker
 from tests.workflows.helpers import executions, running_task, spec, start_task, statuses, task_state
 from workflows.task import TaskWorkflow
@@ -37,7 +37,7 @@ async def test_continue_as_new_preserves_counts_schedule_and_spec(
         state.created_at + timedelta(minutes=10 * k) for k in range(1, 9)
     ]
     assert statuses(rows) == ["COMPLETED"] * 8
-    row = get_task(sqlite_engine, state.task_id, "t1")
+    row = read_task(sqlite_engine, state.task_id, "t1")
     assert row is not None and (row.status, row.run_count, row.success_count) == ("COMPLETED", 8, 8)
 
 

@@ -13,7 +13,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from jobs.handlers import HandlerContext
 from scheduling.status import DeadLetter, TaskStatus
-from store.tasks import get_task, scheduled_runs_executed, set_dead_letter
+from store.tasks import read_task, scheduled_runs_executed, set_dead_letter
 from tests.conftest import new_worker
 from tests.workflows.helpers import (
     executions,
@@ -31,7 +31,7 @@ from workflows.task import TaskWorkflow
 
 def assert_counters_match_rows(engine: Engine, task_id: str) -> None:
     """The task row's counters are what its execution rows say."""
-    row = get_task(engine, task_id, "t1")
+    row = read_task(engine, task_id, "t1")
     assert row is not None
     outcomes = Counter(r.status for r in executions(engine, task_id))
     assert (row.run_count, row.success_count, row.failure_count, row.skipped_count) == (
