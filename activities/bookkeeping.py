@@ -7,9 +7,9 @@ from sqlalchemy import Engine
 from temporalio import activity
 
 from activities.contracts import RECORD, Record
-from scheduling.records import ExecutionRecord, TaskSnapshot
 from scheduling.status import workflow_id
 from store.batch import BatchWriter
+from store.models import ExecutionRecord, TaskSnapshot
 from store.tasks import write_record
 
 log = structlog.get_logger("task_scheduler.bookkeeping")

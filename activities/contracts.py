@@ -7,10 +7,11 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from pydantic import BaseModel, Field
+from temporalio.exceptions import ApplicationError
 
-from scheduling.records import ExecutionRecord, TaskSnapshot
 from scheduling.spec import HandlerJob, HttpJob, WorkflowJob
-from scheduling.status import Trigger
+from scheduling.status import JobFailure, Trigger
+from store.models import ExecutionRecord, TaskSnapshot
 
 RUN_JOB = "run_job"
 RECORD = "record"
@@ -61,23 +62,28 @@ class RunStart(BaseModel):
     activity_id: str | None = None
 
 
-class JobResult(BaseModel):
-    """What a successful run returned."""
+class AttemptOutcome(BaseModel):
+    """What one attempt of a run tells the workflow, whether it succeeded or failed."""
 
     attempt: int = 1
     started_at: datetime | None = None
     http_status: int | None = None
     response_snippet: str | None = None
+
+    def fill(self, record: ExecutionRecord) -> None:
+        """Set the attempt's fields of the run's execution row (the row says attempts)."""
+        record.attempts, record.started_at = self.attempt, self.started_at
+        record.http_status, record.response_snippet = self.http_status, self.response_snippet
+
+
+class JobResult(AttemptOutcome):
+    """What a successful run returned."""
+
     output: Any = None
 
 
-class JobFailureDetails(BaseModel):
+class JobFailureDetails(AttemptOutcome):
     """Carried in the ApplicationError details of a failed attempt."""
-
-    attempt: int = 1
-    started_at: datetime | None = None
-    http_status: int | None = None
-    response_snippet: str | None = None
 
     @classmethod
     def of(cls, details: Sequence[Any]) -> JobFailureDetails | None:
@@ -88,6 +94,17 @@ class JobFailureDetails(BaseModel):
             return cls.model_validate(details[0])
         except ValueError:
             return None
+
+
+def job_failure(
+    kind: JobFailure, message: str, *, attempt: int | None = None, retryable: bool = True,
+    http_status: int | None = None, response_snippet: str | None = None,
+) -> ApplicationError:
+    """The error of an attempt that failed or did not run, with its attempt's details if given."""
+    details = () if attempt is None else (JobFailureDetails(
+        attempt=attempt, http_status=http_status, response_snippet=response_snippet,
+    ).model_dump(mode="json"),)
+    return ApplicationError(message, *details, type=kind, non_retryable=not retryable)
 
 
 class Record(BaseModel):

@@ -18,7 +18,7 @@ from temporalio.client import Client, WorkflowFailureError
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 
-from activities.contracts import RUN_JOB, STARTED, JobFailureDetails, JobInput, JobResult
+from activities.contracts import RUN_JOB, STARTED, JobInput, JobResult, job_failure
 from activities.instant import (
     due_of,
     heartbeat_forever,
@@ -28,12 +28,22 @@ from activities.instant import (
 )
 from activities.precision import after_the_starts, queued_bookkeeping_done
 from activities.run_rows import RunRows, completed_result
+from activities.signing import Signer
 from activities.starts import REPORT_WAIT_ON_CANCEL, StartReports
 from jobs.egress import EgressRefused
 from jobs.handlers import Handler, HandlerContext, call_handler
-from jobs.outbound import Outbound, OutboundLimits
+from jobs.outbound import Outbound, OutboundLimits, Signing
+from jobs.signing import traceparent
 from scheduling.policy import must_claim, retryable_http_status
-from scheduling.spec import HandlerJob, HttpJob, WorkflowJob, redact_url
+from scheduling.spec import (
+    ATTEMPT_HEADER,
+    SCHEDULED_AT_HEADER,
+    TASK_ID_HEADER,
+    HandlerJob,
+    HttpJob,
+    WorkflowJob,
+    redact_url,
+)
 from scheduling.status import JobFailure
 from scheduling.workflow_jobs import WorkflowJobRules, refusal
 from store.batch import BatchWriter
@@ -58,6 +68,7 @@ class JobActivities:
         engine: Engine | None = None,
         writer: BatchWriter | None = None,
         outbound: Outbound | None = None,
+        signer: Signer | None = None,
     ) -> None:
         self._rows = RunRows(engine, writer) if engine is not None else None
         self._starts = StartReports(client)
@@ -66,6 +77,7 @@ class JobActivities:
         self._handlers = dict(handlers)
         self._client = client
         self._engine = engine
+        self._signer = signer
         # None: no workflow job may start anything.
         self._workflow_jobs = workflow_jobs or WorkflowJobRules()
 
@@ -106,10 +118,10 @@ class JobActivities:
             async with asyncio.timeout(job_input.run_timeout_seconds):
                 return await self._attempt(job_input, info.attempt, bound)
         except TimeoutError as exc:
-            raise ApplicationError(
+            raise job_failure(
+                JobFailure.RUN_TIMEOUT,
                 f"the run took longer than run_timeout_seconds={job_input.run_timeout_seconds:g}",
-                JobFailureDetails(attempt=info.attempt).model_dump(mode="json"),
-                type="RunTimeout",
+                attempt=info.attempt,
             ) from exc
         finally:
             heartbeats.cancel()
@@ -205,58 +217,66 @@ class JobActivities:
             span.set_attribute("http.response.status_code", result.http_status or 0)
             return result
 
+    def _sign(self, job_input: JobInput, content: bytes | None) -> Signing | None:
+        """Signs the call with the tenant's secrets (the execution id as ``webhook-id``)."""
+        if self._signer is None:
+            return None
+        signer = self._signer
+        return lambda: signer.headers(job_input.tenant_id, job_input.execution_id, content or b"")
+
+    @staticmethod
+    def _delivery_headers(job_input: JobInput, attempt: int) -> dict[str, str]:
+        """What every HTTP job call says of itself beside its signature: the task, the
+        scheduled time, the attempt and a trace."""
+        headers = {TASK_ID_HEADER: job_input.task_id,
+                   SCHEDULED_AT_HEADER: job_input.scheduled_at.isoformat(),
+                   ATTEMPT_HEADER: str(attempt)}
+        propagate.inject(headers)  # traceparent, when tracing is on
+        headers.setdefault("traceparent", traceparent(job_input.execution_id, attempt))
+        return headers
+
     async def _send_http(self, job: HttpJob, job_input: JobInput, attempt: int) -> JobResult:
         headers = {**job.headers, "Idempotency-Key": job_input.execution_id}
-        propagate.inject(headers)  # traceparent, when tracing is on
         content = None
         if job.body is not None:
             content = json.dumps(job.body).encode()
             headers.setdefault("Content-Type", "application/json")
+        headers.update(self._delivery_headers(job_input, attempt))
         try:
             answer = await self._outbound.call(
                 job.method, job.url, tenant=job_input.tenant_id, headers=headers,
-                content=content, timeout=job.timeout_seconds,
+                content=content, timeout=job.timeout_seconds, sign=self._sign(job_input, content),
             )
         except EgressRefused as exc:
-            raise ApplicationError(
-                f"{job.method} {redact_url(job.url)} refused: {exc}",
-                JobFailureDetails(attempt=attempt).model_dump(),
-                type="EgressRefused",
-                non_retryable=True,
-            ) from exc
+            raise job_failure(JobFailure.EGRESS_REFUSED,
+                              f"{job.method} {redact_url(job.url)} refused: {exc}",
+                              attempt=attempt, retryable=False) from exc
         except httpx.TimeoutException as exc:
-            raise ApplicationError(
+            raise job_failure(
+                JobFailure.HTTP_TIMEOUT,
                 f"{job.method} {redact_url(job.url)} timed out after {job.timeout_seconds}s",
-                JobFailureDetails(attempt=attempt).model_dump(),
-                type="HttpTimeout",
+                attempt=attempt,
             ) from exc
         except httpx.HTTPError as exc:
-            raise ApplicationError(
+            raise job_failure(
+                JobFailure.HTTP_CONNECTION,
                 f"{job.method} {redact_url(job.url)} failed: {type(exc).__name__}: {exc}",
-                JobFailureDetails(attempt=attempt).model_dump(),
-                type="HttpConnectionError",
+                attempt=attempt,
             ) from exc
         status, snippet = answer.status, answer.text()
         if 200 <= status < 300:
             return JobResult(attempt=attempt, http_status=status, response_snippet=snippet)
-        details = JobFailureDetails(attempt=attempt, http_status=status, response_snippet=snippet)
-        retryable = retryable_http_status(status)
-        raise ApplicationError(
-            f"{job.method} {redact_url(job.url)} answered HTTP {status}",
-            details.model_dump(),
-            type="HttpStatus",
-            non_retryable=not retryable,
-        )
+        raise job_failure(JobFailure.HTTP_STATUS,
+                          f"{job.method} {redact_url(job.url)} answered HTTP {status}",
+                          attempt=attempt, retryable=retryable_http_status(status),
+                          http_status=status, response_snippet=snippet)
 
     async def _run_handler(self, job: HandlerJob, job_input: JobInput, attempt: int) -> JobResult:
         handler = self._handlers.get(job.name)
         if handler is None:
-            raise ApplicationError(
-                f"no handler named {job.name!r} is registered on this worker",
-                JobFailureDetails(attempt=attempt).model_dump(),
-                type="UnknownHandler",
-                non_retryable=True,
-            )
+            raise job_failure(JobFailure.UNKNOWN_HANDLER,
+                              f"no handler named {job.name!r} is registered on this worker",
+                              attempt=attempt, retryable=False)
         ctx = HandlerContext(
             args=job.args,
             execution_id=job_input.execution_id,
@@ -269,11 +289,9 @@ class JobActivities:
         except (asyncio.CancelledError, ApplicationError):
             raise
         except Exception as exc:
-            raise ApplicationError(
-                f"handler {job.name!r} raised {type(exc).__name__}: {exc}",
-                JobFailureDetails(attempt=attempt).model_dump(),
-                type="HandlerError",
-            ) from exc
+            raise job_failure(JobFailure.HANDLER_ERROR,
+                              f"handler {job.name!r} raised {type(exc).__name__}: {exc}",
+                              attempt=attempt) from exc
         return JobResult(attempt=attempt, output=_jsonable(output))
 
     async def _run_workflow(self, job: WorkflowJob, job_input: JobInput, attempt: int) -> JobResult:
@@ -306,11 +324,9 @@ class JobActivities:
             await handle.cancel()
             raise
         except WorkflowFailureError as exc:
-            raise ApplicationError(
-                f"workflow {job.workflow_type} ({workflow_id}) failed: {exc.cause}",
-                JobFailureDetails(attempt=attempt).model_dump(),
-                type="WorkflowFailed",
-            ) from exc
+            raise job_failure(JobFailure.WORKFLOW_FAILED,
+                              f"workflow {job.workflow_type} ({workflow_id}) failed: {exc.cause}",
+                              attempt=attempt) from exc
         return JobResult(attempt=attempt, output=_jsonable(output))
 
     async def _refuse_forbidden_workflow(self, job: WorkflowJob, job_input: JobInput, attempt: int) -> None:
@@ -326,12 +342,8 @@ class JobActivities:
             log.warning("job.workflow_refused", task_id=job_input.task_id, tenant=job_input.tenant_id,
                         execution_id=job_input.execution_id, workflow_type=job.workflow_type,
                         task_queue=job.task_queue, reason=str(refused))
-            raise ApplicationError(
-                f"workflow job refused: {refused}",
-                JobFailureDetails(attempt=attempt).model_dump(),
-                type=JobFailure.WORKFLOW_REFUSED,
-                non_retryable=True,
-            )
+            raise job_failure(JobFailure.WORKFLOW_REFUSED, f"workflow job refused: {refused}",
+                              attempt=attempt, retryable=False)
 
 
 def _with_start(exc: ApplicationError, started: datetime) -> ApplicationError:

@@ -14,8 +14,10 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.contracts import NOTIFY, Notification
+from activities.signing import Signer
 from jobs.egress import EgressRefused
 from jobs.outbound import Outbound
+from scheduling.spec import TASK_ID_HEADER
 
 log = structlog.get_logger("task_scheduler.notify")
 
@@ -28,20 +30,26 @@ DEADLINE_SECONDS = 10.0
 class NotifyActivities:
     """Posts notifications through the same egress-guarded HTTP client as jobs."""
 
-    def __init__(self, http: httpx.AsyncClient, outbound: Outbound | None = None) -> None:
+    def __init__(self, http: httpx.AsyncClient, outbound: Outbound | None = None,
+                 signer: Signer | None = None) -> None:
         # One Outbound per worker: webhooks take the same tenant slots as jobs.
         self._outbound = outbound or Outbound(http)
+        self._signer = signer
 
     @activity.defn(name=NOTIFY)
     async def notify(self, note: Notification) -> int:
         """POST the event as JSON; 2xx is delivered, anything else is retried."""
-        body = note.model_dump(mode="json", exclude={"url"})
+        content = json.dumps(note.model_dump(mode="json", exclude={"url"})).encode()
+        message_id = f"{note.task_id}:{note.event}:{note.at.isoformat()}"
+        headers = {"Content-Type": "application/json", "Idempotency-Key": message_id,
+                   TASK_ID_HEADER: note.task_id}
+        signer = self._signer
         try:
             answer = await self._outbound.call(
-                "POST", note.url, tenant=note.tenant_id, content=json.dumps(body).encode(),
-                headers={"Content-Type": "application/json",
-                         "Idempotency-Key": f"{note.task_id}:{note.event}:{note.at.isoformat()}"},
+                "POST", note.url, tenant=note.tenant_id, content=content, headers=headers,
                 timeout=DEADLINE_SECONDS, wait_at_most=WAIT_FOR_SLOT_SECONDS,
+                sign=None if signer is None else (
+                    lambda: signer.headers(note.tenant_id, message_id, content)),
             )
         except EgressRefused as exc:
             raise ApplicationError(str(exc), type="EgressRefused", non_retryable=True) from exc

@@ -15,11 +15,10 @@ import structlog
 from sqlalchemy import Engine
 
 from activities.contracts import JobInput, JobResult
-from scheduling.records import ExecutionRecord
 from scheduling.status import ExecutionStatus
 from store.batch import BatchWriter, Write
-from store.models import TaskExecution
-from store.tasks import get_execution, write_run, write_started
+from store.models import ExecutionRecord, TaskExecution
+from store.tasks import get_execution, write_completed, write_started
 
 log = structlog.get_logger("task_scheduler.jobs")
 
@@ -63,7 +62,7 @@ class RunRows:
             http_status=result.http_status,
             response_snippet=result.response_snippet, lateness_ms=lateness_ms,
         )
-        self._beside(self._submit(write_run(self._engine, record, None, early=True), "job.completion_not_recorded", bound))
+        self._beside(self._submit(write_completed(self._engine, record), "job.completion_not_recorded", bound))
 
     async def _submit(self, write: Write, failure: str, bound: Any) -> None:
         try:

@@ -16,10 +16,9 @@ from temporalio.client import (
     WorkflowUpdateFailedError,
     WorkflowUpdateRPCTimeoutOrCancelledError,
 )
-from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 
-from activities.contracts import CLAIM_RUN, RUN_STARTED, JobInput, RunStart
+from activities.contracts import CLAIM_RUN, RUN_STARTED, JobInput, RunStart, job_failure
 from scheduling.policy import UNTAKEN_AFTER
 from scheduling.status import JobFailure
 
@@ -83,9 +82,10 @@ class StartReports:
             log.warning("job.claim_unanswered", execution_id=job_input.execution_id, error=str(exc))
             allowed = False
         if not allowed:
-            raise ApplicationError(
+            raise job_failure(
+                JobFailure.LATE,
                 "not started: it reached its worker late and its fire was decided again",
-                type=JobFailure.LATE, non_retryable=True,
+                retryable=False,
             )
 
     async def _send(self, handle: WorkflowHandle[Any, Any], report: RunStart) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from datetime import timedelta
 
 from fastapi import Depends, FastAPI
 from sqlalchemy import Engine
@@ -15,9 +16,10 @@ from api.errors import install_error_handlers
 from api.guards import BodyGuard
 from api.metrics import ApiMetrics, MetricsMiddleware
 from api.ratelimit import AuthFailureLimiter, TenantRateLimiter
-from api.routes import dead_letters, health, tasks, ui
+from api.routes import dead_letters, health, signing, tasks, ui
 from api.routes.docs import install_docs
 from api.service import TaskService
+from api.signing import SigningService
 from api.temporal import TemporalGateway
 from config.settings import Settings
 from config.temporal import connect
@@ -26,6 +28,7 @@ from jobs.egress import EgressPolicy
 from jobs.handlers import load_handlers
 from store.engine import make_engine, migrate
 from store.quotas import Quota
+from store.signing import SecretBox
 from workflows.registry import workflow_job_rules
 
 DESCRIPTION = """
@@ -54,15 +57,15 @@ def create_app(
                                            tracing=tracing, lazy=True)
         app.state.service = TaskService(
             db,
-            TemporalGateway(
-                temporal, settings.temporal.task_queue, lead_seconds=settings.dispatch.lead_seconds,
-                max_lead_seconds=settings.dispatch.max_lead_seconds,
-            ),
+            TemporalGateway(temporal, settings.temporal.task_queue),
             load_handlers().keys(),
             EgressPolicy.from_list(settings.egress_allow_list, own_ports=settings.own_ports),
             Quota.from_settings(settings.quota),
             workflow_jobs=workflow_job_rules(settings),
         )
+        app.state.signing = SigningService(
+            db, SecretBox(settings.signing.key.get_secret_value()),
+            timedelta(hours=settings.signing.rotation_hours))
         app.state.rate_limiter = TenantRateLimiter(
             settings.rate_limit.storage, settings.rate_limit.writes, settings.rate_limit.reads
         )
@@ -106,6 +109,7 @@ def create_app(
     install_error_handlers(app)
     app.include_router(tasks.router)
     app.include_router(dead_letters.router)
+    app.include_router(signing.router)
     app.include_router(health.router)
     app.include_router(ui.router)
     install_docs(app, sorted(load_handlers()))

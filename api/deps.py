@@ -10,10 +10,10 @@ from fastapi import Depends, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from api.admission import TenantUsage
 from api.errors import Unauthorized
 from api.service import Principal, TaskService
 from api.store_calls import in_thread
+from api.validation import TenantUsage
 from scheduling.bounds import TEXT_MESSAGE, TEXT_PATTERN
 from store.keys import ActiveKey, find_active_key, is_dev_key
 from store.quotas import key_with_usage

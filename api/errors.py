@@ -113,6 +113,13 @@ def _field_path(loc: tuple[Any, ...]) -> str:
     return ".".join(parts) or "body"
 
 
+def _tag_field(error: dict[str, Any]) -> str:
+    """The discriminator field of a union whose tag is missing or unknown (job_details.type)."""
+    field = _field_path(tuple(error.get("loc", ())))
+    tag_field = str(error.get("ctx", {}).get("discriminator", "")).strip("'")
+    return f"{field}.{tag_field}" if field != "body" else tag_field
+
+
 def _message(error: dict[str, Any]) -> str:
     kind = error.get("type", "")
     loc = tuple(error.get("loc", ()))
@@ -122,12 +129,10 @@ def _message(error: dict[str, Any]) -> str:
         return "the body is not valid JSON"
     if kind in ("union_tag_invalid", "union_tag_not_found"):
         context = error.get("ctx", {})
-        tag_field = str(context.get("discriminator", "")).strip("'")
-        prefix = f"{field}.{tag_field}" if field != "body" else tag_field
         expected = context.get("expected_tags", "")
         if kind == "union_tag_not_found":
-            return f"{prefix}: field required (one of {expected})"
-        return f"{prefix}: {context.get('tag')!r} is not one of {expected}"
+            return f"{_tag_field(error)}: field required (one of {expected})"
+        return f"{_tag_field(error)}: {context.get('tag')!r} is not one of {expected}"
     tag = _schedule_tag(loc)
     if kind == "none_required" and tag is not None and field in SCHEDULE_FIELDS:
         return f"{field}: does not apply to schedule_type {tag!r}"
@@ -149,7 +154,7 @@ def _field(error: dict[str, Any]) -> str:
     if error.get("type") == "json_invalid":
         return "body"  # its location is a character position, not a field
     if error.get("type") in ("union_tag_invalid", "union_tag_not_found"):
-        return _message(error).split(":", 1)[0]
+        return _tag_field(error)
     return _field_path(loc)
 
 

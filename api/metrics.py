@@ -7,7 +7,6 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from anyio import to_thread
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -19,6 +18,7 @@ from prometheus_client.registry import Collector
 from sqlalchemy import Engine
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from api.store_calls import in_thread
 from api.temporal import TemporalGateway
 from config.temporal import QueueReading
 from scheduling.status import TaskStatus
@@ -61,7 +61,7 @@ class ServiceCollector(Collector):
                 return
             reading = ServiceReading(read_at=time.monotonic())
             try:
-                reading.counts = await to_thread.run_sync(read_service_counts, engine)
+                reading.counts = await in_thread(read_service_counts, engine)
             except Exception:  # the metrics stay up when the database is not; *_up says so
                 pass
             try:

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-from typing import Annotated, Any, Literal
+from datetime import datetime
+from types import NoneType
+from typing import TYPE_CHECKING, Annotated, Any, Literal, get_origin
 
 from pydantic import (
     AfterValidator,
@@ -11,44 +12,24 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    create_model,
     field_validator,
     model_validator,
 )
+from pydantic.fields import FieldInfo
 
 from api.cursors import NextCursor
 from api.examples import EXECUTION_EXAMPLE, TASK_EXAMPLE
-from scheduling.bounds import (
-    INSTANT_RANGE,
-    MAX_INTERVAL_SECONDS,
-    CatchupWindowSeconds,
-    DriftThresholdSeconds,
-    HeartbeatTimeoutSeconds,
-    JitterSeconds,
-    MaxCatchupRuns,
-    MaxConsecutiveFailures,
-    MaxRuns,
-    RunTimeoutSeconds,
-    Text,
-    in_range,
-)
+from scheduling.bounds import INSTANT_RANGE, MAX_INTERVAL_SECONDS, MaxRuns, Text, in_range
+from scheduling.partial import admits_null, optional_fields
 from scheduling.spec import (
-    MAX_NAME_LENGTH,
     IntervalMode,
-    JobDetails,
-    MissedRunPolicy,
-    NotifySpec,
-    OverlapPolicy,
+    JobFields,
     PolicyFields,
-    Priority,
-    RetrySpec,
-    ScheduleType,
     TaskChanges,
     TaskSpec,
-    count_not_text,
 )
-from store.models import TaskExecution
-from store.tasks import TaskView
-from workflows.state import TaskState
+from store.models import Task, TaskExecution, TaskFields, TaskSnapshot
 
 
 # The create and update bodies describe to clients exactly what TaskSpec accepts; the API then
@@ -62,7 +43,6 @@ def _rfc3339_text(value: Any) -> Any:
 
 # The range holds for the instants a client sends; tasks stored before it keep theirs.
 Instant = Annotated[datetime, BeforeValidator(_rfc3339_text), AfterValidator(in_range)]
-TaskName = Annotated[Text, Field(min_length=1, max_length=MAX_NAME_LENGTH, examples=["nightly-report"])]
 Cron = Annotated[Text, Field(max_length=200, description="5 fields, or 6 with seconds first",
                             examples=["0 10 * * *"])]
 TimeZone = Annotated[Text, Field(max_length=64, description="IANA name, for cron",
@@ -72,19 +52,15 @@ TimeZone = Annotated[Text, Field(max_length=64, description="IANA name, for cron
 IntervalSeconds = Annotated[float, Field(strict=True, ge=0.000001, le=MAX_INTERVAL_SECONDS)]
 
 
-class _NewTask(PolicyFields):
+class _NewTask(PolicyFields, JobFields):
     """What every new task has, whatever its kind of schedule."""
 
-    task_name: TaskName
-    job_details: JobDetails
     timezone: TimeZone = "UTC"
     interval_mode: IntervalMode = Field(
         default=IntervalMode.FIXED_RATE, description="for interval: fixed_rate or fixed_delay"
     )
     start_date: Instant | None = Field(default=None, description=f"no run before this instant, {INSTANT_RANGE}")
     end_date: Instant | None = Field(default=None, description=f"no run after this instant, {INSTANT_RANGE}")
-
-    _counts = field_validator("max_runs", mode="before", check_fields=False)(count_not_text)
 
     def spec(self) -> TaskSpec:
         """The task as a TaskSpec (raises ValidationError naming the field at fault)."""
@@ -126,12 +102,20 @@ TaskCreate = Annotated[OnceTask | CronTask | IntervalTask, Field(discriminator="
 RecurringTaskCreate = Annotated[CronTask | IntervalTask, Field(discriminator="schedule_type")]
 
 
+def _as_created(name: str) -> FieldInfo:
+    """A spec field as the create bodies declare it (in the kind of task that takes it), or as
+    the spec does (schedule_type, a literal in each kind)."""
+    for kind in (OnceTask, CronTask, IntervalTask):
+        field = kind.model_fields[name]
+        if field.annotation is not NoneType and get_origin(field.annotation) is not Literal:
+            return field
+    return TaskSpec.model_fields[name]
+
+
+# Every field of the spec, each with the bounds of the create bodies.
+UPDATABLE = {name: _as_created(name) for name in TaskSpec.model_fields}
 # Fields an update may leave out but not set to null: null is no value they can take.
-NOT_NULL = (
-    "task_name", "job_details", "schedule_type", "timezone", "interval_mode", "retry_policy",
-    "heartbeat_timeout_seconds", "run_timeout_seconds", "priority", "max_catchup_runs",
-    "overlap_policy", "jitter_seconds",
-)
+NOT_NULL = tuple(name for name, field in TaskSpec.model_fields.items() if not admits_null(field))
 
 
 def _update_schema(schema: dict[str, Any]) -> None:
@@ -144,41 +128,15 @@ def _update_schema(schema: dict[str, Any]) -> None:
             field.update(kept)
 
 
-class TaskUpdate(BaseModel):
+class _UpdateBody(BaseModel):
     """Body of POST /task/update: the task id and the fields to change. A field left out keeps
     its value; null clears a field that may be empty (and only such a field)."""
 
     model_config = ConfigDict(extra="forbid", json_schema_extra=_update_schema)
 
     task_id: Text = Field(min_length=1, max_length=64)
-    task_name: TaskName | None = None
-    job_details: JobDetails | None = None
-    schedule_type: ScheduleType | None = None
-    run_at: Instant | None = Field(default=None, description=f"once: the instant to run, {INSTANT_RANGE}")
-    cron: Cron | None = None
-    timezone: TimeZone | None = None
-    interval_seconds: IntervalSeconds | None = None
-    interval_mode: IntervalMode | None = None
-    start_date: Instant | None = Field(default=None, description=f"no run before this instant, {INSTANT_RANGE}")
-    end_date: Instant | None = Field(default=None, description=f"no run after this instant, {INSTANT_RANGE}")
-    max_runs: MaxRuns | None = None
-    retry_policy: RetrySpec | None = None
-    heartbeat_timeout_seconds: HeartbeatTimeoutSeconds | None = None
-    run_timeout_seconds: RunTimeoutSeconds | None = None
-    priority: Priority | None = None
-    missed_run_policy: MissedRunPolicy | None = None
-    max_catchup_runs: MaxCatchupRuns | None = None
-    overlap_policy: OverlapPolicy | None = None
-    catchup_window_seconds: CatchupWindowSeconds | None = None
-    jitter_seconds: JitterSeconds | None = None
-    drift_threshold_seconds: DriftThresholdSeconds | None = None
-    max_consecutive_failures: MaxConsecutiveFailures | None = None
-    notify: NotifySpec | None = None
 
-    _counts = field_validator("max_runs", "max_catchup_runs", "max_consecutive_failures",
-                              mode="before")(count_not_text)
-
-    @field_validator(*NOT_NULL, mode="before")
+    @field_validator(*NOT_NULL, mode="before", check_fields=False)
     @classmethod
     def _not_null(cls, value: Any) -> Any:
         if value is None:
@@ -189,6 +147,15 @@ class TaskUpdate(BaseModel):
         """The requested changes without the task id."""
         fields = self.model_dump(exclude_unset=True, exclude={"task_id"})
         return TaskChanges.model_validate(fields)
+
+
+if TYPE_CHECKING:
+    class TaskUpdate(_UpdateBody):
+        """Body of POST /task/update."""
+else:
+    TaskUpdate = create_model("TaskUpdate", __base__=_UpdateBody, __module__=__name__,
+                              __doc__=_UpdateBody.__doc__,
+                              **optional_fields(UPDATABLE, bounds=True))
 
 
 class TaskCancel(BaseModel):
@@ -237,67 +204,23 @@ class TaskOut(BaseModel):
     updated_at: datetime | None = None
 
     @classmethod
-    def from_row(cls, row: TaskView) -> TaskOut:
-        spec = dict(row.spec)
-        job = spec.pop("job_details", {})
-        spec.pop("task_name", None)
+    def of(cls, row: Task | TaskSnapshot) -> TaskOut:
+        """The task as shown, from its row (read, or as the workflow's state makes it)."""
+        schedule = dict(row.spec)
+        job = schedule.pop("job_details", {})
+        schedule.pop("task_name", None)
         last = None
         if row.last_execution_id and row.last_run_status and row.last_run_at:
-            last = LastRunOut(
-                execution_id=row.last_execution_id,
-                status=row.last_run_status,
-                scheduled_at=row.last_run_at,
-            )
-        return cls(
-            task_id=row.id,
-            task_name=row.name,
-            tenant_id=row.tenant_id,
-            status=row.status,
-            status_reason=row.status_reason,
-            schedule_type=row.schedule_type,
-            schedule=spec,
-            job_details=job,
-            next_run_at=row.next_run_at,
-            last_run=last,
-            run_count=row.run_count,
-            success_count=row.success_count,
-            failure_count=row.failure_count,
-            skipped_count=row.skipped_count,
-            consecutive_failures=row.consecutive_failures,
-            created_at=row.created_at,
-            updated_at=row.updated_at,
-        )
+            last = LastRunOut(execution_id=row.last_execution_id, status=row.last_run_status,
+                              scheduled_at=row.last_run_at)
+        # Every other field is the row's column of the same name: a new one needs no line here.
+        same = {name: getattr(row, name) for name in _STORED_AS_SHOWN}
+        return cls(task_id=row.id, task_name=row.name, schedule=schedule, job_details=job,
+                   last_run=last, **same)
 
-    @classmethod
-    def from_state(cls, state: TaskState) -> TaskOut:
-        spec = state.spec.model_dump(mode="json")
-        job = spec.pop("job_details")
-        spec.pop("task_name")
-        last = None
-        if state.last_run is not None:
-            last = LastRunOut(
-                execution_id=state.last_run.execution_id,
-                status=state.last_run.status.value,
-                scheduled_at=state.last_run.scheduled_at,
-            )
-        return cls(
-            task_id=state.task_id,
-            task_name=state.spec.task_name,
-            tenant_id=state.tenant_id,
-            status=state.status.value,
-            status_reason=state.status_reason,
-            schedule_type=state.spec.schedule_type.value,
-            schedule=spec,
-            job_details=job,
-            next_run_at=state.next_run_at(datetime.now(UTC)),
-            last_run=last,
-            run_count=state.run_count,
-            success_count=state.success_count,
-            failure_count=state.failure_count,
-            skipped_count=state.skipped_count,
-            consecutive_failures=state.consecutive_failures,
-            created_at=state.created_at,
-        )
+
+# The fields of a shown task that are its row's columns under the same name.
+_STORED_AS_SHOWN = tuple(sorted(TaskOut.model_fields.keys() & TaskFields.model_fields.keys()))
 
 
 class TaskPage(BaseModel):

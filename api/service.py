@@ -15,8 +15,6 @@ from pydantic import ValidationError
 from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
-from api.admission import TenantUsage, check_body_size, check_quota, check_task_limits
-from api.cursors import public_cursor, stored_cursor
 from api.errors import (
     InvalidTask,
     NotFound,
@@ -34,27 +32,17 @@ from api.schemas import (
 )
 from api.store_calls import in_thread
 from api.temporal import TemporalGateway
-from jobs.egress import EgressPolicy, EgressRefused
-from scheduling.records import TaskSnapshot
-from scheduling.spacing import ShortestGaps
-from scheduling.spec import (
-    HandlerJob,
-    HttpJob,
-    ScheduleType,
-    TaskChanges,
-    TaskSpec,
-    WorkflowJob,
-    check_timing,
-)
+from api.validation import TaskRules, TenantUsage, validate_new_task
+from jobs.egress import EgressPolicy
+from scheduling.spec import TaskChanges, TaskSpec
 from scheduling.status import DeadLetter, TaskStatus
-from scheduling.workflow_jobs import WorkflowJobRules, refusal
+from scheduling.workflow_jobs import WorkflowJobRules
 from store.batch import BatchWriter
 from store.idempotency import complete_key
-from store.models import Task, TaskExecution
+from store.models import Task, TaskExecution, TaskSnapshot
 from store.quotas import ActiveCounts, Quota, quota_and_active, quota_for
 from store.tasks import (
     get_execution,
-    get_task,
     list_dead_letters,
     list_executions,
     list_tasks,
@@ -62,8 +50,7 @@ from store.tasks import (
     set_dead_letter,
     write_snapshot,
 )
-from workflows.starter import first_run_at
-from workflows.state import TaskState
+from workflows.state import TaskState, TaskWorkflowInput
 
 log = structlog.get_logger("task_scheduler.api")
 T = TypeVar("T")
@@ -89,15 +76,13 @@ class TaskService:
         quota_defaults: Quota | None = None,
         workflow_jobs: WorkflowJobRules | None = None,
     ) -> None:
-        # None: workflow jobs may start nothing.
-        self.workflow_jobs = workflow_jobs or WorkflowJobRules()
         self.engine = engine
         self.temporal = temporal
-        self.handlers = frozenset(handlers)
-        self.egress = egress or EgressPolicy()
+        # No egress policy: the guard's defaults; no workflow job rules: such jobs start nothing.
+        self.rules = TaskRules(frozenset(handlers), egress or EgressPolicy(),
+                               workflow_jobs or WorkflowJobRules())
         self.quota_defaults = quota_defaults or Quota()
         self.active_counts = ActiveCounts()
-        self.gaps = ShortestGaps()
         # No linger: rows that arrive while a commit runs go together into the next one.
         self.writer = BatchWriter(engine, linger=0)
 
@@ -121,81 +106,65 @@ class TaskService:
         ``usage`` is the tenant's quota and active count when the caller read them already
         (with the key); otherwise they are read here. Returns the task and whether this call
         created it (False: an earlier request with the same Idempotency-Key and body did)."""
-        now = datetime.now(UTC)
-        if recurring_only and spec.schedule_type is ScheduleType.ONCE:
-            raise InvalidTask(
-                "schedule_type: /task/recurring takes 'cron' or 'interval'; use /task/create "
-                "for a one-time task",
-                field="schedule_type",
-            )
         if idempotency_key is not None:
-            # A create seen before answers with its stored task, whatever Temporal still knows:
-            # past the namespace's retention a start under the same workflow id would succeed.
-            request = create_request(spec, recurring_only)
-            known = await task_of_key(self.engine, who.tenant_id, idempotency_key, request)
-            row = None if known is None else await in_thread(read_task, self.engine, known, who.tenant_id)
-            if row is not None:
-                return TaskOut.from_row(row), False
-        await self._check(spec, now)
-        if usage is None:
-            quota, active = await in_thread(quota_and_active, self.engine, who.tenant_id, self.quota_defaults,
-                self.active_counts,
-            )
-            usage = TenantUsage(quota, active)
-        check_quota(usage, spec, now, body_size=body_size, gaps=self.gaps)
-        self._check_workflow_job(spec, usage.quota)
+            earlier = await self._created(who, idempotency_key, create_request(spec, recurring_only))
+            if earlier is not None:
+                return earlier, False
+        now = datetime.now(UTC)
+        usage = usage or await self._usage(who.tenant_id)
+        await validate_new_task(spec, usage, self.rules, now=now, body_size=body_size,
+                                recurring_only=recurring_only)
         task_id = uuid.uuid4().hex
         if idempotency_key is not None:
-            task_id = await claim_create(
-                self.engine, who.tenant_id, idempotency_key, create_request(spec, recurring_only), task_id
-            )
+            task_id = await claim_create(self.engine, who.tenant_id, idempotency_key,
+                                         create_request(spec, recurring_only), task_id)
+        snapshot = _first_snapshot(task_id, who.tenant_id, spec, now)
         started = await self.temporal.start_task(
             task_id=task_id, tenant_id=who.tenant_id, spec=spec, created_at=now
         )
         if not started:
             # Same key, same body: the task exists already (or is being created right now).
-            return await self._existing(who, task_id, spec, now), False
+            return await self._existing(who, snapshot), False
         self.active_counts.created(who.tenant_id)
-        snapshot = TaskSnapshot(
-            task_id=task_id,
-            tenant_id=who.tenant_id,
-            name=spec.task_name,
-            schedule_type=spec.schedule_type.value,
-            spec=spec.model_dump(mode="json"),
-            status=TaskStatus.PENDING.value,
-            next_run_at=first_run_at(task_id, who.tenant_id, spec, now),
-            created_at=now,
-            updated_at=now,
-            state_version=0,
+        await self._write_first_row(snapshot, idempotency_key)
+        log.info("task.created", task_id=task_id, tenant=who.tenant_id, schedule=spec.schedule_type.value)
+        return TaskOut.of(snapshot), True
+
+    async def _created(self, who: Principal, key: str, request: dict[str, Any]) -> TaskOut | None:
+        """The task an earlier create under the tenant's key made (None: the key is new)."""
+        # Whatever Temporal still knows: past the namespace's retention a start under the same
+        # workflow id would succeed.
+        known = await task_of_key(self.engine, who.tenant_id, key, request)
+        row = None if known is None else await in_thread(read_task, self.engine, known, who.tenant_id)
+        return None if row is None else TaskOut.of(row)
+
+    async def _usage(self, tenant_id: str) -> TenantUsage:
+        quota, active = await in_thread(
+            quota_and_active, self.engine, tenant_id, self.quota_defaults, self.active_counts
         )
+        return TenantUsage(quota, active)
+
+    async def _write_first_row(self, snapshot: TaskSnapshot, idempotency_key: str | None) -> None:
         try:
             # Version 0: anything the workflow has written already wins. Concurrent creates
             # share a commit (and a thread hop); each still answers only once its row is stored.
             await self.writer.submit(write_snapshot(self.engine, snapshot))
             if idempotency_key is not None:
                 await to_thread.run_sync(
-                    lambda: complete_key(self.engine, who.tenant_id, idempotency_key)
+                    lambda: complete_key(self.engine, snapshot.tenant_id, idempotency_key)
                 )
         except SQLAlchemyError as exc:
             # The workflow's first step writes the same row, so the task is not lost.
-            log.warning("task.row_write_deferred", task_id=task_id, error=type(exc).__name__)
-        log.info("task.created", task_id=task_id, tenant=who.tenant_id, schedule=spec.schedule_type.value)
-        return _out_of_snapshot(snapshot), True
+            log.warning("task.row_write_deferred", task_id=snapshot.task_id, error=type(exc).__name__)
 
-    async def _existing(self, who: Principal, task_id: str, spec: TaskSpec, now: datetime) -> TaskOut:
+    async def _existing(self, who: Principal, snapshot: TaskSnapshot) -> TaskOut:
         for _ in range(40):
-            row = await in_thread(read_task, self.engine, task_id, who.tenant_id)
+            row = await in_thread(read_task, self.engine, snapshot.task_id, who.tenant_id)
             if row is not None:
-                return TaskOut.from_row(row)
+                return TaskOut.of(row)
             await anyio.sleep(0.05)
         # The winning request has started the workflow but not yet written the row.
-        return _out_of_snapshot(TaskSnapshot(
-            task_id=task_id, tenant_id=who.tenant_id, name=spec.task_name,
-            schedule_type=spec.schedule_type.value, spec=spec.model_dump(mode="json"),
-            status=TaskStatus.PENDING.value,
-            next_run_at=first_run_at(task_id, who.tenant_id, spec, now),
-            created_at=now, updated_at=now,
-        ))
+        return TaskOut.of(snapshot)
 
     async def get(self, who: Principal, task_id: str) -> TaskOut:
         """A task of the caller's tenant (404 for anyone else's)."""
@@ -203,7 +172,7 @@ class TaskService:
         row = await in_thread(read_task, self.engine, task_id, tenant)
         if row is None:
             raise TaskNotFound(f"no task {task_id}")
-        return TaskOut.from_row(row)
+        return TaskOut.of(row)
 
     async def list(
         self, who: Principal, *, limit: int, cursor: str | None, status: str | None,
@@ -214,11 +183,11 @@ class TaskService:
         try:
             rows, next_cursor = await in_thread(
                 list_tasks, self.engine, tenant_id=tenant, limit=limit,
-                cursor=stored_cursor(cursor), status=status, name=name,
+                cursor=cursor, status=status, name=name,
             )
         except ValueError as exc:
             raise InvalidTask(f"cursor: {exc}", field="cursor") from exc
-        return TaskPage(items=[TaskOut.from_row(r) for r in rows], next_cursor=public_cursor(next_cursor))
+        return TaskPage(items=[TaskOut.of(r) for r in rows], next_cursor=next_cursor)
 
     async def executions(self, who: Principal, task_id: str, *, limit: int, cursor: str | None) -> ExecutionPage:
         """A task's run history, newest first."""
@@ -226,12 +195,12 @@ class TaskService:
         try:
             rows, next_cursor = await in_thread(
                 list_executions, self.engine, task_id=task_id, limit=limit,
-                cursor=stored_cursor(cursor), tenant_id=task.tenant_id,
+                cursor=cursor, tenant_id=task.tenant_id,
             )
         except ValueError as exc:
             raise InvalidTask(f"cursor: {exc}", field="cursor") from exc
         return ExecutionPage(
-            items=[ExecutionOut.from_row(r) for r in rows], next_cursor=public_cursor(next_cursor)
+            items=[ExecutionOut.from_row(r) for r in rows], next_cursor=next_cursor
         )
 
     # ------------------------------------------------------------- changes
@@ -264,12 +233,9 @@ class TaskService:
             raise TaskConflict(f"the change does not fit task {task_id}: {_first_error(exc)}") from exc
         # The task's own tenant: an admin's key may change another tenant's task.
         quota = await in_thread(quota_for, self.engine, row.tenant_id, self.quota_defaults)
-        check_body_size(quota, body_size)
-        now = datetime.now(UTC)
-        await self._check(new_spec, now)
-        check_task_limits(quota, new_spec, now, gaps=self.gaps, before=spec)
-        self._check_workflow_job(new_spec, quota)
-        return TaskOut.from_state(await self.temporal.update(task_id, changes, request_id=request_id))
+        await validate_new_task(new_spec, TenantUsage(quota), self.rules, now=datetime.now(UTC),
+                                body_size=body_size, before=spec)
+        return self._out(await self.temporal.update(task_id, changes, request_id=request_id))
 
     async def cancel(
         self, who: Principal, task_id: str, task_name: str | None, reason: str | None, *,
@@ -330,7 +296,7 @@ class TaskService:
         try:
             rows, next_cursor = await in_thread(
                 list_dead_letters, self.engine, tenant_id=tenant, limit=limit,
-                cursor=stored_cursor(cursor),
+                cursor=cursor,
             )
         except ValueError as exc:
             raise InvalidTask(f"cursor: {exc}", field="cursor") from exc
@@ -338,7 +304,7 @@ class TaskService:
             DeadLetterOut(**ExecutionOut.from_row(row).model_dump(), task_name=name)
             for row, name in rows
         ]
-        return DeadLetterPage(items=items, next_cursor=public_cursor(next_cursor))
+        return DeadLetterPage(items=items, next_cursor=next_cursor)
 
     async def replay(
         self, who: Principal, execution_id: str, *, idempotency_key: str | None = None
@@ -389,44 +355,9 @@ class TaskService:
     ) -> TaskOut:
         return await once(self.engine, who.tenant_id, key, request, act, TaskOut, task_id=task_id)
 
-    async def _check(self, spec: TaskSpec, now: datetime) -> None:
-        try:
-            check_timing(spec, now)
-        except ValueError as exc:
-            message = str(exc)
-            raise InvalidTask(message, field=message.split(" ", 1)[0]) from exc
-        job = spec.job_details
-        if isinstance(job, HttpJob):
-            try:
-                await self.egress.check_url(job.url)
-            except EgressRefused as exc:
-                raise InvalidTask(f"job_details.url: {exc}", field="job_details.url") from exc
-        if spec.notify is not None:
-            try:
-                await self.egress.check_url(spec.notify.url)
-            except EgressRefused as exc:
-                raise InvalidTask(f"notify.url: {exc}", field="notify.url") from exc
-        if isinstance(job, HandlerJob) and job.name not in self.handlers:
-            known = ", ".join(sorted(self.handlers))
-            raise InvalidTask(
-                f"job_details.name: no handler named {job.name!r} is registered (known: {known})",
-                field="job_details.name",
-            )
-
-    def _check_workflow_job(self, spec: TaskSpec, quota: Quota) -> None:
-        """Refuse a workflow job that may not start its workflow, for the task's own tenant
-        (its grant is in ``quota``); the job activity checks the same again before it starts."""
-        job = spec.job_details
-        if not isinstance(job, WorkflowJob):
-            return
-        refused = refusal(job, self.workflow_jobs, granted_types=quota.workflow_types,
-                          granted_queues=quota.workflow_task_queues)
-        if refused is not None:
-            raise InvalidTask(str(refused), field=refused.field)
-
     async def _row(self, who: Principal, task_id: str) -> Task:
         tenant = None if who.is_admin else who.tenant_id
-        row = await in_thread(get_task, self.engine, task_id, tenant)
+        row = await in_thread(read_task, self.engine, task_id, tenant)
         if row is None:
             raise TaskNotFound(f"no task {task_id}")
         return row
@@ -438,11 +369,16 @@ class TaskService:
 
     @staticmethod
     def _out(state: TaskState) -> TaskOut:
-        return TaskOut.from_state(state)
+        """The task as its workflow answered a change."""
+        now = datetime.now(UTC)
+        return TaskOut.of(state.snapshot(state.next_run_at(now), updated_at=now))
 
 
-def _out_of_snapshot(snapshot: TaskSnapshot) -> TaskOut:
-    return TaskOut.from_row(snapshot)
+def _first_snapshot(task_id: str, tenant_id: str, spec: TaskSpec, now: datetime) -> TaskSnapshot:
+    """A new task's row, as its workflow's first write will make it."""
+    start = TaskWorkflowInput(task_id=task_id, tenant_id=tenant_id, spec=spec, created_at=now)
+    state = start.initial_state()
+    return state.snapshot(state.next_run_at(now), updated_at=now)
 
 
 def _first_error(exc: ValidationError) -> str:

@@ -74,14 +74,9 @@ def _update_id(update: Any, request_id: str | None) -> str:
 class TemporalGateway:
     """Starts task workflows and sends them updates, signals and queries."""
 
-    def __init__(
-        self, client: Client, task_queue: str, *, lead_seconds: float = 0.0,
-        max_lead_seconds: float = 60.0,
-    ) -> None:
+    def __init__(self, client: Client, task_queue: str) -> None:
         self.client = client
         self.task_queue = task_queue
-        self.lead_seconds = lead_seconds
-        self.max_lead_seconds = max_lead_seconds
         self._heartbeats: bool | None = None
 
     async def start_task(
@@ -91,8 +86,7 @@ class TemporalGateway:
         async with _temporal_errors(task_id):
             return await start_task_workflow(
                 self.client, task_queue=self.task_queue, task_id=task_id, tenant_id=tenant_id,
-                spec=spec, created_at=created_at, lead_seconds=self.lead_seconds,
-                max_lead_seconds=self.max_lead_seconds,
+                spec=spec, created_at=created_at,
             )
 
     async def update(self, task_id: str, changes: TaskChanges, *, request_id: str | None = None) -> TaskState:

@@ -1,5 +1,6 @@
 """`python -m bench` runs every workload; `--only herd,steady` picks some."""
 
+from bench import create, herd, scale, steady
 from bench.cli import main
 
-main()
+main({"herd": herd, "steady": steady, "create": create, "scale": scale})

@@ -6,15 +6,13 @@ import argparse
 import asyncio
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from types import ModuleType
 
-from bench import create, herd, scale, steady
 from bench.measure import Report, machine, plot, write_results
 
-WORKLOADS = {"herd": herd, "steady": steady, "create": create, "scale": scale}
 
-
-def parser(workloads: Sequence[str]) -> argparse.ArgumentParser:
+def parser(workloads: Mapping[str, ModuleType]) -> argparse.ArgumentParser:
     """Flags of the chosen workloads plus the shared ones."""
     root = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     if len(workloads) > 1:
@@ -24,18 +22,21 @@ def parser(workloads: Sequence[str]) -> argparse.ArgumentParser:
                            "up each job activity (a run's start without a lead, its dispatch with one; "
                            "0: skip)")
     root.add_argument("--no-plot", action="store_true")
-    for name in workloads:
-        WORKLOADS[name].add_arguments(root.add_argument_group(name))
+    for name, workload in workloads.items():
+        workload.add_arguments(root.add_argument_group(name))
     return root
 
 
-def main(workloads: Sequence[str] | None = None, argv: Sequence[str] | None = None) -> None:
-    """Run, print each table, write JSON and the plot under bench/results/."""
-    chosen = list(workloads or WORKLOADS)
-    args = parser(chosen).parse_args(argv)
+# The caller names the workload modules it runs (bench/__main__.py, or a workload run as a
+# script), so this module imports none of them: no workload imports its own runner back.
+def main(workloads: Mapping[str, ModuleType], argv: Sequence[str] | None = None) -> None:
+    """Run the workloads (or those of ``--only``), print each table, write JSON and the plot
+    under bench/results/."""
+    chosen = list(workloads)
+    args = parser(workloads).parse_args(argv)
     if hasattr(args, "only"):
         chosen = [w.strip() for w in args.only.split(",") if w.strip()]
-        unknown = set(chosen) - set(WORKLOADS)
+        unknown = set(chosen) - set(workloads)
         if unknown:
             sys.exit(f"unknown workloads: {sorted(unknown)}")
     stamp = time.strftime("%Y%m%d-%H%M%S")
@@ -44,7 +45,7 @@ def main(workloads: Sequence[str] | None = None, argv: Sequence[str] | None = No
           flush=True)
     reports: list[Report] = []
     for name in chosen:
-        report = asyncio.run(WORKLOADS[name].run(args))
+        report = asyncio.run(workloads[name].run(args))
         print("\n" + report.text + "\n", flush=True)
         reports.append(report)
     path = write_results(reports, vars(args), stamp, info)

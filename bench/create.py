@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import sys
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
@@ -241,4 +242,4 @@ def _cpu_cell(cpu: dict[str, float]) -> str:
 if __name__ == "__main__":
     from bench.cli import main
 
-    main(["create"])
+    main({"create": sys.modules[__name__]})

@@ -40,6 +40,8 @@ class Plan:
     interval_start: float = 0.0
     interval_fires: int = 0
     interval_every: int = 1
+    # The scheduler's job: a noop handler unless given (e.g. a signed HTTP call to a target).
+    job: dict[str, Any] | None = None
 
     def expected(self) -> dict[str, list[float]]:
         """Task key → the instants it must run at."""
@@ -162,7 +164,7 @@ async def sleep_until(epoch: float) -> None:
 # ----------------------------------------------------------------------------- scheduler
 def task_body(key: str, plan: Plan, instants: list[float]) -> tuple[str, dict[str, Any]]:
     """The REST request creating one task of the plan."""
-    job = {"type": "handler", "name": "noop"}
+    job = plan.job or {"type": "handler", "name": "noop"}
     if key.startswith("once"):
         return "/task/create", {
             "task_name": f"bench-{key}", "job_details": job, "schedule_type": "once",
@@ -175,9 +177,11 @@ def task_body(key: str, plan: Plan, instants: list[float]) -> tuple[str, dict[st
     }
 
 
-async def fire_scheduler(plan_at: Callable[[], Plan], *, history_sample: int) -> Fired:
-    """The scheduler: tasks created through POST /task/create, runs read from task_execution."""
-    stack = SchedulerStack("scheduler")
+async def fire_scheduler(plan_at: Callable[[], Plan], *, history_sample: int,
+                         settings: dict[str, str] | None = None) -> Fired:
+    """The scheduler: tasks created through POST /task/create, runs read from task_execution
+    (``settings``: more SCHEDULER_* for its processes)."""
+    stack = SchedulerStack("scheduler", settings=settings or {})
     try:
         await asyncio.to_thread(stack.start)
         plan = plan_at()

@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 import time
 from typing import Any
+
+from aiohttp import web
 
 from bench.firing import HISTORY_LABEL, Fired, Plan, fire_scheduler
 from bench.firing_baselines import fire_apscheduler, fire_bare, fire_schedules
@@ -30,12 +33,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="seconds between the end of creation and T (more than any wake lead)")
     parser.add_argument("--schedules-max", type=int, default=1000,
                         help="largest herd also run on Temporal Schedules (they drain slowly)")
+    parser.add_argument("--herd-job", choices=["noop", "http"], default="noop",
+                        help="the scheduler's job: a noop handler, or a signed HTTP POST to a "
+                             "local target (the baselines keep their noop)")
 
 
-def herd_plan(system: str, size: int, margin: float) -> Plan:
+def herd_plan(system: str, size: int, margin: float, job: dict[str, Any] | None = None) -> Plan:
     """All `size` tasks at one whole second, far enough ahead for creation to finish."""
     lead = size / RATE_GUESS[system] + margin if RATE_GUESS[system] != math.inf else 3.0
-    return Plan(once=[float(math.ceil(time.time() + lead))] * size)
+    return Plan(once=[float(math.ceil(time.time() + lead))] * size, job=job)
 
 
 def row(label: str, fired: Fired | None, lateness: list[float], size: int) -> list[str]:
@@ -53,6 +59,18 @@ def row(label: str, fired: Fired | None, lateness: list[float], size: int) -> li
 async def run(args: argparse.Namespace) -> Report:
     """Run every herd size on every system."""
     sizes = [int(s) for s in str(args.herd).split(",") if s.strip()]
+    target = await HttpTarget.started() if args.herd_job == "http" else None
+    job = None if target is None else {"type": "http", "url": target.url, "method": "POST",
+                                       "body": {"herd": True}}
+    try:
+        return await _run(args, sizes, job, target)
+    finally:
+        if target is not None:
+            await target.stop()
+
+
+async def _run(args: argparse.Namespace, sizes: list[int], job: dict[str, Any] | None,
+               target: HttpTarget | None) -> Report:
     rows: list[list[str]] = []
     targets: list[Target] = []
     data: dict[str, Any] = {}
@@ -66,10 +84,14 @@ async def run(args: argparse.Namespace) -> Report:
             print(f"herd {size}: {system} ...", flush=True)
 
             def plan(system: str = system, size: int = size) -> Plan:
-                return herd_plan(system, size, args.herd_margin)
+                return herd_plan(system, size, args.herd_margin,
+                                 job if system == "scheduler" else None)
 
             if system == "scheduler":
-                fired[system] = await fire_scheduler(plan, history_sample=args.history_sample)
+                # The HTTP job's target is local: let the stack's egress guard reach it.
+                allow = {"SCHEDULER_EGRESS_ALLOW": "127.0.0.1"} if job is not None else None
+                fired[system] = await fire_scheduler(plan, history_sample=args.history_sample,
+                                                     settings=allow)
             elif system == "bare":
                 fired[system] = await fire_bare(plan)
             elif system == "schedules":
@@ -79,7 +101,10 @@ async def run(args: argparse.Namespace) -> Report:
         p99: dict[str, float] = {}
         for system, result in fired.items():
             lateness = result.lateness()
-            label = "scheduler (executions table)" if system == "scheduler" else system
+            label = system
+            if system == "scheduler":
+                label = "scheduler (executions table)" if job is None else (
+                    f"scheduler (signed HTTP, {target.signed if target else 0} calls signed)")
             rows.append(row(label, result, lateness, size))
             p99[system] = summary(lateness)["p99"]
             samples[f"{system} n={size}"] = lateness
@@ -101,6 +126,35 @@ async def run(args: argparse.Namespace) -> Report:
     ])
     data["targets"] = [vars(t) | {"passed": t.passed} for t in targets]
     return Report("herd", text, data, samples)
+
+
+class HttpTarget:
+    """A local HTTP server the scheduler's jobs POST to; counts the signed calls."""
+
+    def __init__(self, runner: web.AppRunner, url: str) -> None:
+        self._runner, self.url, self.signed = runner, url, 0
+
+    @classmethod
+    async def started(cls) -> HttpTarget:
+        app = web.Application()
+        runner = web.AppRunner(app, access_log=None)
+        target = cls(runner, "")
+
+        async def answer(request: web.Request) -> web.Response:
+            await request.read()
+            target.signed += "webhook-signature" in request.headers
+            return web.json_response({"ok": True})
+
+        app.router.add_post("/herd", answer)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        host, port = runner.addresses[0][:2]
+        target.url = f"http://{host}:{port}/herd"
+        return target
+
+    async def stop(self) -> None:
+        await self._runner.cleanup()
 
 
 def herd_targets(size: int, p99: dict[str, float]) -> list[Target]:
@@ -149,4 +203,4 @@ def notes(data: dict[str, Any]) -> list[str]:
 if __name__ == "__main__":
     from bench.cli import main
 
-    main(["herd"])
+    main({"herd": sys.modules[__name__]})

@@ -7,6 +7,7 @@ import argparse
 import asyncio
 import random
 import sqlite3
+import sys
 import time
 from typing import Any
 
@@ -132,4 +133,4 @@ async def _create(http: aiohttp.ClientSession, i: int, start: str) -> None:
 if __name__ == "__main__":
     from bench.cli import main
 
-    main(["scale"])
+    main({"scale": sys.modules[__name__]})

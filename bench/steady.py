@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 import time
 from typing import Any
 
@@ -157,4 +158,4 @@ async def run(args: argparse.Namespace) -> Report:
 if __name__ == "__main__":
     from bench.cli import main
 
-    main(["steady"])
+    main({"steady": sys.modules[__name__]})

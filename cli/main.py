@@ -8,6 +8,7 @@ import asyncio
 import os
 import sys
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Literal, TypedDict
 
 from cli import ops
@@ -17,6 +18,7 @@ from config.settings import Settings
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
+    from sqlalchemy import Engine
 
 
 class ServerOptions(TypedDict):
@@ -95,6 +97,8 @@ def _keys(settings: Settings, args: argparse.Namespace) -> int:
         row, plain = create_key(engine, args.tenant, admin=args.admin)
         print(f"key id {row.id} for tenant {shown(row.tenant_id)}{' (admin)' if row.is_admin else ''}")
         print(f"API key (shown once): {plain}")
+    elif args.keys_command == "signing-secret":
+        _signing_secret(settings, engine, args.tenant, rotate=args.rotate)
     elif args.keys_command == "list":
         for row in list_keys(engine, args.tenant):
             state = f"revoked {row.revoked_at:%Y-%m-%d}" if row.revoked_at else "active"
@@ -106,6 +110,19 @@ def _keys(settings: Settings, args: argparse.Namespace) -> int:
             return 1
         print(f"revoked {shown(args.key_id)}")
     return 0
+
+
+def _signing_secret(settings: Settings, engine: Engine, tenant: str, *, rotate: bool) -> None:
+    from store.signing import SecretBox, live_secrets, rotate_secret
+
+    box, now = SecretBox(settings.signing.key.get_secret_value()), datetime.now(UTC)
+    if rotate:
+        live = rotate_secret(engine, tenant, now, timedelta(hours=settings.signing.rotation_hours), box)
+    else:
+        live = live_secrets(engine, tenant, now, box)
+    for secret in live:
+        until = f"signs until {secret.expires_at:%Y-%m-%d %H:%M} UTC" if secret.expires_at else "current"
+        print(f"{secret.secret}  created {secret.created_at:%Y-%m-%d %H:%M} UTC  {until}")
 
 
 QUOTA_FIELDS = ("max_active_tasks", "min_interval_seconds", "allow_seconds_cron",
@@ -185,6 +202,11 @@ def parser() -> argparse.ArgumentParser:
     create.add_argument("--admin", action="store_true", help="may list across tenants")
     listing = keys.add_parser("list", help="list keys")
     listing.add_argument("--tenant")
+    signing = keys.add_parser("signing-secret",
+                              help="a tenant's secrets that sign its deliveries (made on first use)")
+    signing.add_argument("--tenant", required=True)
+    signing.add_argument("--rotate", action="store_true",
+                         help="make a new one; the old one signs on for the rotation window")
     revoke = keys.add_parser("revoke", help="revoke a key by id")
     revoke.add_argument("key_id")
     quotas = commands.add_parser("quotas", help="per-tenant quotas").add_subparsers(

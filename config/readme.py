@@ -10,7 +10,7 @@ from typing import Any
 
 from pydantic.fields import FieldInfo
 
-from config.settings import setting_fields
+from config.settings import EVERY, setting_fields
 
 BEGIN = "<!-- settings table: python -m config.readme -->"
 END = "<!-- end of settings table -->"
@@ -28,19 +28,24 @@ def _default(field: FieldInfo) -> str:
     return f"`{value}`"
 
 
-def _is_key(field: FieldInfo) -> bool:
+def _extra(field: FieldInfo) -> dict[str, Any]:
     extra = field.json_schema_extra
-    return isinstance(extra, dict) and bool(extra.get("key"))
+    return extra if isinstance(extra, dict) else {}
 
 
 def table() -> str:
-    """The settings marked KEY, one row each."""
-    rows = ["| setting | default | what |", "|---|---|---|"]
-    for _, env, field in setting_fields():
-        if not _is_key(field):
+    """The settings marked with ``key(...)``, one row each, with the processes that read it."""
+    rows = ["| setting | default | read by | what |", "|---|---|---|---|"]
+    for path, env, field in setting_fields():
+        extra = _extra(field)
+        if not extra.get("key"):
             continue
+        readers = extra.get("read_by")
+        if not isinstance(readers, list) or not readers:
+            raise ValueError(f"{path}: name the processes that read it, key(API, ...)")
+        who = "every process" if set(readers) == set(EVERY) else ", ".join(readers)
         what = (field.description or "").replace("|", "\\|")
-        rows.append(f"| `{env}` | {_default(field)} | {what} |")
+        rows.append(f"| `{env}` | {_default(field)} | {who} | {what} |")
     return "\n".join(rows)
 
 

@@ -2,7 +2,7 @@
 
 Every setting is ``SCHEDULER_<GROUP>_<NAME>`` (``SCHEDULER_API_PORT``, ``SCHEDULER_QUOTA_MAX_ACTIVE_TASKS``)
 or, for the few outside a group, ``SCHEDULER_<NAME>``. Fields marked ``KEY`` make the README's table
-(``python -m config.readme`` writes it; a test checks it)."""
+(``python -m config.readme`` writes it, with the processes that read each; a test checks it)."""
 
 from __future__ import annotations
 
@@ -14,12 +14,19 @@ from pydantic import BaseModel, Field, SecretStr, model_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-KEY: dict[str, Any] = {"key": True}  # json_schema_extra of the settings the README lists
+# The processes, as the README's table names those that read a setting.
+API, WORKFLOWS, JOBS, DEV = "API", "workflows worker", "jobs worker", "`task-scheduler dev`"
+EVERY = (API, WORKFLOWS, JOBS, DEV)
+
+
+def key(*read_by: str) -> dict[str, Any]:
+    """The json_schema_extra of a setting the README lists: the processes that read it."""
+    return {"key": True, "read_by": list(read_by)}
 
 
 class DatabaseSettings(BaseModel):
     url: str | None = Field(
-        default=None, json_schema_extra=KEY,
+        default=None, json_schema_extra=key(API, WORKFLOWS, JOBS),
         description="SQLAlchemy URL of the task database (postgresql+psycopg://...); unset: a "
         "SQLite file in the data directory",
     )
@@ -29,11 +36,11 @@ class DatabaseSettings(BaseModel):
 
 
 class TemporalSettings(BaseModel):
-    address: str = Field(default="127.0.0.1:7233", json_schema_extra=KEY,
+    address: str = Field(default="127.0.0.1:7233", json_schema_extra=key(*EVERY),
                          description="Temporal frontend, host:port")
     namespace: str = Field(default="default", description="Temporal namespace")
     task_queue: str = Field(
-        default="task-scheduler", json_schema_extra=KEY,
+        default="task-scheduler", json_schema_extra=key(*EVERY),
         description="task queue of the task workflows; job runs use `<task queue>-jobs`",
     )
     ui_port: int = Field(default=8233, description="`task-scheduler dev`: the Temporal web UI's port")
@@ -41,7 +48,7 @@ class TemporalSettings(BaseModel):
 
 class ApiSettings(BaseModel):
     host: str = Field(default="127.0.0.1", description="address the API listens on")
-    port: int = Field(default=8000, json_schema_extra=KEY, description="port the API listens on")
+    port: int = Field(default=8000, json_schema_extra=key(*EVERY), description="port the API listens on")
     workers: int = Field(
         default=1, ge=1, le=64,
         description="API processes sharing the port; the in-memory rate limit then counts per "
@@ -70,7 +77,7 @@ class RateLimitSettings(BaseModel):
 
 class MetricsSettings(BaseModel):
     token: SecretStr | None = Field(
-        default=None, json_schema_extra=KEY,
+        default=None, json_schema_extra=key(API),
         description="the API's /metrics (every tenant's counts) then needs `Authorization: Bearer "
         "<token>`; unset: open. Required in production",
     )
@@ -78,7 +85,7 @@ class MetricsSettings(BaseModel):
 
 class WorkerSettings(BaseModel):
     role: Literal["all", "workflows", "jobs"] = Field(
-        default="all", json_schema_extra=KEY,
+        default="all", json_schema_extra=key(WORKFLOWS, JOBS),
         description="what this worker process runs: `workflows` (task workflows, bookkeeping, "
         "reconciler, backlog metrics), `jobs` (the job runs) or `all` of it",
     )
@@ -104,11 +111,16 @@ class WorkerSettings(BaseModel):
         "module for every workflow run and costs memory and start time (docs/capacity.md); the "
         "tests run the workflows in it, so non-deterministic code fails there",
     )
+    history_limit: int = Field(
+        default=10_000, gt=0,
+        description="a task workflow continues as new once its history is this long; running "
+        "tasks take a changed value at their next continue-as-new",
+    )
 
 
 class DevSettings(BaseModel):
     api_key: SecretStr | None = Field(
-        default=None, json_schema_extra=KEY,
+        default=None, json_schema_extra=key(DEV),
         description="`task-scheduler dev`: an API key accepted as is; unset: one generated once "
         "under the data directory. Refused in production: create keys with `task-scheduler keys "
         "create --tenant T`",
@@ -134,7 +146,7 @@ class LogSettings(BaseModel):
 
 class EgressSettings(BaseModel):
     allow: str = Field(
-        default="", json_schema_extra=KEY,
+        default="", json_schema_extra=key(API, WORKFLOWS, JOBS),
         description="comma-separated hosts, IPs or CIDRs that HTTP jobs and webhooks may reach "
         "although they are not public (loopback, private, link-local...); empty: none, but "
         "loopback in dev",
@@ -165,9 +177,9 @@ class WorkflowJobSettings(BaseModel):
 class QuotaSettings(BaseModel):
     """Every tenant's limits unless `task-scheduler quotas set` overrides them."""
 
-    max_active_tasks: int = Field(default=100_000, ge=0, json_schema_extra=KEY,
+    max_active_tasks: int = Field(default=100_000, ge=0, json_schema_extra=key(API),
                                   description="tasks a tenant may have pending, running or paused")
-    min_interval_seconds: float = Field(default=1.0, ge=0, json_schema_extra=KEY,
+    min_interval_seconds: float = Field(default=1.0, ge=0, json_schema_extra=key(API),
                                         description="shortest interval (and cron spacing) a tenant may ask for")
     allow_seconds_cron: bool = Field(default=False, description="allow six-field cron with seconds")
     max_body_bytes: int = Field(default=64 * 1024, ge=0, description="largest HTTP job body")
@@ -176,9 +188,10 @@ class QuotaSettings(BaseModel):
 
 class DispatchSettings(BaseModel):
     lead_seconds: float = Field(
-        default=10.0, ge=0, json_schema_extra=KEY,
+        default=10.0, ge=0, json_schema_extra=key(WORKFLOWS),
         description="dispatch each run this long ahead; the job waits for its instant on the "
-        "worker (0 turns it off); grows with the backlog the task sees, up to the maximum",
+        "jobs worker (0 turns it off); grows with the backlog the task sees, up to the maximum. "
+        "Running tasks take a changed value at their next continue-as-new",
     )
     max_lead_seconds: float = Field(
         default=60.0, ge=0,
@@ -204,6 +217,24 @@ class ReconcileSettings(BaseModel):
                                 description="how far back the full pass looks")
 
 
+# Encrypts the signing secrets at rest outside production only: a Fernet key anyone can read.
+DEV_SIGNING_KEY = "dGFzay1zY2hlZHVsZXIgZGV2ZWxvcG1lbnQga2V5ISE="
+
+
+class SigningSettings(BaseModel):
+    key: SecretStr = Field(
+        default=SecretStr(DEV_SIGNING_KEY), json_schema_extra=key(API, WORKFLOWS, JOBS),
+        description="the Fernet key (`python -c 'from cryptography.fernet import Fernet; "
+        "print(Fernet.generate_key().decode())'`) that encrypts the tenants' signing secrets "
+        "in the database; the default is a development key, refused in production",
+    )
+    rotation_hours: float = Field(
+        default=24.0, ge=0.1, le=24 * 90,
+        description="after a rotation, how long the replaced signing secret still signs beside "
+        "the new one (at least 0.1: workers re-read the secrets every 30 s)",
+    )
+
+
 class Settings(BaseSettings):
     """Settings shared by the API, the worker and the dev launcher; defaults run the embedded stack."""
 
@@ -212,13 +243,13 @@ class Settings(BaseSettings):
     )
 
     env: Literal["dev", "test", "production"] = Field(
-        default="dev", json_schema_extra=KEY,
+        default="dev", json_schema_extra=key(*EVERY),
         description="dev, test or production: production refuses dev conveniences",
     )
-    data_dir: Path = Field(default=Path(".data"), json_schema_extra=KEY,
+    data_dir: Path = Field(default=Path(".data"), json_schema_extra=key(*EVERY),
                            description="where the embedded stack keeps its files")
     otlp_endpoint: str | None = Field(
-        default=None, json_schema_extra=KEY, description="OTLP/HTTP traces endpoint; unset: no tracing"
+        default=None, json_schema_extra=key(API, WORKFLOWS, JOBS), description="OTLP/HTTP traces endpoint; unset: no tracing"
     )
     http_max_response_bytes: int = Field(
         default=1024, ge=0,
@@ -226,7 +257,7 @@ class Settings(BaseSettings):
         "of any answer or webhook reply (a redirect's body is never read)",
     )
     http_max_calls_per_tenant: int = Field(
-        default=50, ge=1, json_schema_extra=KEY,
+        default=50, ge=1, json_schema_extra=key(WORKFLOWS, JOBS),
         description="HTTP calls (jobs and webhooks) one tenant may have in flight per worker "
         "process; more wait for a slot (`scheduler_http_calls_waiting`)",
     )
@@ -253,6 +284,7 @@ class Settings(BaseSettings):
     quota: QuotaSettings = QuotaSettings()
     dispatch: DispatchSettings = DispatchSettings()
     reconcile: ReconcileSettings = ReconcileSettings()
+    signing: SigningSettings = SigningSettings()
 
     @model_validator(mode="after")
     def _refuse_dev_secrets_outside_dev(self) -> Settings:
@@ -260,6 +292,15 @@ class Settings(BaseSettings):
             raise ValueError(
                 "SCHEDULER_DEV_API_KEY is a development convenience and is refused when "
                 "SCHEDULER_ENV=production; create keys with `task-scheduler keys create`"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _signing_key_set_in_production(self) -> Settings:
+        if self.env == "production" and self.signing.key.get_secret_value() == DEV_SIGNING_KEY:
+            raise ValueError(
+                "SCHEDULER_SIGNING_KEY must be set when SCHEDULER_ENV=production: it encrypts "
+                "the tenants' signing secrets at rest (a Fernet key, see the README)"
             )
         return self
 
@@ -340,7 +381,3 @@ def setting_fields() -> Iterator[tuple[str, str, FieldInfo]]:
         else:
             yield name, f"SCHEDULER_{name}".upper(), field
 
-
-def environment_names() -> dict[str, str]:
-    """Every variable Settings reads, by its dotted field path (``api.port``: ``SCHEDULER_API_PORT``)."""
-    return {path: env for path, env, _ in setting_fields()}

@@ -21,9 +21,9 @@ from pathlib import Path
 
 from sqlalchemy import Engine
 
-from scheduling.records import ExecutionRecord, TaskSnapshot
 from store.engine import make_engine, migrate
-from store.tasks import mark_started, save_run
+from store.models import ExecutionRecord, TaskSnapshot
+from store.tasks import write_record, write_started
 
 
 def free_port() -> int:
@@ -60,10 +60,12 @@ def db_fires_per_second(engine: Engine, seconds: float, threads: int) -> float:
         fire = 0
         while time.monotonic() < stop:
             snapshot, record = _fire_rows(tasks[fire % len(tasks)], fire, created)
-            mark_started(engine, record)
+            with engine.begin() as connection:
+                write_started(engine, record)(connection)
             final = record.model_copy(update={"status": "COMPLETED", "finished_at": record.started_at})
-            save_run(engine, final, snapshot.model_copy(
-                update={"state_version": 3 * fire + 2, "last_run_status": "COMPLETED"}))
+            with engine.begin() as connection:
+                write_record(engine, [final], snapshot.model_copy(
+                    update={"state_version": 3 * fire + 2, "last_run_status": "COMPLETED"}))(connection)
             fire += 1
         done[index] = fire
 
@@ -81,7 +83,6 @@ def db_fires_per_second_batched(engine: Engine, seconds: float, concurrent: int)
     ``concurrent`` fires in flight at once; None when this version has no batch writer."""
     try:
         from store.batch import BatchWriter
-        from store.tasks import write_run, write_started
     except ImportError:
         return None
 
@@ -96,7 +97,7 @@ def db_fires_per_second_batched(engine: Engine, seconds: float, concurrent: int)
                 snapshot, record = _fire_rows(task, fire, created)
                 await writer.submit(write_started(engine, record))
                 final = record.model_copy(update={"status": "COMPLETED"})
-                await writer.submit(write_run(engine, final, snapshot.model_copy(
+                await writer.submit(write_record(engine, [final], snapshot.model_copy(
                     update={"state_version": 3 * fire + 2})))
                 fire += 1
             return fire

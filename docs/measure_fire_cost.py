@@ -44,7 +44,7 @@ import uuid
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import AsyncExitStack, contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -61,13 +61,14 @@ from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Worker
 
+from activities.options import RunOptions
 from bench.baseline import BareInput, BareWorkflow, empty
 from jobs.egress import EgressPolicy, guarded_client
 from jobs.handlers import HandlerContext
 from scheduling.spec import TaskSpec
 from scheduling.status import workflow_id
 from store.engine import make_engine, migrate
-from worker.build import build_activities, build_workers
+from worker.build import build_activities, build_jobs_worker, build_workflow_worker
 from worker.dev import SQLITE_PRAGMA_FLAGS
 from workflows.attributes import DEFINITIONS
 from workflows.starter import start_task_workflow
@@ -241,14 +242,20 @@ async def measure(interval: float, runs: int) -> tuple[list[Scenario], dict[str,
         now = datetime.now(UTC)
         plan = scenarios(now, interval, runs)
         counter = StatementCounter(engine, {s.task_id for s in plan if not s.bare})
-        async with guarded_client(EgressPolicy.from_list(["127.0.0.1"])) as http:
-            activities = build_activities(engine=engine, http=http, client=client,
-                                          extra_handlers={"flaky": flaky})
-            main, jobs = build_workers(client, task_queue=queue, activities=activities,
-                                       executor=executor)
+        async with guarded_client(EgressPolicy.from_list(["127.0.0.1"])) as http, AsyncExitStack() as up:
+            # The lead is the workflow worker's: one pair of workers, on its own queue, per lead.
+            for lead in {s.lead for s in plan if not s.bare}:
+                activities = build_activities(engine=engine, http=http, client=client,
+                                              extra_handlers={"flaky": flaky},
+                                              run_options=RunOptions(lead_seconds=lead))
+                lead_queue = f"{queue}-lead{lead:g}"
+                await up.enter_async_context(build_workflow_worker(
+                    client, task_queue=lead_queue, activities=activities, executor=executor))
+                await up.enter_async_context(build_jobs_worker(
+                    client, task_queue=lead_queue, activities=activities))
             bare_worker = Worker(bare_client, task_queue=f"{queue}-bare",
                                  workflows=[BareWorkflow], activities=[empty])
-            async with main, jobs, bare_worker:
+            async with bare_worker:
                 for s in plan:
                     if s.bare:
                         instants = [(now + timedelta(seconds=interval * k)).timestamp()
@@ -259,8 +266,8 @@ async def measure(interval: float, runs: int) -> tuple[list[Scenario], dict[str,
                         )
                         continue
                     await start_task_workflow(
-                        client, task_queue=queue, task_id=s.task_id, tenant_id="measure",
-                        spec=TaskSpec.model_validate(s.spec), created_at=now, lead_seconds=s.lead,
+                        client, task_queue=f"{queue}-lead{s.lead:g}", task_id=s.task_id,
+                        tenant_id="measure", spec=TaskSpec.model_validate(s.spec), created_at=now,
                     )
                 for s in plan:
                     await client.get_workflow_handle(s.workflow_id).result()

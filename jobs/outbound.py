@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import zlib
-from collections.abc import AsyncIterator, Hashable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -23,6 +23,9 @@ from config.settings import Settings
 
 _DEFAULTS = Settings.model_fields
 
+
+# Makes the signature headers of one call (see jobs.signing).
+Signing = Callable[[], Awaitable[Mapping[str, str]]]
 
 class WaitingGauge(Protocol):
     """Where the count of calls waiting for a slot goes (a Temporal runtime gauge)."""
@@ -141,12 +144,16 @@ class Outbound:
     async def call(
         self, method: str, url: str, *, tenant: str, timeout: float,
         headers: Mapping[str, str] | None = None, content: bytes | None = None,
-        wait_at_most: float | None = None,
+        wait_at_most: float | None = None, sign: Signing | None = None,
     ) -> Answer:
-        """The final answer after redirects, body capped; ends at ``timeout`` (DeadlineExceeded)."""
+        """The final answer after redirects, body capped; ends at ``timeout`` (DeadlineExceeded).
+        ``sign`` adds the signature headers once the call holds its slot (a signature's
+        timestamp must be fresh when it is sent)."""
         # The deadline starts once the tenant's slot is held: a tenant's own backlog delays its
         # calls rather than failing them (the run's run_timeout_seconds bounds that wait).
         async with self._tenants.hold(tenant, wait_at_most):
+            if sign is not None:
+                headers = {**(headers or {}), **await sign()}
             deadline = asyncio.timeout(timeout)
             try:
                 async with deadline:

@@ -9,7 +9,7 @@ import math
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, Field, StringConstraints
+from pydantic import AfterValidator, BeforeValidator, Field, StringConstraints
 
 # PostgreSQL refuses NUL in text and JSON; a lone surrogate cannot be encoded as UTF-8 at all
 # (pydantic refuses those in every str field, the pattern the NUL).
@@ -35,9 +35,22 @@ DriftThresholdSeconds = Annotated[float, Field(strict=True, gt=0, le=MAX_WINDOW_
 JitterSeconds = Annotated[float, Field(strict=True, ge=0, le=3600)]
 HeartbeatTimeoutSeconds = Annotated[float, Field(strict=True, ge=1, le=3600)]
 RunTimeoutSeconds = Annotated[float, Field(strict=True, gt=0, le=MAX_RUN_SECONDS)]
-MaxCatchupRuns = Annotated[int, Field(ge=1, le=10_000)]
-MaxConsecutiveFailures = Annotated[int, Field(ge=1, le=1000)]
-MaxRuns = Annotated[int, Field(ge=1, le=MAX_RUNS, description="stop after this many runs")]
+
+
+def count_not_text(value: Any) -> Any:
+    """A count comes as a JSON number (3 or 3.0), never as a string or a boolean."""
+    if isinstance(value, str | bool):
+        raise ValueError("must be a number")
+    return value
+
+
+# A count carries its own check, so every model that takes the field checks it the same way
+# (after its bounds: the check then wraps the bounded integer, which the schema shows).
+NOT_TEXT = BeforeValidator(count_not_text)
+Count = Annotated[int, NOT_TEXT]
+MaxCatchupRuns = Annotated[int, Field(ge=1, le=10_000), NOT_TEXT]
+MaxConsecutiveFailures = Annotated[int, Field(ge=1, le=1000), NOT_TEXT]
+MaxRuns = Annotated[int, Field(ge=1, le=MAX_RUNS, description="stop after this many runs"), NOT_TEXT]
 
 
 def in_range(value: datetime) -> datetime:

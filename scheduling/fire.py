@@ -62,21 +62,6 @@ def next_fire(spec: ScheduleFields, *, anchor: datetime, after: datetime) -> dat
     return _bounded(spec, candidate)
 
 
-def fires_between(
-    spec: ScheduleFields, *, anchor: datetime, after: datetime, until: datetime, limit: int
-) -> list[datetime]:
-    """Up to ``limit`` fire times in (after, until], oldest first."""
-    found: list[datetime] = []
-    cursor = after
-    while len(found) < limit:
-        candidate = next_fire(spec, anchor=anchor, after=cursor)
-        if candidate is None or candidate > until:
-            break
-        found.append(candidate)
-        cursor = candidate
-    return found
-
-
 def _bounded(spec: ScheduleFields, candidate: datetime | None) -> datetime | None:
     if candidate is None:
         return None

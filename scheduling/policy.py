@@ -516,6 +516,23 @@ class Change:
 BOUND_FIELDS = frozenset({"end_date", "max_runs"})
 
 
+def due_at_cancel(pos: Position, cancelled_at: datetime) -> Due:
+    """The fires due by the time the task was cancelled that no pass decided (its workflow's
+    worker was away, or the cancel came with a late timer): SKIPPED ``cancelled``, as no run
+    starts once cancelled; FIRES_PER_PASS at a time (``more``)."""
+    result = Due(next_fire_at=pos.next_fire_at, queue=list(pos.queue))
+    fire = pos.next_fire_at
+    while fire is not None and pos.instant(fire) <= cancelled_at:
+        if len(result.skipped) == FIRES_PER_PASS:
+            result.more = True
+            break
+        result.skipped.append((fire, SkipReason.CANCELLED))
+        result.taken = fire
+        fire = None if is_fixed_delay(pos.spec) else next_fire(pos.spec, anchor=pos.anchor, after=fire)
+    result.next_fire_at = fire
+    return result
+
+
 def change_schedule(pos: Position, flight: Flight, new_spec: TaskSpec, now: datetime) -> Change:
     """The schedule after an update. Changing only end_date or max_runs keeps the timing (a
     fixed-rate grid is not re-anchored; runs withdrawn for it give their fires back, see

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 from urllib.parse import urlsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -18,6 +18,7 @@ from pydantic import (
     ConfigDict,
     Field,
     SerializerFunctionWrapHandler,
+    create_model,
     field_validator,
     model_serializer,
     model_validator,
@@ -28,6 +29,7 @@ from scheduling.bounds import (
     MAX_INTERVAL_SECONDS,
     MAX_RUN_SECONDS,
     CatchupWindowSeconds,
+    Count,
     DriftThresholdSeconds,
     HeaderName,
     HeaderValue,
@@ -41,6 +43,7 @@ from scheduling.bounds import (
     Text,
 )
 from scheduling.cron import CronError, parse_cron
+from scheduling.partial import optional_fields
 
 MAX_NAME_LENGTH = 200
 PAST_TOLERANCE = timedelta(minutes=1)
@@ -83,15 +86,19 @@ DEFAULT_MISSED_RUN_POLICY = {
 }
 
 
-def count_not_text(value: Any) -> Any:
-    """A count comes as a JSON number (3 or 3.0), never as a string or a boolean."""
-    if isinstance(value, str | bool):
-        raise ValueError("must be a number")
-    return value
-
-
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+
+
+# What every delivery says of itself (Standard Webhooks, and the scheduler's own); a job's
+# headers may not set them.
+SIGNATURE_HEADERS = ("webhook-id", "webhook-timestamp", "webhook-signature")
+TASK_ID_HEADER = "Scheduler-Task-Id"
+SCHEDULED_AT_HEADER = "Scheduler-Scheduled-At"
+ATTEMPT_HEADER = "Scheduler-Attempt"
+DELIVERY_HEADERS = (*SIGNATURE_HEADERS, TASK_ID_HEADER, SCHEDULED_AT_HEADER, ATTEMPT_HEADER,
+                    "traceparent")
 
 
 class HttpJob(_Strict):
@@ -117,7 +124,8 @@ class HttpJob(_Strict):
     @field_validator("headers")
     @classmethod
     def _no_reserved_headers(cls, value: dict[str, str]) -> dict[str, str]:
-        reserved = {"host", "idempotency-key", "content-length", "transfer-encoding"}
+        reserved = {"host", "idempotency-key", "content-length", "transfer-encoding",
+                    *(name.lower() for name in DELIVERY_HEADERS)}
         clash = sorted(name for name in value if name.lower() in reserved)
         if clash:
             raise ValueError(f"headers {clash} are set by the scheduler and cannot be overridden")
@@ -149,12 +157,10 @@ JobDetails = Annotated[HttpJob | HandlerJob | WorkflowJob, Field(discriminator="
 class RetrySpec(_Strict):
     """How a failed run is retried before it counts as FAILED."""
 
-    max_attempts: int = Field(default=3, ge=1, le=50)
+    max_attempts: Count = Field(default=3, ge=1, le=50)
     initial_interval_seconds: float = Field(strict=True, default=1.0, gt=0, le=3600)
     backoff_coefficient: float = Field(strict=True, default=2.0, ge=1, le=10)
     maximum_interval_seconds: float = Field(strict=True, default=300.0, gt=0, le=86400)
-
-    _count = field_validator("max_attempts", mode="before")(count_not_text)
 
     @model_validator(mode="after")
     def _ordered(self) -> RetrySpec:
@@ -303,16 +309,17 @@ class PolicyFields(_Strict):
         default=3600.0, description="limit for one attempt of a run"
     )
 
-    _counts = field_validator("max_catchup_runs", "max_consecutive_failures", mode="before")(
-        count_not_text
-    )
 
-
-class TaskSpec(ScheduleFields, PolicyFields):
-    """Everything that defines a task; validated the same way by the API and the workflow."""
+class JobFields(_Strict):
+    """What a task is called and what it runs."""
 
     task_name: Text = Field(min_length=1, max_length=MAX_NAME_LENGTH, examples=["nightly-report"])
     job_details: JobDetails
+
+
+class TaskSpec(ScheduleFields, PolicyFields, JobFields):
+    """Everything that defines a task, the one declaration of its editable fields and their
+    bounds; validated the same way by the API and the workflow."""
 
     def effective_missed_run_policy(self) -> MissedRunPolicy:
         """The missed-run policy, or the default of the task's priority."""
@@ -323,32 +330,8 @@ class TaskSpec(ScheduleFields, PolicyFields):
         return _zone(self.timezone)
 
 
-class TaskChanges(_Strict):
+class _Changes(_Strict):
     """Fields an update may change; anything left out keeps its value."""
-
-    task_name: str | None = Field(default=None, min_length=1, max_length=MAX_NAME_LENGTH)
-    job_details: JobDetails | None = None
-    schedule_type: ScheduleType | None = None
-    run_at: datetime | None = None
-    cron: str | None = None
-    timezone: str | None = None
-    interval_seconds: float | None = None
-    interval_mode: IntervalMode | None = None
-    start_date: datetime | None = None
-    end_date: datetime | None = None
-    max_runs: int | None = None
-    retry_policy: RetrySpec | None = None
-    heartbeat_timeout_seconds: float | None = None
-    run_timeout_seconds: float | None = None
-    priority: Priority | None = None
-    missed_run_policy: MissedRunPolicy | None = None
-    max_catchup_runs: int | None = None
-    overlap_policy: OverlapPolicy | None = None
-    catchup_window_seconds: float | None = None
-    jitter_seconds: float | None = None
-    drift_threshold_seconds: float | None = None
-    max_consecutive_failures: int | None = None
-    notify: NotifySpec | None = None
 
     @model_serializer(mode="wrap")
     def _only_given(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
@@ -369,8 +352,27 @@ class TaskChanges(_Strict):
         return TaskSpec.model_validate(base)
 
 
+# Every field of the spec, optional and without its bounds: the spec they make is validated
+# whole (apply_to), so a change obeys the very rules a new task does.
+if TYPE_CHECKING:
+    class TaskChanges(_Changes):
+        """Fields an update may change; anything left out keeps its value."""
+else:
+    TaskChanges = create_model("TaskChanges", __base__=_Changes, __module__=__name__,
+                               __doc__=_Changes.__doc__,
+                               **optional_fields(TaskSpec.model_fields, bounds=False))
+
+
+class TimingError(ValueError):
+    """A schedule that can never fire or points into the past, and the field at fault."""
+
+    def __init__(self, field: str, problem: str) -> None:
+        super().__init__(f"{field} {problem}")
+        self.field = field
+
+
 def check_timing(spec: TaskSpec, now: datetime) -> None:
-    """Refuse schedules that can never fire or that point into the past (raises ValueError).
+    """Refuse schedules that can never fire or that point into the past (raises TimingError).
 
     A run_at in the past is most often a client's clock or time-zone mistake, so it is refused
     unless the task itself asks for missed runs to be caught up: then it runs at once.
@@ -378,12 +380,12 @@ def check_timing(spec: TaskSpec, now: datetime) -> None:
     once = spec.schedule_type is ScheduleType.ONCE
     catch_up = spec.missed_run_policy in (MissedRunPolicy.SINGLE_CATCHUP, MissedRunPolicy.CATCHUP)
     if once and spec.run_at is not None and spec.run_at < now - PAST_TOLERANCE and not catch_up:
-        raise ValueError(
-            "run_at is more than a minute in the past; check the client's clock and time zone "
+        raise TimingError(
+            "run_at", "is more than a minute in the past; check the client's clock and time zone "
             "(or set missed_run_policy to single_catchup or catchup to run it at once)"
         )
     if spec.end_date is not None and spec.end_date <= now:
-        raise ValueError("end_date is in the past: the task could never run")
+        raise TimingError("end_date", "is in the past: the task could never run")
 
 
 def redact_url(url: str) -> str:

@@ -62,11 +62,20 @@ class DeadLetter(StrEnum):
 
 
 class JobFailure(StrEnum):
-    """The ApplicationError types the job activity raises for outcomes that are not the job's."""
+    """The ApplicationError types of a job attempt that failed or did not run."""
 
     WITHDRAWN = "Withdrawn"  # cancelled before its instant: the job did not run
     LATE = "Late"  # reached past the on-time grace: the job did not run; the policy decides
-    WORKFLOW_REFUSED = "WorkflowJobRefused"
+    WORKFLOW_REFUSED = "WorkflowJobRefused"  # the workflow job may not start its workflow
+    RUN_TIMEOUT = "RunTimeout"  # longer than run_timeout_seconds
+    EGRESS_REFUSED = "EgressRefused"  # the HTTP target is not one jobs may reach
+    HTTP_TIMEOUT = "HttpTimeout"
+    HTTP_CONNECTION = "HttpConnectionError"
+    HTTP_STATUS = "HttpStatus"  # answered outside 2xx
+    UNKNOWN_HANDLER = "UnknownHandler"
+    HANDLER_ERROR = "HandlerError"  # the handler raised
+    WORKFLOW_FAILED = "WorkflowFailed"  # the job's workflow failed
+    SIGNING_UNAVAILABLE = "SigningUnavailable"  # no signing secret could be read: not sent
 
 
 # Temporal priority keys of a task's workflow and runs: smaller runs first under a backlog.

@@ -1,13 +1,15 @@
-"""Tables: Task, TaskExecution and ApiKey."""
+"""Tables (Task, TaskExecution, ApiKey, signing secrets, ...) and the records of their rows
+that the workflow hands to bookkeeping (TaskSnapshot, ExecutionRecord): one declaration of
+each row's fields."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, Column, DateTime, Index, Table, TypeDecorator
+from sqlalchemy import JSON, BigInteger, Column, DateTime, Index, Table, TypeDecorator, text
 from sqlalchemy.engine import Dialect
-from sqlmodel import Field, SQLModel
+from sqlmodel import AutoString, Field, SQLModel
 
 
 class UTCDateTime(TypeDecorator[datetime]):
@@ -38,7 +40,37 @@ def _ts(**kwargs: Any) -> Any:
     return Field(sa_type=UTCDateTime, **kwargs)
 
 
-class Task(SQLModel, table=True):
+def _text(length: int, **kwargs: Any) -> Any:
+    # The length bounds the column, not the records of a row the workflow and the jobs worker
+    # build (a max_length would refuse a long reason or answer in the workflow itself).
+    return Field(sa_type=AutoString(length), **kwargs)
+
+
+class TaskFields(SQLModel):
+    """A task row's columns but its id, declared once: the table's, and the snapshot's that the
+    workflow hands to bookkeeping."""
+
+    tenant_id: str = _text(128)
+    name: str = _text(200)
+    schedule_type: str = _text(16)
+    spec: dict[str, Any] = Field(sa_type=JSON, nullable=False)
+    status: str = _text(16)
+    status_reason: str | None = _text(500, default=None)
+    next_run_at: datetime | None = _ts(default=None)
+    last_run_at: datetime | None = _ts(default=None)
+    last_run_status: str | None = _text(16, default=None)
+    last_execution_id: str | None = _text(200, default=None)
+    run_count: int = 0
+    success_count: int = 0
+    failure_count: int = 0
+    skipped_count: int = 0
+    consecutive_failures: int = 0
+    state_version: int = Field(default=0, sa_type=BigInteger)
+    created_at: datetime = _ts(default_factory=utcnow)
+    updated_at: datetime = _ts(default_factory=utcnow)
+
+
+class Task(TaskFields, table=True):
     """One scheduled task; its workflow is ``task-<id>``."""
 
     __tablename__ = "task"
@@ -54,50 +86,54 @@ class Task(SQLModel, table=True):
     )
 
     id: str = Field(primary_key=True, max_length=64)
-    tenant_id: str = Field(max_length=128)
-    name: str = Field(max_length=200)
-    schedule_type: str = Field(max_length=16)
-    spec: dict[str, Any] = Field(sa_column=Column(JSON, nullable=False))
-    status: str = Field(max_length=16)
-    status_reason: str | None = Field(default=None, max_length=500)
-    next_run_at: datetime | None = _ts(default=None)
-    last_run_at: datetime | None = _ts(default=None)
-    last_run_status: str | None = Field(default=None, max_length=16)
-    last_execution_id: str | None = Field(default=None, max_length=200)
-    run_count: int = 0
-    success_count: int = 0
-    failure_count: int = 0
-    skipped_count: int = 0
-    consecutive_failures: int = 0
-    state_version: int = Field(default=0, sa_type=BigInteger)
-    created_at: datetime = _ts(default_factory=utcnow)
-    updated_at: datetime = _ts(default_factory=utcnow)
 
 
-class TaskExecution(SQLModel, table=True):
+class TaskSnapshot(TaskFields):
+    """The task's row as its workflow sees it; newer state_version wins. It travels to
+    bookkeeping under these JSON names (``task_id``, not ``id``): recorded histories carry it."""
+
+    task_id: str
+
+    @property
+    def id(self) -> str:
+        """The task id under the name of the row's column (so it reads like a row)."""
+        return self.task_id
+
+
+class ExecutionFields(SQLModel):
+    """An execution row's columns but its creation time, declared once: the table's, and the
+    record's that the workflow and the jobs worker hand to bookkeeping."""
+
+    id: str = _text(200, primary_key=True)
+    task_id: str = _text(64)
+    tenant_id: str = _text(128, index=True)
+    scheduled_at: datetime = _ts()
+    trigger: str = _text(16, default="schedule")
+    status: str = _text(16)
+    reason: str | None = _text(500, default=None)
+    attempts: int = 0
+    started_at: datetime | None = _ts(default=None)
+    finished_at: datetime | None = _ts(default=None)
+    http_status: int | None = None
+    response_snippet: str | None = _text(2048, default=None)
+    error: str | None = _text(2000, default=None)
+    instant: datetime | None = _ts(default=None)  # scheduled_at plus the run's jitter
+    lateness_ms: float | None = None  # started_at minus instant
+    drifted: bool = False
+    dead_letter: str | None = _text(16, default=None, index=True)
+
+
+class TaskExecution(ExecutionFields, table=True):
     """One run (or one recorded skip) of a task; id is ``<task_id>:<scheduled_at>``."""
 
     __tablename__ = "task_execution"
     __table_args__ = (Index("ix_execution_task_scheduled", "task_id", "scheduled_at"),)
 
-    id: str = Field(primary_key=True, max_length=200)
-    task_id: str = Field(max_length=64)
-    tenant_id: str = Field(max_length=128, index=True)
-    scheduled_at: datetime = _ts()
-    trigger: str = Field(default="schedule", max_length=16)
-    status: str = Field(max_length=16)
-    reason: str | None = Field(default=None, max_length=500)
-    attempts: int = 0
-    started_at: datetime | None = _ts(default=None)
-    finished_at: datetime | None = _ts(default=None)
-    http_status: int | None = None
-    response_snippet: str | None = Field(default=None, max_length=2048)
-    error: str | None = Field(default=None, max_length=2000)
-    instant: datetime | None = _ts(default=None)  # scheduled_at plus the run's jitter
-    lateness_ms: float | None = None  # started_at minus instant
-    drifted: bool = False
-    dead_letter: str | None = Field(default=None, max_length=16, index=True)
     created_at: datetime = _ts(default_factory=utcnow)
+
+
+class ExecutionRecord(ExecutionFields):
+    """One execution row as it stands; a final status is never overwritten by RUNNING."""
 
 
 class ApiKey(SQLModel, table=True):
@@ -150,3 +186,20 @@ class TenantQuota(SQLModel, table=True):
 TASK_TABLE: Table = Task.__table__  # type: ignore[attr-defined]
 EXECUTION_TABLE: Table = TaskExecution.__table__  # type: ignore[attr-defined]
 IDEMPOTENCY_TABLE: Table = IdempotencyRecord.__table__  # type: ignore[attr-defined]
+
+
+class SigningSecret(SQLModel, table=True):
+    """A tenant's secret that signs its deliveries, encrypted at rest; one without
+    ``expires_at`` is the current one, an older one signs until it expires."""
+
+    __tablename__ = "signing_secret"
+    # One current secret per tenant: two rotations at once cannot both make one.
+    __table_args__ = (Index("ux_signing_secret_current", "tenant_id", unique=True,
+                            sqlite_where=text("expires_at IS NULL"),
+                            postgresql_where=text("expires_at IS NULL")),)
+
+    id: str = Field(primary_key=True, max_length=64)
+    tenant_id: str = Field(max_length=128, index=True)
+    secret_encrypted: str = Field(max_length=512)
+    created_at: datetime = _ts(default_factory=utcnow)
+    expires_at: datetime | None = _ts(default=None)

@@ -80,12 +80,6 @@ def set_quota(engine: Engine, tenant_id: str, **limits: object) -> None:
         session.commit()
 
 
-def count_active_tasks(engine: Engine, tenant_id: str) -> int:
-    """Tasks of the tenant that are not finished."""
-    with engine.connect() as connection:
-        return _active(connection, tenant_id)
-
-
 def _active(connection: Connection, tenant_id: str) -> int:
     return int(connection.execute(_ACTIVE, {"tenant_id": tenant_id}).scalar() or 0)
 

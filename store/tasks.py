@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import base64
 import functools
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Any, Protocol, TypeVar, cast
+from typing import Any, TypeVar, cast
 
 import structlog
 from sqlalchemy import (
@@ -31,9 +30,17 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 from sqlmodel import col, select
 
-from scheduling.records import ExecutionRecord, TaskSnapshot
 from scheduling.status import DeadLetter, ExecutionStatus, Trigger
-from store.models import EXECUTION_TABLE, TASK_TABLE, Task, TaskExecution, utcnow
+from store.cursors import decode_cursor, encode_cursor
+from store.models import (
+    EXECUTION_TABLE,
+    TASK_TABLE,
+    ExecutionRecord,
+    Task,
+    TaskExecution,
+    TaskSnapshot,
+    utcnow,
+)
 
 # How a run that ran can end.
 RUN_OUTCOMES = (ExecutionStatus.COMPLETED, ExecutionStatus.FAILED, ExecutionStatus.CANCELLED)
@@ -60,29 +67,12 @@ def save_snapshot(engine: Engine, snapshot: TaskSnapshot) -> None:
         _upsert(connection, TASK_TABLE, _snapshot_upsert(engine, snapshot))
 
 
-def save_execution(engine: Engine, record: ExecutionRecord, *, reopen: bool = False) -> None:
-    """Insert or update an execution row by its id; retries of the same run record it once,
-    and no write changes a row of another tenant or task."""
-    with engine.begin() as connection:
-        _upsert(connection, EXECUTION_TABLE, _execution_upsert(engine, record, reopen=reopen))
-
-
-def save_run(engine: Engine, record: ExecutionRecord, snapshot: TaskSnapshot | None) -> None:
-    """An execution row and the task row after it, in one transaction."""
-    with engine.begin() as connection:
-        write_run(engine, record, snapshot)(connection)
-
-
-def write_run(engine: Engine, record: ExecutionRecord, snapshot: TaskSnapshot | None, *,
-              early: bool = False) -> Callable[[Connection], None]:
-    """The writes of a finished run, for a batch. An ``early`` outcome (the jobs worker's,
-    before the workflow has it) lands only on a row that has none yet: the workflow's row,
-    with its finish and drift, is final whoever writes last."""
+def write_completed(engine: Engine, record: ExecutionRecord) -> Callable[[Connection], None]:
+    """The jobs worker's outcome of a run, for a batch. It lands only on a row that has none
+    yet: the workflow's row, with its finish and drift, is final whoever writes last."""
 
     def write(connection: Connection) -> None:
-        _upsert(connection, EXECUTION_TABLE, _execution_upsert(engine, record, early=early))
-        if snapshot is not None:
-            _upsert(connection, TASK_TABLE, _snapshot_upsert(engine, snapshot))
+        _upsert(connection, EXECUTION_TABLE, _execution_upsert(engine, record, early=True))
 
     return write
 
@@ -107,12 +97,6 @@ def write_snapshot(engine: Engine, snapshot: TaskSnapshot) -> Callable[[Connecti
         _upsert(connection, TASK_TABLE, _snapshot_upsert(engine, snapshot))
 
     return write
-
-
-def mark_started(engine: Engine, record: ExecutionRecord) -> None:
-    """A run's job has started: its RUNNING row with the real start time."""
-    with engine.begin() as connection:
-        write_started(engine, record)(connection)
 
 
 def write_started(engine: Engine, record: ExecutionRecord) -> Callable[[Connection], None]:
@@ -250,87 +234,20 @@ def _execution_statement(dialect: str, columns: tuple[str, ...], known: tuple[st
     )
 
 
-def get_task(engine: Engine, task_id: str, tenant_id: str | None) -> Task | None:
-    """A task by id; ``tenant_id`` None means any tenant (admin)."""
-    with Session(engine) as session:
-        task = session.get(Task, task_id)
-        if task is None or (tenant_id is not None and task.tenant_id != tenant_id):
-            return None
-        session.expunge(task)
-        return task
-
-
-def encode_cursor(created_at: datetime, row_id: str) -> str:
-    """An opaque cursor pointing after the given row."""
-    raw = f"{created_at.isoformat()}|{row_id}".encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
-
-
-def decode_cursor(cursor: str) -> tuple[datetime, str]:
-    """The (created_at, id) a cursor points after; ValueError when malformed."""
-    try:
-        padded = cursor + "=" * (-len(cursor) % 4)
-        created, row_id = base64.urlsafe_b64decode(padded.encode()).decode().split("|", 1)
-        moment = datetime.fromisoformat(created)
-    except Exception as exc:  # any decoding failure means the client sent garbage
-        raise ValueError("cursor is not one this API returned") from exc
-    if moment.tzinfo is None:
-        raise ValueError("cursor is not one this API returned")
-    return moment, row_id
-
-
-class TaskView(Protocol):
-    """A task row as read for showing it (a database row, not a tracked ORM object)."""
-
-    @property
-    def id(self) -> str: ...
-    @property
-    def tenant_id(self) -> str: ...
-    @property
-    def name(self) -> str: ...
-    @property
-    def schedule_type(self) -> str: ...
-    @property
-    def spec(self) -> dict[str, Any]: ...
-    @property
-    def status(self) -> str: ...
-    @property
-    def status_reason(self) -> str | None: ...
-    @property
-    def next_run_at(self) -> datetime | None: ...
-    @property
-    def last_run_at(self) -> datetime | None: ...
-    @property
-    def last_run_status(self) -> str | None: ...
-    @property
-    def last_execution_id(self) -> str | None: ...
-    @property
-    def run_count(self) -> int: ...
-    @property
-    def success_count(self) -> int: ...
-    @property
-    def failure_count(self) -> int: ...
-    @property
-    def skipped_count(self) -> int: ...
-    @property
-    def consecutive_failures(self) -> int: ...
-    @property
-    def created_at(self) -> datetime: ...
-    @property
-    def updated_at(self) -> datetime: ...
 
 
 # Reads that every GET makes are built once (see _task_page): plain rows, no ORM objects.
 _TASK_BY_ID = core_select(TASK_TABLE).where(TASK_TABLE.c.id == bindparam("task_id"))
 
 
-def read_task(engine: Engine, task_id: str, tenant_id: str | None) -> TaskView | None:
-    """A task to show, by id; ``tenant_id`` None means any tenant (admin)."""
+def read_task(engine: Engine, task_id: str, tenant_id: str | None) -> Task | None:
+    """A task to show, by id; ``tenant_id`` None means any tenant (admin). A plain row with
+    the table's columns, not an object a session tracks."""
     with engine.connect() as connection:
         row = connection.execute(_TASK_BY_ID, {"task_id": task_id}).first()
     if row is None or (tenant_id is not None and row.tenant_id != tenant_id):
         return None
-    return cast(TaskView, row)
+    return cast(Task, row)
 
 
 def list_tasks(
@@ -341,15 +258,16 @@ def list_tasks(
     cursor: str | None = None,
     status: str | None = None,
     name: str | None = None,
-) -> tuple[Sequence[TaskView], str | None]:
-    """Tasks newest first, and the cursor of the next page (None at the end)."""
+) -> tuple[Sequence[Task], str | None]:
+    """Tasks newest first (plain rows, as ``read_task``), and the cursor of the next page
+    (None at the end)."""
     params: dict[str, Any] = {"tenant_id": tenant_id, "status": status, "name": name,
                               "limit": limit + 1}
     if cursor is not None:
         params["after"], params["after_id"] = decode_cursor(cursor)
     query = _task_page(tenant_id is not None, status is not None, name is not None, cursor is not None)
     with engine.connect() as connection:
-        rows = cast(list[TaskView], connection.execute(query, params).all())
+        rows = cast(list[Task], connection.execute(query, params).all())
     return rows[:limit], _next_cursor(rows, limit, lambda r: (r.created_at, r.id))
 
 

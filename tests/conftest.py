@@ -26,13 +26,15 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
-from config.settings import Settings, environment_names
+from activities.options import RunOptions
+from config.settings import Settings, setting_fields
 from jobs.egress import EgressPolicy, guarded_client
 from jobs.handlers import Handler
 from scheduling.workflow_jobs import WorkflowJobRules
 from store.engine import make_engine, migrate
+from tests.faults.processes import PostgresCluster
 from tests.target import TargetServer
-from worker.build import build_activities, build_workers
+from worker.build import build_activities, build_jobs_worker, build_workflow_worker
 from workflows import attributes
 
 BIN = Path(sys.executable).parent
@@ -111,6 +113,18 @@ def sqlite_engine(tmp_path: Path) -> Iterator[Engine]:
     migrate(engine)
     yield engine
     engine.dispose()
+
+
+@pytest.fixture
+def pg_cluster() -> Iterator[PostgresCluster]:
+    """A PostgreSQL cluster of this test alone, which it may stop and start."""
+    cluster = PostgresCluster()
+    cluster.init()
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.destroy()
 
 
 def _free_port() -> int:
@@ -208,21 +222,27 @@ async def new_worker(
     handlers: Mapping[str, Handler] | None = None,
     egress: EgressPolicy | None = None,
     workflow_jobs: WorkflowJobRules | None = None,
-    **options: Any,
+    run_options: RunOptions | None = None,
+    max_cached_workflows: int = 4000,
+    max_concurrent_activities: int = 2000,
 ) -> AsyncIterator[Worker]:
     """A worker on a fresh task queue with exactly the production activities.
 
     HTTP jobs go through the egress guard; by default it allowlists loopback only, for the
-    local target server. Workflow jobs start nothing unless ``workflow_jobs`` allows it."""
+    local target server. Workflow jobs start nothing unless ``workflow_jobs`` allows it. Its
+    task workflows dispatch without a lead unless ``run_options`` give one."""
     queue = task_queue or f"tq-{uuid.uuid4()}"
     executor = ThreadPoolExecutor(max_workers=16)
     policy = egress or EgressPolicy.from_list(["127.0.0.1"])
     async with guarded_client(policy) as http:
         activities = build_activities(
             engine=engine, http=http, client=client, extra_handlers=handlers,
-            workflow_jobs=workflow_jobs,
+            workflow_jobs=workflow_jobs, run_options=run_options,
         )
-        main, jobs = build_workers(client, task_queue=queue, activities=activities, executor=executor, **options)
+        main = build_workflow_worker(client, task_queue=queue, activities=activities, executor=executor,
+                                     max_cached_workflows=max_cached_workflows)
+        jobs = build_jobs_worker(client, task_queue=queue, activities=activities,
+                                 max_concurrent_activities=max_concurrent_activities)
         async with main, jobs:
             yield main
     executor.shutdown(wait=False)
@@ -231,7 +251,7 @@ async def new_worker(
 def settings_of(**names: Any) -> Settings:
     """Settings from names as the environment spells them, without the prefix
     (``api_port=8100`` is ``SCHEDULER_API_PORT``); an unknown name is an error."""
-    paths = {env.removeprefix("SCHEDULER_").lower(): path for path, env in environment_names().items()}
+    paths = {env.removeprefix("SCHEDULER_").lower(): path for path, env, _ in setting_fields()}
     nested: dict[str, Any] = {}
     for name, value in names.items():
         group, _, field = paths[name].partition(".")

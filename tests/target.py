@@ -1,4 +1,6 @@
-"""A real local HTTP target server for jobs: records every request, answers as told."""
+"""A real local HTTP target server for jobs: records every request, answers as told, and, when
+given the tenant's signing secrets, verifies each request's signature with the independent
+``standardwebhooks`` package, refusing a bad or stale one with 401."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from aiohttp import web
+from standardwebhooks import Webhook, WebhookVerificationError
 
 
 @dataclass
@@ -20,6 +23,7 @@ class Received:
     body: bytes
     at: datetime = field(default_factory=lambda: datetime.now(UTC))
     status: int | None = None  # what the target answered (None: no answer was sent)
+    verified: bool | None = None  # its signature checked out (None: not checked)
 
     def json(self) -> Any:
         return json.loads(self.body) if self.body else None
@@ -45,7 +49,7 @@ class LocalServer:
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
         await site.start()
-        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self.port = int(self._runner.addresses[0][1])
 
     async def stop(self) -> None:
         self._closing.set()  # hanging requests end now, not at the runner's shutdown timeout
@@ -62,6 +66,8 @@ class TargetServer(LocalServer):
     anything else with 200 and a JSON body."""
 
     received: list[Received] = field(default_factory=list)
+    # The secrets a signature may be made with (a receiver during a rotation takes either).
+    secrets: list[str] = field(default_factory=list)
     _event: asyncio.Event = field(default_factory=asyncio.Event)
 
     def url(self, path: str = "/hook") -> str:
@@ -85,9 +91,24 @@ class TargetServer(LocalServer):
         seen = Received(request.method, request.path, dict(request.headers), body)
         self.received.append(seen)
         self._event.set()
+        if self.secrets:
+            seen.verified = self.verify(body, seen.headers)
+            if not seen.verified:
+                seen.status = 401
+                return web.Response(status=401, text="bad or stale signature")
         response = await self._answer(request)
         seen.status = response.status
         return response
+
+    def verify(self, body: bytes, headers: dict[str, str]) -> bool:
+        """Whether one of the secrets signed the request, less than five minutes ago."""
+        for secret in self.secrets:
+            try:
+                Webhook(secret).verify(body, headers, json_parse=False)
+                return True
+            except WebhookVerificationError:
+                continue
+        return False
 
     async def _answer(self, request: web.Request) -> web.StreamResponse:
         parts = request.path.strip("/").split("/")

@@ -28,11 +28,15 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 from activities.bookkeeping import BookkeepingActivities
 from activities.jobs import JobActivities
 from activities.notify import NotifyActivities
+from activities.options import RunOptions, RunOptionsActivities
+from activities.signing import Signer
+from config.settings import SigningSettings
 from config.temporal import jobs_queue
 from jobs.handlers import Handler, load_handlers
 from jobs.outbound import Outbound, OutboundLimits
 from scheduling.workflow_jobs import WorkflowJobRules
 from store.batch import BatchWriter
+from store.signing import SecretBox
 from workflows.registry import WORKFLOWS
 
 
@@ -53,14 +57,20 @@ def build_activities(
     limits: OutboundLimits | None = None,
     workflow_jobs: WorkflowJobRules | None = None,
     meter: MetricMeter | None = None,
+    run_options: RunOptions | None = None,
+    signing: SigningSettings | None = None,
 ) -> ActivitySet:
     """Every activity the task workflow calls, bound to its dependencies (``workflow_jobs``:
     what workflow jobs may start, none by default; ``limits``: the bounds of HTTP calls, the
-    settings' defaults by default; ``meter``: where the calls waiting for a slot are counted)."""
+    settings' defaults by default; ``meter``: where the calls waiting for a slot are counted;
+    ``run_options``: the lead and history limit of the task workflows, none and 10,000 by
+    default; ``signing``: the key of the tenants' signing secrets, the development one by
+    default)."""
     writer = BatchWriter(engine)
     waiting = None if meter is None else http_waiting_gauge(meter)
     # One per process: jobs and webhooks of a tenant share its slots.
     outbound = Outbound(http, limits or OutboundLimits(), waiting)
+    signer = Signer(engine, SecretBox((signing or SigningSettings()).key.get_secret_value()))
     jobs = JobActivities(
         http=http,
         handlers=load_handlers(extra_handlers),
@@ -69,11 +79,13 @@ def build_activities(
         engine=engine,
         writer=writer,
         outbound=outbound,
+        signer=signer,
     )
     books = BookkeepingActivities(engine, writer)
-    notes = NotifyActivities(http, outbound)
+    notes = NotifyActivities(http, outbound, signer)
+    options = RunOptionsActivities(run_options or RunOptions())
     return ActivitySet(
-        workflow_side=[books.record, notes.notify],
+        workflow_side=[books.record, notes.notify, options.run_options],
         jobs=[jobs.run_job],
     )
 
@@ -157,27 +169,3 @@ def build_jobs_worker(
         **_HEARTBEATS,
     )
 
-
-def build_workers(
-    client: Client,
-    *,
-    task_queue: str,
-    activities: ActivitySet,
-    executor: ThreadPoolExecutor,
-    max_concurrent_activities: int = 2000,
-    max_concurrent_workflow_tasks: int = 200,
-    max_cached_workflows: int = 4000,
-    sandboxed: bool = True,
-) -> list[Worker]:
-    """The workflow worker and the jobs worker, for one process that runs both."""
-    return [
-        build_workflow_worker(
-            client, task_queue=task_queue, activities=activities, executor=executor,
-            max_concurrent_workflow_tasks=max_concurrent_workflow_tasks,
-            max_cached_workflows=max_cached_workflows, sandboxed=sandboxed,
-        ),
-        build_jobs_worker(
-            client, task_queue=task_queue, activities=activities,
-            max_concurrent_activities=max_concurrent_activities,
-        ),
-    ]

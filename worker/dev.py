@@ -53,7 +53,7 @@ def temporal_binary() -> str:
 # ending within seconds filled the cache with pinned entries; 1,262 completions were refused
 # ("cache capacity is fully occupied with pinned elements") and those jobs ran again when their
 # attempt timed out, up to 130 s late. With this, the same herd had no refusal and a max of 3.8 s
-# (bench/README.md, run H6).
+# (a herd of 10,000: `python -m bench.herd --herd 10000`).
 SERVER_CACHE_FLAGS = [
     "--dynamic-config-value", "history.hostLevelCacheMaxSize=64000",
     "--dynamic-config-value", "history.hostLevelCacheMaxSizeBytes=2147483648",

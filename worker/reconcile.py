@@ -29,12 +29,11 @@ from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
 from scheduling.fire import next_fire
-from scheduling.records import TaskSnapshot
 from scheduling.spec import ScheduleType, TaskSpec
 from scheduling.status import workflow_id
 from store.models import Task
 from store.quotas import ACTIVE_STATUSES
-from store.tasks import mark_task, save_snapshot, scheduled_runs_executed
+from store.tasks import mark_task, read_task, save_snapshot, scheduled_runs_executed
 from workflows.starter import start_task_workflow, state_from_row
 from workflows.state import TaskState
 
@@ -73,12 +72,10 @@ class Reconciler:
         grace: timedelta = timedelta(seconds=30),
         window: timedelta = timedelta(days=1),
         full_every: timedelta = timedelta(hours=1),
-        lead_seconds: float = 0.0,
     ) -> None:
         self._full_every = full_every
         self._last_full: datetime | None = None
         self._last_pass: datetime | None = None
-        self._lead_seconds = lead_seconds
         self._engine = engine
         self._client = client
         self._task_queue = task_queue
@@ -176,13 +173,6 @@ class Reconciler:
     async def _repair_rows(self, task_ids: list[str], now: datetime, report: ReconcileReport) -> None:
         """Describe each task's workflow: start it again when it is gone, mark the row when it
         closed without writing its end; a running one is left alone."""
-        def row(task_id: str) -> Task | None:
-            with Session(self._engine) as session:
-                found = session.get(Task, task_id)
-                if found is not None:
-                    session.expunge(found)
-                return found
-
         for task_id in task_ids:
             handle = self._client.get_workflow_handle(workflow_id(task_id))
             try:
@@ -190,7 +180,7 @@ class Reconciler:
             except RPCError as exc:
                 if exc.status is not RPCStatusCode.NOT_FOUND:
                     raise
-                found = await asyncio.to_thread(row, task_id)
+                found = await asyncio.to_thread(read_task, self._engine, task_id, None)
                 if found is not None:
                     await self._restart(found, now)
                     report.restarted.append(task_id)
@@ -212,7 +202,7 @@ class Reconciler:
                                reason="restarted by the reconciler")
         await start_task_workflow(
             self._client, task_queue=self._task_queue, task_id=row.id, tenant_id=row.tenant_id,
-            spec=spec, created_at=row.created_at, state=state, lead_seconds=self._lead_seconds,
+            spec=spec, created_at=row.created_at, state=state,
         )
         log.warning("reconcile.restarted", task_id=row.id, tenant=row.tenant_id)
 
@@ -240,16 +230,7 @@ class Reconciler:
                 # No worker answers right now; once one runs, the workflow writes its own row.
                 log.warning("reconcile.query_failed", task_id=task_id, error=exc.message)
                 continue
-            snapshot = TaskSnapshot(
-                task_id=state.task_id, tenant_id=state.tenant_id, name=state.spec.task_name,
-                schedule_type=state.spec.schedule_type.value,
-                spec=state.spec.model_dump(mode="json"), status=state.status.value,
-                status_reason=state.status_reason,
-                next_run_at=state.next_run_at(now),
-                run_count=state.run_count, success_count=state.success_count,
-                failure_count=state.failure_count, skipped_count=state.skipped_count,
-                created_at=state.created_at, updated_at=now, state_version=0,
-            )
+            snapshot = state.snapshot(state.next_run_at(now), updated_at=now)
             await asyncio.to_thread(save_snapshot, self._engine, snapshot)
             report.rows_written.append(task_id)
 

@@ -13,6 +13,7 @@ import structlog
 from temporalio.client import Client
 from temporalio.runtime import Runtime
 
+from activities.options import RunOptions
 from config.settings import Settings
 from config.telemetry import make_runtime
 from config.temporal import connect
@@ -82,6 +83,8 @@ async def run_worker(settings: Settings) -> None:
             limits=OutboundLimits.of(settings),
             workflow_jobs=workflow_job_rules(settings),
             meter=runtime.metric_meter,
+            run_options=RunOptions.of(settings),
+            signing=settings.signing,
         )
         workers = []
         if runs_workflows:
@@ -108,7 +111,6 @@ async def run_worker(settings: Settings) -> None:
                     grace=timedelta(seconds=settings.reconcile.grace_seconds),
                     window=timedelta(hours=settings.reconcile.window_hours),
                     full_every=timedelta(seconds=settings.reconcile.full_interval_seconds),
-                    lead_seconds=settings.dispatch.lead_seconds,
                 )
                 background.append(asyncio.create_task(reconciler.run_forever(
                     timedelta(seconds=settings.reconcile.interval_seconds), stop

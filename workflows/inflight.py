@@ -36,10 +36,10 @@ with workflow.unsafe.imports_passed_through():
         may_withdraw,
         untaken,
     )
-    from scheduling.records import ExecutionRecord
     from scheduling.spec import TaskSpec
     from scheduling.status import PRIORITY_KEYS, ExecutionStatus, JobFailure, Trigger
     from scheduling.waiting import waiting_heartbeat_timeout
+    from store.models import ExecutionRecord
     from workflows.describe import describe_job
 
 # Room, past the job's own run timeout and the wait for its instant, before the server gives
@@ -282,10 +282,7 @@ class RunsInFlight:
         try:
             result = await handle
             record.status = ExecutionStatus.COMPLETED
-            record.attempts = result.attempt
-            record.started_at = result.started_at
-            record.http_status = result.http_status
-            record.response_snippet = result.response_snippet
+            result.fill(record)
         except ActivityError as err:
             cause = err.cause
             kind = cause.type if isinstance(cause, ApplicationError) else None
@@ -310,11 +307,10 @@ class RunsInFlight:
             else:
                 record.status = ExecutionStatus.FAILED
                 record.error = (str(cause) if cause is not None else str(err))[:2000]
-            record.attempts = details.attempt if details else max_attempts
             if details:
-                record.started_at = details.started_at
-                record.http_status = details.http_status
-                record.response_snippet = details.response_snippet
+                details.fill(record)
+            else:
+                record.attempts = max_attempts
         flying = self._flying.pop(key)
         if not (flying.ghost and ended.record is None):  # a ghost's fire was decided already
             self.ended.append(ended)

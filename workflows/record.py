@@ -16,9 +16,9 @@ from temporalio.exceptions import ActivityError
 with workflow.unsafe.imports_passed_through():
     from activities.contracts import NOTIFY, RECORD, Notification, Record
     from scheduling import policy
-    from scheduling.records import ExecutionRecord, TaskSnapshot
     from scheduling.spec import NotifyEvent
     from scheduling.status import ExecutionStatus, SkipReason, Trigger, execution_id
+    from store.models import ExecutionRecord, TaskSnapshot
     from workflows import attributes
     from workflows.describe import describe_schedule
     from workflows.state import TaskState
@@ -173,21 +173,8 @@ class TaskRecord:
         task.add_done_callback(self._deliveries.discard)
 
     def _snapshot(self, next_instant: datetime | None) -> TaskSnapshot:
-        state = self._state
-        last = state.last_run
-        return TaskSnapshot(
-            task_id=state.task_id, tenant_id=state.tenant_id, name=state.spec.task_name,
-            schedule_type=state.spec.schedule_type.value, spec=state.spec.model_dump(mode="json"),
-            status=state.status.value, status_reason=state.status_reason,
-            next_run_at=next_instant,
-            last_run_at=last.scheduled_at if last else None,
-            last_run_status=last.status.value if last else None,
-            last_execution_id=last.execution_id if last else None,
-            run_count=state.run_count, success_count=state.success_count,
-            failure_count=state.failure_count, skipped_count=state.skipped_count,
-            consecutive_failures=state.consecutive_failures,
-            created_at=state.created_at, updated_at=state.created_at,
-        )
+        # updated_at is set by _versioned, only when something a user sees has changed.
+        return self._state.snapshot(next_instant, updated_at=self._state.created_at)
 
     def _versioned(self, snapshot: TaskSnapshot) -> TaskSnapshot | None:
         """The snapshot to write (None when nothing a user can see has changed)."""

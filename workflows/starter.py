@@ -1,9 +1,12 @@
-"""Starting a task's workflow: the one client-side call shared by the API and the reconciler."""
+"""Starting a task's workflow: the one client-side call shared by the API and the reconciler.
+
+A start carries the task and, for a task that existed, its state: nothing of the starting
+process. The lead and the history limit are the workflow worker's (activities/options.py)."""
 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any
 
 from temporalio.client import Client, WithStartWorkflowOperation
 from temporalio.common import Priority, WorkflowIDConflictPolicy, WorkflowIDReusePolicy
@@ -12,6 +15,7 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from scheduling.policy import Run
 from scheduling.spec import TaskSpec
 from scheduling.status import PRIORITY_KEYS, TaskStatus, workflow_id
+from store.models import Task
 from workflows import attributes
 from workflows.state import TaskState, TaskWorkflowInput
 from workflows.task import TaskWorkflow
@@ -26,18 +30,14 @@ async def start_task_workflow(
     spec: TaskSpec,
     created_at: datetime,
     state: TaskState | None = None,
-    lead_seconds: float = 0.0,
-    max_lead_seconds: float = 60.0,
     reuse_closed_id: bool = False,
 ) -> bool:
     """Start the task's workflow at once; False when a workflow with that id exists or existed."""
     try:
         await client.start_workflow(
             "TaskWorkflow",
-            TaskWorkflowInput(
-                task_id=task_id, tenant_id=tenant_id, spec=spec, created_at=created_at,
-                state=state, lead_seconds=lead_seconds, max_lead_seconds=max_lead_seconds,
-            ),
+            TaskWorkflowInput(task_id=task_id, tenant_id=tenant_id, spec=spec, created_at=created_at,
+                              state=state),
             id_reuse_policy=(
                 WorkflowIDReusePolicy.ALLOW_DUPLICATE
                 if reuse_closed_id
@@ -94,23 +94,8 @@ def first_run_at(task_id: str, tenant_id: str, spec: TaskSpec, created_at: datet
     return start.initial_state().next_run_at(created_at)
 
 
-class TaskRow(Protocol):
-    """What a new workflow run of a task takes from the task's stored row."""
-
-    id: str
-    tenant_id: str
-    spec: dict[str, Any]
-    created_at: datetime
-    status: str
-    status_reason: str | None
-    run_count: int
-    success_count: int
-    failure_count: int
-    skipped_count: int
-
-
 def state_from_row(
-    row: TaskRow, *, next_fire_at: datetime | None, queue: list[Run] | None = None,
+    row: Task, *, next_fire_at: datetime | None, queue: list[Run] | None = None,
     executed: int = 0, reason: str,
 ) -> TaskState:
     """A workflow state rebuilt from a task row (its workflow is gone or has ended): a paused

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 from pydantic import BaseModel, Field
 
 from activities.contracts import Notification
+from activities.options import RunOptions
 from scheduling.fire import first_fire
 from scheduling.policy import Position, Run, instant_of
-from scheduling.records import ExecutionRecord
 from scheduling.spec import ScheduleType, TaskSpec
 from scheduling.status import FINAL_STATUSES, ExecutionStatus, TaskStatus, Trigger, execution_id
+from store.models import ExecutionRecord, TaskSnapshot
 
 
 class ReplayRequest(BaseModel):
@@ -50,6 +52,7 @@ class TaskState(BaseModel):
         default=None, description="fires up to this instant fell inside a pause"
     )
     cancel_requested: bool = False
+    cancelled_at: datetime | None = None  # when the cancel was asked (None: not kept)
     queue: list[Run] = Field(default_factory=list, description="runs waiting to start")
     latest_taken: datetime | None = Field(
         default=None, description="the newest fire taken from the schedule (decided or sent)")
@@ -81,6 +84,24 @@ class TaskState(BaseModel):
         """Runs that ran and ended, whatever started them."""
         return self.success_count + self.failure_count + self.cancelled_count
 
+    def snapshot(self, next_run_at: datetime | None, updated_at: datetime) -> TaskSnapshot:
+        """The task's row as this state makes it, the one way every path builds it: the
+        workflow writes it, the reconciler repairs a missing row and the API answers with it."""
+        last = self.last_run
+        derived: dict[str, Any] = {
+            "name": self.spec.task_name, "schedule_type": self.spec.schedule_type.value,
+            "spec": self.spec.model_dump(mode="json"), "status": self.status.value,
+            "next_run_at": next_run_at, "run_count": self.run_count,
+            "last_run_at": last.scheduled_at if last else None,
+            "last_run_status": last.status.value if last else None,
+            "last_execution_id": last.execution_id if last else None,
+            "updated_at": updated_at,
+        }
+        # Every other column is this state's field of the same name (the ids, the counters,
+        # status_reason, created_at): a new one needs no line here.
+        kept = (TaskSnapshot.model_fields.keys() & TaskState.model_fields.keys()) - derived.keys()
+        return TaskSnapshot(**{name: getattr(self, name) for name in kept}, **derived)
+
     def count(self, record: ExecutionRecord, trigger: Trigger, *, rerun: bool = False) -> None:
         """Count a run that ran and ended; it is the last run now. A ``rerun`` (a replay of a
         dead letter, under its own id) is no new run: its outcome replaces the failure."""
@@ -100,10 +121,12 @@ class TaskState(BaseModel):
         self.last_run = LastRun(execution_id=record.id, scheduled_at=record.scheduled_at,
                                 status=status, finished_at=record.finished_at, error=record.error)
 
-    def request_cancel(self, reason: str | None) -> bool:
+    def request_cancel(self, reason: str | None, now: datetime | None = None) -> bool:
         """Ask the task to end CANCELLED; False once it has ended."""
         if self.status in FINAL_STATUSES:
             return False
+        if not self.cancel_requested:
+            self.cancelled_at = now
         self.cancel_requested, self.status_reason = True, reason or "cancelled"
         return True
 
@@ -198,13 +221,12 @@ class TaskWorkflowInput(BaseModel):
     spec: TaskSpec
     created_at: datetime
     state: TaskState | None = None
-    history_limit: int = Field(default=10_000, description="continue-as-new past this length")
-    lead_seconds: float = Field(
-        default=0.0, ge=0,
-        description="dispatch each run this long before its instant; the job waits for the "
-        "instant on the worker's clock (0: dispatch at the instant)",
-    )
-    max_lead_seconds: float = Field(default=60.0, ge=0)
+    # Runtime options are the workflow worker's (RunOptions, asked once per workflow run); the
+    # starters of older workflows froze them here, and the runs recorded so replay with them.
+    history_limit: int | None = Field(default=None, description="set by older starters only")
+    lead_seconds: float | None = Field(default=None, ge=0, description="set by older starters only")
+    max_lead_seconds: float | None = Field(default=None, ge=0,
+                                           description="set by older starters only")
 
     def initial_state(self) -> TaskState:
         """The state the workflow starts from: the one carried over, or a new task's."""
@@ -213,3 +235,10 @@ class TaskWorkflowInput(BaseModel):
             created_at=self.created_at, anchor=self.created_at,
             next_fire_at=first_fire(self.spec, self.created_at),
         )
+
+    def frozen_options(self) -> RunOptions:
+        """The options an older starter froze into this input, the defaults for those it left
+        out (a run recorded before the worker owned them replays with these)."""
+        frozen = {"history_limit": self.history_limit, "lead_seconds": self.lead_seconds,
+                  "max_lead_seconds": self.max_lead_seconds}
+        return RunOptions.model_validate({k: v for k, v in frozen.items() if v is not None})

@@ -20,10 +20,10 @@ from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from activities.contracts import CLAIM_RUN, RUN_STARTED, RunStart
+    from activities.options import RUN_OPTIONS, RUN_OPTIONS_TIMEOUT, RunOptions
     from scheduling import policy
     from scheduling.fire import next_fire
     from scheduling.policy import Run
-    from scheduling.records import ExecutionRecord
     from scheduling.spec import (
         NotifyEvent,
         OverlapPolicy,
@@ -39,6 +39,7 @@ with workflow.unsafe.imports_passed_through():
         Trigger,
         execution_id,
     )
+    from store.models import ExecutionRecord
     from workflows.describe import describe_schedule
     from workflows.inflight import RESCHEDULED, UNTAKEN, Ended, RunsInFlight
     from workflows.record import TaskRecord
@@ -52,8 +53,15 @@ GIVE_BACK = frozenset({"paused", "rebound", "asked", UNTAKEN})
 # Workflows started from here on count a run as started when its worker reports it, decide an
 # untaken run's fire again, and stop every run when cancelled (docs/upgrades.md).
 REPORTED_STARTS = "reported-starts"
+# Fires due before an update or a cancel that no pass decided are decided first (update) or
+# SKIPPED cancelled (cancel). Asked once per workflow run, here: the SDK keeps a patch's first
+# answer for the whole run, so asking it first inside a later handler could replay otherwise.
+DUE_FIRST = "fires-due-first"
 # How long a cancel waits for the runs it stops to end before it answers.
 CANCEL_SETTLE = timedelta(seconds=10)
+# Workflow runs from here on take the lead and the history limit from their worker, asked once
+# per run (after each continue-as-new too), instead of from their input (docs/upgrades.md).
+WORKER_OPTIONS = "worker-options"
 
 
 @workflow.defn(name="TaskWorkflow")
@@ -63,11 +71,15 @@ class TaskWorkflow:
     @workflow.init
     def __init__(self, start: TaskWorkflowInput) -> None:
         self._input = start
+        # Until the run has asked its worker (a message that came with the start is handled
+        # first): the options of the input, or the defaults.
+        self._options = start.frozen_options()
         self._state = start.initial_state()
         self._state.running = []
         self._runs = RunsInFlight()
         # Here, not in run: a signal or update that came with the start is handled before run.
         self._runs.reported = workflow.patched(REPORTED_STARTS)
+        self._due_first = self._runs.reported and workflow.patched(DUE_FIRST)
         self._record = TaskRecord(self._state)
         self._lock = asyncio.Lock()
         self._wake = False
@@ -75,6 +87,10 @@ class TaskWorkflow:
     @workflow.run
     async def run(self, start: TaskWorkflowInput) -> TaskState:
         """Sleep until each fire and run the job, until the task ends."""
+        if workflow.patched(WORKER_OPTIONS):
+            # A local activity: the worker's answer is recorded, so a replay reads the same.
+            self._options = await workflow.execute_local_activity(
+                RUN_OPTIONS, result_type=RunOptions, start_to_close_timeout=RUN_OPTIONS_TIMEOUT)
         self._record.resend()
         try:
             while True:
@@ -94,6 +110,8 @@ class TaskWorkflow:
             # Cancelled through Temporal itself (`temporal workflow cancel`): stop the runs,
             # record the end, then end as cancelled.
             self._state.status_reason = "workflow cancelled through Temporal"
+            if self._due_first and self._state.cancelled_at is None:
+                self._state.cancelled_at = workflow.now()
             await self._stop()
             await workflow.wait_condition(self._record.idle)
             raise
@@ -256,10 +274,25 @@ class TaskWorkflow:
         await self._runs.settled()
         self._absorb_ended()
         await self._close_pause()
+        await self._skip_due_at_cancel()
         for run in state.queue:
             self._record.skip(run.scheduled_at, SkipReason.CANCELLED, run.execution_id, run.trigger)
         self._state.finish(TaskStatus.CANCELLED, state.status_reason or "cancelled")
         await self._write()
+
+    async def _skip_due_at_cancel(self) -> None:
+        """Record the fires that came due before the cancel but that no pass decided."""
+        state = self._state
+        if state.cancelled_at is None or not self._due_first:
+            return
+        more = True
+        while more:
+            due = policy.due_at_cancel(state.position(), state.cancelled_at)
+            state.next_fire_at, more = due.next_fire_at, due.more
+            for fire, reason in due.skipped:
+                self._record.skip(fire, reason)
+            if more:
+                await self._write()
 
     async def _write(self) -> None:
         """Write the rows, with the task's next run as every answer shows it."""
@@ -308,14 +341,15 @@ class TaskWorkflow:
     # -- helpers of the loop ----------------------------------------------------------------
 
     def _lead(self) -> timedelta:
-        return policy.lead(self._input.lead_seconds, self._state.wake_lag_seconds,
-                           self._input.max_lead_seconds)
+        options = self._options
+        return policy.lead(options.lead_seconds, self._state.wake_lag_seconds,
+                           options.max_lead_seconds)
 
     def _draining(self) -> bool:
         """The history is long: no new run starts here; the next workflow run starts them."""
         info = workflow.info()
         return (info.is_continue_as_new_suggested()
-                or info.get_current_history_length() > self._input.history_limit)
+                or info.get_current_history_length() > self._options.history_limit)
 
     def _quiet(self) -> bool:
         """No handler is running and every row is written: the workflow run may end."""
@@ -422,6 +456,11 @@ class TaskWorkflow:
             changed = {n for n in ScheduleFields.model_fields
                        if getattr(new_spec, n) != getattr(state.spec, n)}
             if changed:
+                if self._due_first:
+                    # The fires of the old schedule that came due before the change (a late
+                    # timer, the workflow's worker away) are decided by the old schedule.
+                    while self._decide_due():
+                        await self._write()
                 await self._close_pause()
                 retimed = not changed <= policy.BOUND_FIELDS
                 self._runs.withdraw(RESCHEDULED if retimed else "rebound")
@@ -471,7 +510,7 @@ class TaskWorkflow:
             raise ApplicationError(why, type="TaskFinished", non_retryable=True)
 
     def _request_cancel(self, reason: str | None) -> None:
-        if self._state.request_cancel(reason):
+        if self._state.request_cancel(reason, workflow.now() if self._runs.reported else None):
             if self._runs.reported:
                 self._runs.cancel_all()
             self._wake = True

@@ -58,6 +58,8 @@ async def _check(service: TaskService) -> Checks:
             connection.execute(text("SELECT 1"))
 
     try:
+        # Not through the store calls' bounded threads: a probe must not wait behind a burst of
+        # requests' queries, or a busy API would be reported dead.
         await to_thread.run_sync(ping)
         checks["database"] = "up"
     except Exception as exc:  # any failure means down; the reason is named, not raised

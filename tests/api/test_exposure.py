@@ -141,7 +141,8 @@ async def test_keys_stored_by_the_dev_launcher_pass_only_in_dev(
     legacy = create_key(engine, "dev", admin=True, key=DEV_KEY_PREFIX + "stored-before")[1]
     tenant = create_key(engine, "t1")[1]
     for env, expected in (("test", 401), ("production", 401), ("dev", 200)):
-        async with served(dev_env, engine, env=env, metrics_token="scrape-me-0123456789") as url, \
+        async with served(dev_env, engine, env=env, metrics_token="scrape-me-0123456789",
+                          signing_key="c2lnbmluZy1rZXktZm9yLXRoZS1jb21wb3NlLXRlc3Q=") as url, \
                 httpx.AsyncClient(base_url=url) as http:
             for key in (generated, chosen, legacy):
                 answer = await http.get("/tasks", headers={"Authorization": f"Bearer {key}"})

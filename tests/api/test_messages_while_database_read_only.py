@@ -17,7 +17,7 @@ from temporalio.client import WorkflowHandle
 
 from scheduling.status import workflow_id
 from store.engine import make_engine
-from store.tasks import get_task
+from store.tasks import read_task
 from tests.api.conftest import Stack
 from tests.api.test_idempotent_operations import HOURLY, _create, _until
 from workflows.task import TaskWorkflow
@@ -105,14 +105,14 @@ async def test_rest_messages_act_within_two_seconds_while_the_database_refuses_w
             await _acts(api, "PATCH", "/task/cancel", {"task_id": task_id, "reason": "done"})
             handle = stack.env.client.get_workflow_handle_for(TaskWorkflow.run, workflow_id(task_id))
             assert await _until(lambda: _cancelled(handle), timeout=ACT_WITHIN)
-            assert get_task(stack.engine, task_id, None).status != "CANCELLED"  # type: ignore[union-attr]
+            assert read_task(stack.engine, task_id, None).status != "CANCELLED"  # type: ignore[union-attr]
         # Writes allowed again: the row catches up with what the workflow did.
         row = await _until(lambda: _row_status(stack, task_id, "CANCELLED"))
         assert row.name == "renamed while read-only"
 
 
 async def _row_status(stack: Stack, task_id: str, status: str) -> Any:
-    row = get_task(stack.engine, task_id, None)
+    row = read_task(stack.engine, task_id, None)
     return row if row is not None and row.status == status else None
 
 

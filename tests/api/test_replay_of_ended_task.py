@@ -12,7 +12,7 @@ from temporalio.testing import WorkflowEnvironment
 from api.temporal import TemporalGateway
 from jobs.handlers import HandlerContext
 from scheduling.status import TaskStatus
-from store.tasks import get_task
+from store.tasks import read_task
 from tests.conftest import new_worker
 from tests.workflows.helpers import executions, handler_job, spec, start_task, until
 from workflows.state import TaskState
@@ -44,7 +44,7 @@ async def test_replay_of_ended_task_carries_request_id(dev_env: WorkflowEnvironm
         handle = await start_task(dev_env, worker.task_queue, task)
         ended = await handle.result()
         assert ended.status is TaskStatus.FAILED
-        row = get_task(sqlite_engine, ended.task_id, "t1")
+        row = read_task(sqlite_engine, ended.task_id, "t1")
         assert row is not None and row.status == TaskStatus.FAILED
         [dead] = executions(sqlite_engine, ended.task_id)
         assert dead.dead_letter == "open"
@@ -67,5 +67,5 @@ async def test_replay_of_ended_task_carries_request_id(dev_env: WorkflowEnvironm
     [replayed] = executions(sqlite_engine, ended.task_id)
     # The same run again: its row keeps its trigger, and the task counts it once.
     assert (replayed.id, replayed.status, replayed.trigger) == (dead.id, "COMPLETED", "schedule")
-    final = get_task(sqlite_engine, ended.task_id, "t1")
+    final = read_task(sqlite_engine, ended.task_id, "t1")
     assert final is not None and (final.run_count, final.success_count, final.failure_count) == (1, 1, 0)

@@ -185,7 +185,7 @@ async def dead_letter_api() -> AsyncIterator[tuple[str, list[str]]]:
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    port = runner.addresses[0][1]
     yield f"http://127.0.0.1:{port}", seen
     await runner.cleanup()
 

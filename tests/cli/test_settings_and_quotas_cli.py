@@ -16,6 +16,7 @@ from store.quotas import Quota, quota_for
 def test_dev_api_key_is_refused_outside_dev(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SCHEDULER_ENV", "production")
     monkeypatch.setenv("SCHEDULER_METRICS_TOKEN", "scrape-me-0123456789")
+    monkeypatch.setenv("SCHEDULER_SIGNING_KEY", "c2lnbmluZy1rZXktZm9yLXRoZS1jb21wb3NlLXRlc3Q=")
     monkeypatch.setenv("SCHEDULER_DEV_API_KEY", "letmein")
     with pytest.raises(ValidationError, match="refused when SCHEDULER_ENV=production"):
         Settings()
@@ -28,6 +29,7 @@ def test_dev_api_key_is_refused_outside_dev(monkeypatch: pytest.MonkeyPatch) -> 
 
 def test_production_needs_a_metrics_token(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SCHEDULER_ENV", "production")
+    monkeypatch.setenv("SCHEDULER_SIGNING_KEY", "c2lnbmluZy1rZXktZm9yLXRoZS1jb21wb3NlLXRlc3Q=")
     for unset in (None, " "):
         if unset is not None:
             monkeypatch.setenv("SCHEDULER_METRICS_TOKEN", unset)

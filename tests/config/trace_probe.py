@@ -44,7 +44,7 @@ async def main(address: str) -> None:
         env = Env()
         env.client = client  # type: ignore[attr-defined]
         async with new_worker(client, engine, task_queue=queue):
-            async with serve_api(env, engine, temporal_task_queue=queue, dispatch_lead_seconds=0) as url:  # type: ignore[arg-type]
+            async with serve_api(env, engine, temporal_task_queue=queue) as url:  # type: ignore[arg-type]
                 async with httpx.AsyncClient(base_url=url, headers={"Authorization": f"Bearer {key}"}) as api:
                     created = await api.post("/task/create", json={
                         "task_name": "traced", "schedule_type": "once",

@@ -12,9 +12,10 @@ from tests.deploy.dockerfile import REPO
 
 COMPOSE = REPO / "docker-compose.yml"
 
-# What a deployer puts in .env: the two secrets the file refuses to start without.
+# What a deployer puts in .env: the secrets the file refuses to start without.
 DOTENV = {"POSTGRES_PASSWORD": "pg-secret-for-test", "SCHEDULER_DB_PASSWORD": "app-secret-for-test",
-          "SCHEDULER_METRICS_TOKEN": "metrics-token-for-test"}
+          "SCHEDULER_METRICS_TOKEN": "metrics-token-for-test",
+          "SCHEDULER_SIGNING_KEY": "c2lnbmluZy1rZXktZm9yLXRoZS1jb21wb3NlLXRlc3Q="}
 
 # ${VAR}, ${VAR:-default}, ${VAR-default}, ${VAR:?error}, ${VAR?error}, ${VAR:+alt}, $VAR, $$
 VARIABLE = re.compile(

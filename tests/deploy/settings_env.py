@@ -7,7 +7,7 @@ from collections.abc import Mapping
 
 import pytest
 
-from config.settings import Settings, environment_names
+from config.settings import Settings, setting_fields
 
 # Variables the deployment may set before Settings reads them (none today). Keep it empty
 # unless a field is on its way, so a typo cannot hide behind it.
@@ -16,7 +16,7 @@ AWAITED_SETTINGS: set[str] = set()
 
 def unknown_settings(env: Mapping[str, str]) -> set[str]:
     """SCHEDULER_* names in env that Settings does not read (it ignores unknown ones silently)."""
-    known = set(environment_names().values())
+    known = {env for _, env, _ in setting_fields()}
     return {k for k in env if k.startswith("SCHEDULER_")} - known - AWAITED_SETTINGS
 
 

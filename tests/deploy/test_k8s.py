@@ -245,8 +245,9 @@ def test_app_pods_get_settings_the_app_reads(
 
 
 def test_the_secret_example_holds_no_real_values(example_secret: dict[str, str]) -> None:
-    assert set(example_secret) == {"SCHEDULER_DATABASE_URL", "SCHEDULER_METRICS_TOKEN"}
-    assert example_secret["SCHEDULER_METRICS_TOKEN"] == "CHANGE-ME"
+    assert set(example_secret) == {"SCHEDULER_DATABASE_URL", "SCHEDULER_METRICS_TOKEN",
+                                   "SCHEDULER_SIGNING_KEY"}
+    assert example_secret["SCHEDULER_METRICS_TOKEN"] == example_secret["SCHEDULER_SIGNING_KEY"] == "CHANGE-ME"
     assert ":CHANGE-ME@" in example_secret["SCHEDULER_DATABASE_URL"]
     assert ".example." in example_secret["SCHEDULER_DATABASE_URL"]
 

@@ -13,7 +13,7 @@ import temporalio
 
 from api.app import create_app
 from api.routes.ui import router as ui_router
-from config.settings import environment_names
+from config.settings import setting_fields
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
@@ -25,7 +25,8 @@ METRIC_FACTORIES = {
     "create_gauge", "create_gauge_float",
     "CounterMetricFamily", "GaugeMetricFamily", "HistogramMetricFamily",  # read at scrape time
 }
-API_ROOTS = ("/task", "/dead-letters", "/checkHealth", "/livez", "/readyz", "/metrics", "/ui")
+API_ROOTS = ("/task", "/dead-letters", "/checkHealth", "/livez", "/readyz", "/metrics", "/ui",
+             "/signing-secret")
 METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
 
 
@@ -127,7 +128,7 @@ def test_the_reason_table_lists_only_reasons_the_code_writes() -> None:
 def known_variables() -> set[str]:
     """SCHEDULER_* variables something reads: Settings fields, the operator CLI's own, and the
     Compose file's interpolations."""
-    names = set(environment_names().values())
+    names = {env for _, env, _ in setting_fields()}
     names |= set(re.findall(r"os\.environ\.get\(\"(SCHEDULER_[A-Z0-9_]+)\"",
                             (ROOT / "cli" / "ops.py").read_text()))
     names |= set(re.findall(r"\$\{(SCHEDULER_[A-Z0-9_]+)", (ROOT / "docker-compose.yml").read_text()))

@@ -7,7 +7,7 @@ import asyncio
 import json
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,7 +18,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from store.engine import make_engine, migrate
 from store.keys import create_key
-from tests.faults.processes import Fleet, PostgresCluster, process_env
+from tests.faults.processes import Fleet, process_env
 
 TENANT = "faults"
 DISPATCH_LEAD = 5  # seconds a run is dispatched ahead of its instant
@@ -104,15 +104,3 @@ async def stack(dev_env: WorkflowEnvironment, tmp_path: Path) -> AsyncIterator[S
     finally:
         built.fleet.close()
         built.engine.dispose()
-
-
-@pytest.fixture
-def pg_cluster() -> Iterator[PostgresCluster]:
-    """A PostgreSQL cluster of this test alone, which it may stop and start."""
-    cluster = PostgresCluster()
-    cluster.init()
-    cluster.start()
-    try:
-        yield cluster
-    finally:
-        cluster.destroy()

@@ -13,7 +13,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from store.engine import make_engine, migrate
 from store.keys import create_key
-from store.tasks import get_task, list_executions, list_tasks
+from store.tasks import list_executions, list_tasks, read_task
 from tests.conftest import new_worker
 from tests.faults.processes import free_port, process_env, start_process, stop, wait_http
 
@@ -48,7 +48,7 @@ async def test_api_killed_between_workflow_start_and_row_write(dev_env: Workflow
                 break
             assert asyncio.get_running_loop().time() < deadline, rows
             await asyncio.sleep(0.2)
-    task = get_task(engine, rows[0].id, "t1")
+    task = read_task(engine, rows[0].id, "t1")
     assert task is not None and task.name == "survivor"
     runs, _ = list_executions(engine, task_id=task.id, limit=5)
     assert [r.status for r in runs] == ["COMPLETED"]

@@ -14,7 +14,7 @@ from temporalio.testing import WorkflowEnvironment
 from scheduling.spec import TaskChanges
 from scheduling.status import ExecutionStatus, TaskStatus
 from store.engine import make_engine, migrate
-from store.tasks import get_task
+from store.tasks import read_task
 from tests.conftest import new_worker
 from tests.faults.processes import PostgresCluster
 from tests.workflows.helpers import TaskHandle, executions, running_task, spec, task_state
@@ -52,7 +52,7 @@ async def test_messages_act_within_two_seconds_while_the_database_refuses_writes
                                  spec(schedule_type="interval", interval_seconds=2)) as handle):
             task_id = (await task_state(handle)).task_id
             deadline = time.monotonic() + 30
-            while (row := get_task(engine, task_id, None)) is None or row.success_count < 1:
+            while (row := read_task(engine, task_id, None)) is None or row.success_count < 1:
                 assert time.monotonic() < deadline, "no run recorded before the outage"
                 await asyncio.sleep(0.2)
             await asyncio.to_thread(pg_cluster.stop)
@@ -77,7 +77,7 @@ async def test_messages_act_within_two_seconds_while_the_database_refuses_writes
             final = await handle.result()
 
         # The rows caught up: the task row is the final state, and every run is recorded once.
-        row = get_task(engine, task_id, None)
+        row = read_task(engine, task_id, None)
         assert row is not None
         assert (row.status, row.name, row.spec["interval_seconds"]) == ("CANCELLED", "renamed while down", 3600)
         assert (row.success_count, row.skipped_count) == (final.success_count, final.skipped_count)

@@ -14,8 +14,9 @@ from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import Engine
 
-from scheduling.records import ExecutionRecord
-from store.tasks import get_execution, save_execution, save_run
+from store.models import ExecutionRecord
+from store.tasks import get_execution
+from tests.store.writes import workflow_rows
 
 
 def _record(status: str, **fields: object) -> ExecutionRecord:
@@ -29,23 +30,23 @@ def _record(status: str, **fields: object) -> ExecutionRecord:
 def test_late_skip_from_a_timed_out_workflow_task_does_not_overwrite_a_run(any_engine: Engine) -> None:
     ran = _record("COMPLETED", trigger="catchup", attempts=1, http_status=200,
                   started_at=datetime.now(UTC), finished_at=datetime.now(UTC))
-    save_run(any_engine, ran, None)  # the retried workflow task ran the fire and recorded it
+    workflow_rows(any_engine, ran)  # the retried workflow task ran the fire and recorded it
     zombie = _record("SKIPPED", reason="overlap", finished_at=datetime.now(UTC) - timedelta(seconds=10))
-    save_execution(any_engine, zombie)  # the timed-out task's write arrives afterwards
+    workflow_rows(any_engine, zombie)  # the timed-out task's write arrives afterwards
     row = get_execution(any_engine, ran.id)
     assert row is not None
     assert (row.status, row.reason, row.http_status) == ("COMPLETED", None, 200)
 
 
 def test_late_skip_does_not_overwrite_a_started_run(any_engine: Engine) -> None:
-    save_execution(any_engine, _record("RUNNING", attempts=1, started_at=datetime.now(UTC)))
-    save_execution(any_engine, _record("SKIPPED", reason="overlap"))
+    workflow_rows(any_engine, _record("RUNNING", attempts=1, started_at=datetime.now(UTC)))
+    workflow_rows(any_engine, _record("SKIPPED", reason="overlap"))
     row = get_execution(any_engine, _record("RUNNING").id)
     assert row is not None and row.status == "RUNNING"
 
 
 def test_a_run_still_replaces_an_earlier_zombie_skip(any_engine: Engine) -> None:
-    save_execution(any_engine, _record("SKIPPED", reason="overlap"))
-    save_run(any_engine, _record("COMPLETED", attempts=1, http_status=200), None)
+    workflow_rows(any_engine, _record("SKIPPED", reason="overlap"))
+    workflow_rows(any_engine, _record("COMPLETED", attempts=1, http_status=200))
     row = get_execution(any_engine, _record("SKIPPED").id)
     assert row is not None and row.status == "COMPLETED"

@@ -23,6 +23,7 @@ from sqlalchemy import Engine
 from temporalio.api.enums.v1 import EventType
 from temporalio.testing import WorkflowEnvironment
 
+from activities.options import RunOptions
 from jobs.handlers import Handler
 from scheduling.spec import TaskChanges, TaskSpec
 from scheduling.status import workflow_id
@@ -46,7 +47,7 @@ from workflows.state import ReplayRequest, TaskState
 from workflows.task import TaskWorkflow
 
 HERE = Path(__file__).parent
-STAMP = "20261203"
+STAMP = "20261204"
 MINUTE = timedelta(minutes=1)
 
 Scenario = Callable[[WorkflowEnvironment, Engine], Awaitable[TaskHandle]]
@@ -59,12 +60,11 @@ def scenario(run: Scenario) -> Scenario:
     return run
 
 
-async def start_ahead(env: WorkflowEnvironment, queue: str, task: TaskSpec, lead: float) -> TaskHandle:
-    """Start a task whose runs are dispatched ``lead`` seconds ahead of their instants."""
+async def start_ahead(env: WorkflowEnvironment, queue: str, task: TaskSpec) -> TaskHandle:
+    """Start a task as the API does (its worker's options say how far ahead it dispatches)."""
     task_id = uuid.uuid4().hex
     await start_task_workflow(env.client, task_queue=queue, task_id=task_id, tenant_id="t1",
-                              spec=task, created_at=await env.get_current_time(),
-                              lead_seconds=lead)
+                              spec=task, created_at=await env.get_current_time())
     return env.client.get_workflow_handle(workflow_id(task_id), result_type=TaskState)
 
 
@@ -79,11 +79,12 @@ async def to_the_end(env: WorkflowEnvironment, engine: Engine, task: TaskSpec, *
                      handlers: dict[str, Handler] | None = None, history_limit: int = 10_000
                      ) -> TaskHandle:
     """Run a task on a worker of its own until it ends."""
-    async with new_worker(env.client, engine, handlers=handlers) as worker:
+    options = RunOptions(lead_seconds=lead, history_limit=history_limit)
+    async with new_worker(env.client, engine, handlers=handlers, run_options=options) as worker:
         if lead:
-            handle = await start_ahead(env, worker.task_queue, task, lead)
+            handle = await start_ahead(env, worker.task_queue, task)
         else:
-            handle = await start_task(env, worker.task_queue, task, history_limit=history_limit)
+            handle = await start_task(env, worker.task_queue, task)
         await handle.result()
     return handle
 
@@ -162,10 +163,9 @@ async def fixed_delay(env: WorkflowEnvironment, engine: Engine) -> TaskHandle:
 async def withdrawn_by_pause(env: WorkflowEnvironment, engine: Engine) -> TaskHandle:
     # Dispatched in the first workflow task (the lead is longer than the wait), paused 10 s
     # before its instant: withdrawn, its fire given back; after the resume it runs (on time).
-    async with new_worker(env.client, engine) as worker:
+    async with new_worker(env.client, engine, run_options=RunOptions(lead_seconds=20)) as worker:
         run_at = await env.get_current_time() + timedelta(seconds=10)
-        handle = await start_ahead(env, worker.task_queue, spec(schedule_type="once", run_at=run_at),
-                                   lead=20)
+        handle = await start_ahead(env, worker.task_queue, spec(schedule_type="once", run_at=run_at))
         await until_in_flight(handle)
         await handle.execute_update(TaskWorkflow.pause_update, "hold")
         await until_in_flight(handle, flying=False)
@@ -215,9 +215,9 @@ async def paused_during_run(env: WorkflowEnvironment, engine: Engine) -> TaskHan
 async def update_during_lead(env: WorkflowEnvironment, engine: Engine) -> TaskHandle:
     # The fire at +10 s is dispatched at once (lead 20 s); the interval then changes: that run
     # is withdrawn (SKIPPED rescheduled) and the new grid's first fire runs.
-    async with new_worker(env.client, engine) as worker:
+    async with new_worker(env.client, engine, run_options=RunOptions(lead_seconds=20)) as worker:
         task = spec(schedule_type="interval", interval_seconds=10)
-        handle = await start_ahead(env, worker.task_queue, task, lead=20)
+        handle = await start_ahead(env, worker.task_queue, task)
         await until_in_flight(handle)
         await handle.execute_update(TaskWorkflow.update_task,
                                     TaskChanges(interval_seconds=5, max_runs=1))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from scheduling.fire import fires_between, first_fire, next_fire
+from scheduling.fire import first_fire, next_fire
 from scheduling.spec import TaskSpec
 
 T0 = datetime(2026, 6, 1, 10, 0, tzinfo=UTC)
@@ -88,10 +88,9 @@ def test_cron_with_a_start_date_waits_for_it_and_fires_on_it_when_it_matches() -
 def test_end_date_bounds_every_schedule() -> None:
     end = T0 + timedelta(hours=2, minutes=30)
     rate = spec(schedule_type="interval", interval_seconds=3600, end_date=end)
-    assert fires_between(rate, anchor=T0, after=T0, until=T0 + timedelta(days=1), limit=10) == [
-        T0 + timedelta(hours=1),
-        T0 + timedelta(hours=2),
-    ]
+    assert next_fire(rate, anchor=T0, after=T0) == T0 + timedelta(hours=1)
+    assert next_fire(rate, anchor=T0, after=T0 + timedelta(hours=1)) == T0 + timedelta(hours=2)
+    assert next_fire(rate, anchor=T0, after=T0 + timedelta(hours=2)) is None
     cron = spec(schedule_type="cron", cron="0 * * * *", end_date=end)
     assert next_fire(cron, anchor=T0, after=T0 + timedelta(hours=2)) is None
     once = spec(schedule_type="once", run_at=end + timedelta(seconds=1), end_date=end)
@@ -103,8 +102,3 @@ def test_an_end_date_on_a_fire_time_includes_it() -> None:
     rate = spec(schedule_type="interval", interval_seconds=3600, end_date=end)
     assert next_fire(rate, anchor=T0, after=T0 + timedelta(hours=1)) == end
 
-
-def test_fires_between_lists_oldest_first_up_to_the_limit() -> None:
-    task = spec(schedule_type="cron", cron="*/30 * * * *")
-    found = fires_between(task, anchor=T0, after=T0, until=T0 + timedelta(hours=10), limit=3)
-    assert found == [T0 + timedelta(minutes=30 * k) for k in (1, 2, 3)]

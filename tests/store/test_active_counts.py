@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 
 from sqlalchemy import Engine
 
-from scheduling.records import TaskSnapshot
+from store.models import TaskSnapshot
 from store.quotas import ActiveCounts, Quota, quota_and_active
 from store.tasks import save_snapshot
 

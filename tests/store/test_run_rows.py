@@ -7,16 +7,10 @@ from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import Engine
 
-from scheduling.records import ExecutionRecord
 from scheduling.status import DeadLetter
-from store.tasks import (
-    get_execution,
-    mark_started,
-    save_execution,
-    scheduled_runs_executed,
-    set_dead_letter,
-    write_run,
-)
+from store.models import ExecutionRecord
+from store.tasks import get_execution, scheduled_runs_executed, set_dead_letter
+from tests.store.writes import jobs_worker_completed, jobs_worker_started, workflow_rows
 
 T0 = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
 
@@ -27,22 +21,16 @@ def run(status: str, **fields: object) -> ExecutionRecord:
         "status": status, **fields})
 
 
-def jobs_worker_completed(engine: Engine, record: ExecutionRecord) -> None:
-    """The jobs worker's COMPLETED row, as activities/run_rows.py writes it."""
-    with engine.begin() as connection:
-        write_run(engine, record, None, early=True)(connection)
-
-
 def test_the_jobs_workers_completed_row_landing_after_the_final_row_keeps_finish_and_drift(
     any_engine: Engine,
 ) -> None:
     started = T0 + timedelta(seconds=90)
-    save_execution(any_engine, run("RUNNING", attempts=1, started_at=started, lateness_ms=90_000.0))
+    workflow_rows(any_engine, run("RUNNING", attempts=1, started_at=started, lateness_ms=90_000.0))
     final = run("COMPLETED", attempts=1, started_at=started, finished_at=started + timedelta(seconds=2),
                 lateness_ms=90_000.0, drifted=True, http_status=200)
     early = run("COMPLETED", attempts=1, started_at=started, finished_at=started + timedelta(seconds=5),
                 lateness_ms=90_000.0, http_status=200)  # drifted unknown to the worker: False
-    save_execution(any_engine, final)  # the workflow's final row
+    workflow_rows(any_engine, final)  # the workflow's final row
     jobs_worker_completed(any_engine, early)  # the worker's write, late in its batch
     row = get_execution(any_engine, "a:1")
     assert row is not None and row.status == "COMPLETED"
@@ -51,10 +39,10 @@ def test_the_jobs_workers_completed_row_landing_after_the_final_row_keeps_finish
 
 def test_the_final_row_lands_over_the_jobs_workers_completed_row(any_engine: Engine) -> None:
     started = T0 + timedelta(seconds=90)
-    save_execution(any_engine, run("RUNNING", attempts=1, started_at=started))
+    workflow_rows(any_engine, run("RUNNING", attempts=1, started_at=started))
     jobs_worker_completed(any_engine, run("COMPLETED", attempts=1, started_at=started,
                                           finished_at=started + timedelta(seconds=5)))
-    save_execution(any_engine, run("COMPLETED", attempts=1, started_at=started, drifted=True,
+    workflow_rows(any_engine, run("COMPLETED", attempts=1, started_at=started, drifted=True,
                                    finished_at=started + timedelta(seconds=2)))
     row = get_execution(any_engine, "a:1")
     assert row is not None and (row.drifted, row.finished_at) == (True, started + timedelta(seconds=2))
@@ -63,19 +51,19 @@ def test_the_final_row_lands_over_the_jobs_workers_completed_row(any_engine: Eng
 def test_a_replayed_dead_letter_keeps_its_trigger_and_counts_once_for_max_runs(
     any_engine: Engine,
 ) -> None:
-    save_execution(any_engine, run("FAILED", trigger="schedule", attempts=3, dead_letter="open",
+    workflow_rows(any_engine, run("FAILED", trigger="schedule", attempts=3, dead_letter="open",
                                    finished_at=T0 + timedelta(seconds=3), error="boom"))
     assert scheduled_runs_executed(any_engine, "a") == 1
     assert set_dead_letter(any_engine, "a:1", state=DeadLetter.REPLAYED)  # the API, on replay
     started = T0 + timedelta(hours=1)
-    mark_started(any_engine, run("RUNNING", trigger="replay", attempts=1, started_at=started))
+    jobs_worker_started(any_engine, run("RUNNING", trigger="replay", attempts=1, started_at=started))
     row = get_execution(any_engine, "a:1")
     assert row is not None and (row.status, row.trigger) == ("RUNNING", "schedule")  # reopened
     done = run("COMPLETED", trigger="replay", attempts=1, started_at=started,
                finished_at=started + timedelta(seconds=1))
     jobs_worker_completed(any_engine, done)
-    save_execution(any_engine, done)  # the workflow's final row
-    mark_started(any_engine, run("RUNNING", trigger="replay", attempts=1, started_at=started))  # late
+    workflow_rows(any_engine, done)  # the workflow's final row
+    jobs_worker_started(any_engine, run("RUNNING", trigger="replay", attempts=1, started_at=started))  # late
     row = get_execution(any_engine, "a:1")
     assert row is not None
     assert (row.status, row.trigger, row.dead_letter) == ("COMPLETED", "schedule", "replayed")

@@ -7,16 +7,15 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from sqlalchemy import Engine
 
-from scheduling.records import ExecutionRecord, TaskSnapshot
 from store.keys import create_key, find_active_key, list_keys, revoke_key
+from store.models import ExecutionRecord, TaskSnapshot
 from store.tasks import (
-    get_task,
     list_executions,
     list_tasks,
     read_task,
-    save_execution,
     save_snapshot,
 )
+from tests.store.writes import workflow_rows
 
 T0 = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
 
@@ -34,21 +33,21 @@ def test_newer_snapshot_wins_older_never_overwrites(any_engine: Engine) -> None:
     save_snapshot(any_engine, snapshot("a", version=0))
     save_snapshot(any_engine, snapshot("a", version=3, status="RUNNING"))
     save_snapshot(any_engine, snapshot("a", version=2, status="PENDING"))  # late, older writer
-    row = get_task(any_engine, "a", "t1")
+    row = read_task(any_engine, "a", "t1")
     assert row is not None and row.status == "RUNNING" and row.state_version == 3
     assert row.next_run_at == T0 + timedelta(hours=1) and row.next_run_at.tzinfo is not None
-    assert get_task(any_engine, "a", "t2") is None
-    assert get_task(any_engine, "a", None) is not None
+    assert read_task(any_engine, "a", "t2") is None
+    assert read_task(any_engine, "a", None) is not None
 
 
 def test_execution_recorded_once_and_final_stays_final(any_engine: Engine) -> None:
     running = ExecutionRecord(id="a:1", task_id="a", tenant_id="t1", scheduled_at=T0,
                               status="RUNNING", started_at=T0)
-    save_execution(any_engine, running)
-    save_execution(any_engine, running)  # a retried bookkeeping call
+    workflow_rows(any_engine, running)
+    workflow_rows(any_engine, running)  # a retried bookkeeping call
     done = running.model_copy(update={"status": "COMPLETED", "attempts": 2, "finished_at": T0})
-    save_execution(any_engine, done)
-    save_execution(any_engine, running)  # a late RUNNING write must not resurrect it
+    workflow_rows(any_engine, done)
+    workflow_rows(any_engine, running)  # a late RUNNING write must not resurrect it
     rows, cursor = list_executions(any_engine, task_id="a", limit=10)
     assert [(r.id, r.status, r.attempts) for r in rows] == [("a:1", "COMPLETED", 2)]
     assert cursor is None
@@ -156,13 +155,13 @@ def test_rows_versioned_before_0006_lose_to_the_next_write_of_their_run(any_engi
     save_snapshot(any_engine, snapshot("m", version=state_version(run, 41), status="PENDING"))
     save_snapshot(any_engine, snapshot("m", version=state_version(run - timedelta(seconds=1), 99),
                                        status="FAILED"))
-    row = get_task(any_engine, "m", "t1")
+    row = read_task(any_engine, "m", "t1")
     assert row is not None and row.status == "PENDING"
     # a worker of the release before, still running after the migration, writes the old way;
     # the next write of the new release still lands
     save_snapshot(any_engine, snapshot("m", version=ms * 1_000_000 + 50, status="RUNNING"))
     save_snapshot(any_engine, snapshot("m", version=state_version(run, 42), status="PAUSED"))
-    row = get_task(any_engine, "m", "t1")
+    row = read_task(any_engine, "m", "t1")
     assert row is not None and row.status == "PAUSED"
 
 
@@ -171,7 +170,7 @@ def test_dead_letters_listed_and_moved(any_engine: Engine) -> None:
 
     save_snapshot(any_engine, snapshot("d", version=1, name="dl-task"))
     for n, letter in enumerate(["open", "open", None]):
-        save_execution(any_engine, ExecutionRecord(
+        workflow_rows(any_engine, ExecutionRecord(
             id=f"d:{n}", task_id="d", tenant_id="t1", scheduled_at=T0 + timedelta(minutes=n),
             status="FAILED" if letter else "COMPLETED", dead_letter=letter,
         ))

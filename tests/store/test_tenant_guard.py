@@ -14,21 +14,19 @@ from structlog.testing import capture_logs
 
 from activities.contracts import JobInput, JobResult
 from activities.run_rows import RunRows
-from scheduling.records import ExecutionRecord, TaskSnapshot
 from scheduling.spec import HandlerJob
 from store.batch import BatchWriter
+from store.models import ExecutionRecord, TaskSnapshot
 from store.tasks import (
     get_execution,
-    get_task,
     list_dead_letters,
     list_executions,
-    mark_started,
-    save_execution,
-    save_run,
+    read_task,
     save_snapshot,
-    write_run,
+    write_record,
     write_snapshot,
 )
+from tests.store.writes import jobs_worker_started, workflow_rows
 
 T0 = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
 VICTIM, ATTACKER = "tenant-b", "tenant-a"
@@ -53,12 +51,12 @@ def refusals(logs: list[MutableMapping[str, Any]]) -> list[MutableMapping[str, A
 
 def victim_rows(engine: Engine) -> None:
     save_snapshot(engine, snapshot("b-task", VICTIM, version=5, name="payroll"))
-    save_execution(engine, execution("b-task:1", "b-task", VICTIM, status="COMPLETED", attempts=1,
+    workflow_rows(engine, execution("b-task:1", "b-task", VICTIM, status="COMPLETED", attempts=1,
                                      response_snippet="secret answer"))
 
 
 def assert_victim_unchanged(engine: Engine) -> None:
-    task = get_task(engine, "b-task", VICTIM)
+    task = read_task(engine, "b-task", VICTIM)
     assert task is not None
     assert (task.tenant_id, task.name, task.status, task.state_version) == (VICTIM, "payroll", "PENDING", 5)
     run = get_execution(engine, "b-task:1")
@@ -73,14 +71,14 @@ def test_a_task_row_of_another_tenant_is_not_overwritten(any_engine: Engine) -> 
     with capture_logs() as logs:
         save_snapshot(any_engine, forged)
     assert_victim_unchanged(any_engine)
-    assert get_task(any_engine, "b-task", ATTACKER) is None
+    assert read_task(any_engine, "b-task", ATTACKER) is None
     [entry] = refusals(logs)
     assert entry["log_level"] == "warning"
     assert (entry["table"], entry["row_id"], entry["tenant"], entry["owner_tenant"]) == (
         "task", "b-task", ATTACKER, VICTIM)
     # The victim's own later write still lands: its version was never raised by the forgery.
     save_snapshot(any_engine, snapshot("b-task", VICTIM, version=6, name="payroll", status="RUNNING"))
-    task = get_task(any_engine, "b-task", VICTIM)
+    task = read_task(any_engine, "b-task", VICTIM)
     assert task is not None and task.status == "RUNNING"
 
 
@@ -92,10 +90,10 @@ def test_an_execution_row_of_another_tenant_is_not_moved_or_changed(any_engine: 
     same_task = execution("b-task:1", "b-task", ATTACKER, status="FAILED", dead_letter="open")
     other_task = execution("b-task:1", "a-task", VICTIM, status="FAILED", dead_letter="open")
     with capture_logs() as logs:
-        save_execution(any_engine, dead)
-        save_execution(any_engine, same_task)
-        save_execution(any_engine, other_task)  # the right tenant, but the row is another task's
-        save_execution(any_engine, dead, reopen=True)  # a replay reopens only its own row
+        workflow_rows(any_engine, dead)
+        workflow_rows(any_engine, same_task)
+        workflow_rows(any_engine, other_task)  # the right tenant, but the row is another task's
+        jobs_worker_started(any_engine, dead.model_copy(update={"trigger": "replay"}))  # a replay reopens only its own row
     assert_victim_unchanged(any_engine)
     assert list_dead_letters(any_engine, tenant_id=ATTACKER, limit=10)[0] == []
     assert [(e["table"], e["tenant"], e["task_id"]) for e in refusals(logs)] == [
@@ -106,22 +104,22 @@ def test_an_execution_row_of_another_tenant_is_not_moved_or_changed(any_engine: 
 def test_a_run_and_its_task_row_written_together_change_neither(any_engine: Engine) -> None:
     victim_rows(any_engine)
     with capture_logs() as logs:
-        save_run(any_engine, execution("b-task:1", "b-task", ATTACKER, status="FAILED", dead_letter="open"),
-                 snapshot("b-task", ATTACKER, version=10**12, name="x", status="FAILED"))
+        workflow_rows(any_engine, execution("b-task:1", "b-task", ATTACKER, status="FAILED", dead_letter="open"),
+                      snapshot=snapshot("b-task", ATTACKER, version=10**12, name="x", status="FAILED"))
     assert_victim_unchanged(any_engine)
     assert {e["table"] for e in refusals(logs)} == {"task", "task_execution"}
 
 
 def test_a_started_run_of_another_tenant_does_not_touch_its_task(any_engine: Engine) -> None:
     victim_rows(any_engine)
-    mark_started(any_engine, execution("b-task:2", "b-task", ATTACKER, trigger="manual"))
+    jobs_worker_started(any_engine, execution("b-task:2", "b-task", ATTACKER, trigger="manual"))
     assert_victim_unchanged(any_engine)  # still PENDING: not shown RUNNING by A's run
     # A's row naming B's task is not inserted: it is listed neither in B's history nor,
     # joined with B's task, among A's dead letters.
     assert get_execution(any_engine, "b-task:2") is None
     rows, _ = list_executions(any_engine, task_id="b-task", limit=10, tenant_id=VICTIM)
     assert [r.id for r in rows] == ["b-task:1"]
-    save_execution(any_engine, execution("b-task:2", "b-task", ATTACKER, status="FAILED", dead_letter="open"))
+    workflow_rows(any_engine, execution("b-task:2", "b-task", ATTACKER, status="FAILED", dead_letter="open"))
     assert list_dead_letters(any_engine, tenant_id=ATTACKER, limit=10)[0] == []
 
 
@@ -133,15 +131,15 @@ async def test_batched_writes_refuse_the_foreign_one_and_commit_the_rest(any_eng
             for write in (
                 write_snapshot(any_engine, snapshot("a-task", ATTACKER, version=1, name="own")),
                 write_snapshot(any_engine, snapshot("b-task", ATTACKER, version=10**12, name="x")),
-                write_run(any_engine, execution("b-task:1", "b-task", ATTACKER, status="FAILED",
-                                                dead_letter="open"), None),
-                write_run(any_engine, execution("a-task:1", "a-task", ATTACKER, status="COMPLETED"), None),
+                write_record(any_engine, [execution("b-task:1", "b-task", ATTACKER, status="FAILED",
+                                                    dead_letter="open")], None),
+                write_record(any_engine, [execution("a-task:1", "a-task", ATTACKER, status="COMPLETED")], None),
             ):
                 await writer.submit(write)
     finally:
         await writer.aclose()
     assert_victim_unchanged(any_engine)
-    own = get_task(any_engine, "a-task", ATTACKER)
+    own = read_task(any_engine, "a-task", ATTACKER)
     assert own is not None and own.name == "own"
     own_run = get_execution(any_engine, "a-task:1")
     assert own_run is not None and own_run.status == "COMPLETED"
@@ -179,18 +177,18 @@ def test_execution_row_of_another_tenants_task_is_refused(any_engine: Engine) ->
     victim_rows(any_engine)
     with capture_logs() as logs:
         # A new row (no row of that id yet) naming B's task under A's tenant, by every writer.
-        save_execution(any_engine, execution("b-task:forged-1", "b-task", ATTACKER, status="FAILED",
+        workflow_rows(any_engine, execution("b-task:forged-1", "b-task", ATTACKER, status="FAILED",
                                              dead_letter="open", error="forged"))
-        mark_started(any_engine, execution("b-task:forged-2", "b-task", ATTACKER))
-        save_run(any_engine, execution("b-task:forged-3", "b-task", ATTACKER, status="COMPLETED"), None)
+        jobs_worker_started(any_engine, execution("b-task:forged-2", "b-task", ATTACKER))
+        workflow_rows(any_engine, execution("b-task:forged-3", "b-task", ATTACKER, status="COMPLETED"))
     for forged in ("b-task:forged-1", "b-task:forged-2", "b-task:forged-3"):
         assert get_execution(any_engine, forged) is None
     assert_victim_unchanged(any_engine)
     assert [(e["table"], e["row_id"], e["tenant"], e["owner_tenant"]) for e in refusals(logs)] == [
         ("task_execution", f"b-task:forged-{n}", ATTACKER, VICTIM) for n in (1, 2, 3)]
     # The task's own tenant still inserts its rows, and so does a run whose task has no row yet.
-    save_execution(any_engine, execution("b-task:2", "b-task", VICTIM, status="COMPLETED", attempts=1))
-    save_execution(any_engine, execution("c-task:1", "c-task", ATTACKER, status="COMPLETED"))
+    workflow_rows(any_engine, execution("b-task:2", "b-task", VICTIM, status="COMPLETED", attempts=1))
+    workflow_rows(any_engine, execution("c-task:1", "c-task", ATTACKER, status="COMPLETED"))
     own, unlisted = get_execution(any_engine, "b-task:2"), get_execution(any_engine, "c-task:1")
     assert own is not None and own.status == "COMPLETED" and own.scheduled_at == T0
     assert unlisted is not None and unlisted.tenant_id == ATTACKER

@@ -245,7 +245,8 @@ async def test_the_launcher_gives_up_on_a_part_that_keeps_exiting(dev_stack: Dev
 
 def test_dev_refuses_production_and_starts_nothing(tmp_path: Path) -> None:
     env = {**os.environ, "SCHEDULER_ENV": "production", "SCHEDULER_DATA_DIR": str(tmp_path / "data"),
-           "SCHEDULER_METRICS_TOKEN": "scrape-me-0123456789"}
+           "SCHEDULER_METRICS_TOKEN": "scrape-me-0123456789",
+           "SCHEDULER_SIGNING_KEY": "c2lnbmluZy1rZXktZm9yLXRoZS1jb21wb3NlLXRlc3Q="}
     env.pop("SCHEDULER_DEV_API_KEY", None)
     ran = subprocess.run([sys.executable, "-m", "cli.main", "dev"], env=env, capture_output=True,
                          text=True, timeout=60, cwd=Path(__file__).resolve().parents[2])

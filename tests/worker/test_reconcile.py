@@ -10,11 +10,11 @@ from sqlalchemy import Engine, delete
 from temporalio.client import WorkflowExecutionStatus
 from temporalio.testing import WorkflowEnvironment
 
-from scheduling.records import ExecutionRecord, TaskSnapshot
 from scheduling.status import workflow_id
-from store.models import Task
-from store.tasks import get_task, list_executions, save_execution, save_snapshot
+from store.models import ExecutionRecord, Task, TaskSnapshot
+from store.tasks import list_executions, read_task, save_snapshot
 from tests.conftest import new_worker
+from tests.store.writes import workflow_rows
 from tests.workflows.helpers import spec, start_task, until
 from worker.reconcile import Reconciler
 from workflows.task import TaskWorkflow
@@ -36,7 +36,7 @@ async def test_row_without_workflow_is_restarted_and_runs(dev_env: WorkflowEnvir
         assert task_id in report.restarted
 
         async def done() -> bool:
-            row = get_task(sqlite_engine, task_id, "t1")
+            row = read_task(sqlite_engine, task_id, "t1")
             return row is not None and row.status == "COMPLETED"
 
         await until(done)
@@ -55,7 +55,7 @@ async def test_terminated_workflow_marks_row_and_lost_row_is_rewritten(
         ids = [h.id.removeprefix("task-") for h in (terminated, orphan)]
 
         async def rows_written() -> bool:
-            return all(get_task(sqlite_engine, i, "t1") is not None for i in ids)
+            return all(read_task(sqlite_engine, i, "t1") is not None for i in ids)
 
         await until(rows_written)
         await terminated.terminate("operator cleanup")
@@ -67,10 +67,10 @@ async def test_terminated_workflow_marks_row_and_lost_row_is_rewritten(
         await asyncio.sleep(1.1)
         report = await reconciler.reconcile_once()
     assert ids[0] in report.marked
-    marked = get_task(sqlite_engine, ids[0], "t1")
+    marked = read_task(sqlite_engine, ids[0], "t1")
     assert marked is not None and marked.status == "CANCELLED" and "terminated" in (marked.status_reason or "")
     assert ids[1] in report.rows_written
-    rewritten = get_task(sqlite_engine, ids[1], "t1")
+    rewritten = read_task(sqlite_engine, ids[1], "t1")
     assert rewritten is not None and rewritten.name == "orphan" and rewritten.status == "PENDING"
     assert rewritten.next_run_at is not None
 
@@ -86,7 +86,7 @@ async def test_passes_after_the_first_list_only_workflows_closed_since(
         ids = [h.id.removeprefix("task-") for h in handles]
 
         async def rows_written() -> bool:
-            return all(get_task(sqlite_engine, i, "t1") is not None for i in ids)
+            return all(read_task(sqlite_engine, i, "t1") is not None for i in ids)
 
         await until(rows_written)
         reconciler = Reconciler(sqlite_engine, dev_env.client, worker.task_queue, grace=timedelta(0))
@@ -104,11 +104,11 @@ async def test_passes_after_the_first_list_only_workflows_closed_since(
         # The pass that repaired it read one workflow from visibility, not the three running.
         assert not any(p.full for p in passes)
         assert passes[-1].listed == 1
-        marked = get_task(sqlite_engine, ids[0], "t1")
+        marked = read_task(sqlite_engine, ids[0], "t1")
         assert marked is not None and marked.status == "CANCELLED"
         again = await reconciler.reconcile_once()  # still listed, but its row is no longer active
         assert not again.full and again.listed == 1 and not again.marked
-        assert [get_task(sqlite_engine, i, "t1").status for i in ids[1:]] == ["PENDING", "PENDING"]  # type: ignore[union-attr]
+        assert [read_task(sqlite_engine, i, "t1").status for i in ids[1:]] == ["PENDING", "PENDING"]  # type: ignore[union-attr]
 
         every_pass_full = Reconciler(sqlite_engine, dev_env.client, worker.task_queue,
                                      grace=timedelta(0), full_every=timedelta(0))
@@ -135,7 +135,7 @@ async def test_a_restarted_paused_task_stays_paused_and_counts_only_its_schedule
     for n, trigger in enumerate(["schedule", "manual", "schedule", "manual", "manual"]):
         at = created + timedelta(seconds=n)
         run_id = f"{task_id}:{'manual-' if trigger == 'manual' else ''}{at.isoformat()}"
-        save_execution(sqlite_engine, ExecutionRecord(
+        workflow_rows(sqlite_engine, ExecutionRecord(
             id=run_id, task_id=task_id, tenant_id="t1", scheduled_at=at, trigger=trigger,
             status="COMPLETED", started_at=at, finished_at=at))
     async with new_worker(dev_env.client, sqlite_engine) as worker:

@@ -48,7 +48,6 @@ async def start_task(
     task_queue: str,
     task_spec: TaskSpec,
     *,
-    history_limit: int = 10_000,
     task_id: str | None = None,
 ) -> TaskHandle:
     """Start a task workflow the way the API does."""
@@ -61,7 +60,6 @@ async def start_task(
             tenant_id="t1",
             spec=task_spec,
             created_at=now,
-            history_limit=history_limit,
         ),
         id=workflow_id(task_id),
         task_queue=task_queue,

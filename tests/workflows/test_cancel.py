@@ -4,14 +4,17 @@ through the plain `cancel` signal operators send with the Temporal CLI."""
 from __future__ import annotations
 
 import asyncio
-from datetime import timedelta
+import uuid
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from sqlalchemy import Engine
 from temporalio.testing import WorkflowEnvironment
 
-from scheduling.status import TaskStatus
-from store.tasks import get_task
+from activities.options import RunOptions
+from jobs.handlers import HandlerContext
+from scheduling.status import TaskStatus, workflow_id
+from store.tasks import read_task
 from tests.conftest import new_worker
 from tests.workflows.helpers import (
     Blocker,
@@ -22,6 +25,8 @@ from tests.workflows.helpers import (
     start_task,
     until,
 )
+from workflows.starter import start_task_workflow
+from workflows.state import TaskState
 from workflows.task import TaskWorkflow
 
 
@@ -47,7 +52,7 @@ async def test_cancel_while_sleeping(
     assert state.status is TaskStatus.CANCELLED and state.status_reason == "no longer needed"
     assert state.run_count == 0 and state.next_fire_at is None
     assert executions(sqlite_engine, state.task_id) == []
-    row = get_task(sqlite_engine, state.task_id, "t1")
+    row = read_task(sqlite_engine, state.task_id, "t1")
     assert row is not None
     assert (row.status, row.status_reason, row.next_run_at) == (
         "CANCELLED",
@@ -87,6 +92,63 @@ async def test_cancel_while_running_cancels_the_job_through_its_heartbeats(
     [run] = executions(sqlite_engine, state.task_id)
     assert run.status == "CANCELLED" and run.finished_at is not None
     assert run.scheduled_at == now + timedelta(hours=1)
-    row = get_task(sqlite_engine, state.task_id, "t1")
+    row = read_task(sqlite_engine, state.task_id, "t1")
     assert row is not None and (row.status, row.status_reason) == ("CANCELLED", "stop it")
     assert row.last_run_status == "CANCELLED"
+
+
+class BlockEach:
+    """A handler that heartbeats until cancelled; one started event per execution id."""
+
+    def __init__(self) -> None:
+        self.started: dict[str, asyncio.Event] = {}
+
+    def event(self, task_id: str) -> asyncio.Event:
+        return self.started.setdefault(task_id, asyncio.Event())
+
+    async def __call__(self, ctx: HandlerContext) -> None:
+        self.event(ctx.task_id).set()
+        while True:
+            ctx.heartbeat()
+            await asyncio.sleep(0.05)
+
+
+async def test_a_job_cancelled_the_moment_it_starts_is_recorded_cancelled_while_running(
+    dev_env: WorkflowEnvironment, sqlite_engine: Engine
+) -> None:
+    # A cancel a few milliseconds before a dispatched run's instant reaches its job only with
+    # the job's next heartbeat, just after it started: the run is recorded as what it was
+    # (started: CANCELLED and counted, and the cancel's answer lists it; or SKIPPED).
+    blocker = BlockEach()
+    base = datetime.now(UTC) + timedelta(seconds=3)
+    run_ats = [base + timedelta(seconds=0.4 * n) for n in range(8)]
+    async with new_worker(dev_env.client, sqlite_engine, handlers={"block": blocker},
+                          run_options=RunOptions(lead_seconds=2)) as worker:
+        handles = []
+        for run_at in run_ats:
+            task = spec(schedule_type="once", run_at=run_at, job_details=handler_job("block"),
+                        heartbeat_timeout_seconds=2)
+            task_id = uuid.uuid4().hex
+            await start_task_workflow(dev_env.client, task_queue=worker.task_queue,
+                                      task_id=task_id, tenant_id="t1", spec=task,
+                                      created_at=datetime.now(UTC))
+            handles.append(dev_env.client.get_workflow_handle_for(TaskWorkflow.run,
+                                                                  workflow_id(task_id)))
+
+        async def cancel_at(handle: TaskHandle, run_at: datetime, early: float) -> TaskState:
+            await asyncio.sleep((run_at - datetime.now(UTC)).total_seconds() - early)
+            await handle.execute_update(TaskWorkflow.cancel_update, "at the start")
+            return await asyncio.wait_for(handle.result(), timeout=30)
+
+        finals = await asyncio.gather(*(cancel_at(h, at, 0.005 * n)
+                                        for n, (h, at) in enumerate(zip(handles, run_ats, strict=True))))
+    for final in finals:
+        [row] = executions(sqlite_engine, final.task_id)
+        if blocker.event(final.task_id).is_set():
+            assert (row.status, row.error, final.cancelled_count, final.run_count) == (
+                "CANCELLED", "cancelled while running", 1, 1), row
+            assert final.started_before_cancel == [row.id]  # the cancel's answer says so
+        else:
+            assert (row.status, row.reason, final.run_count) == ("SKIPPED", "cancelled", 0), row
+    print("started before the cancel reached them:",
+          sum(1 for f in finals if blocker.event(f.task_id).is_set()), "of", len(finals))

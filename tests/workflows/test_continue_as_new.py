@@ -7,8 +7,9 @@ from datetime import timedelta
 from sqlalchemy import Engine
 from temporalio.testing import WorkflowEnvironment
 
+from activities.options import RunOptions
 from scheduling.status import TaskStatus
-from store.tasks import get_task
+from store.tasks import read_task
 from tests.conftest import new_worker
 from tests.workflows.helpers import executions, running_task, spec, start_task, statuses, task_state
 from workflows.task import TaskWorkflow
@@ -18,8 +19,8 @@ async def test_continue_as_new_preserves_counts_schedule_and_spec(
     time_env: WorkflowEnvironment, sqlite_engine: Engine
 ) -> None:
     task = spec(schedule_type="interval", interval_seconds=600, max_runs=8, task_name="nightly")
-    async with new_worker(time_env.client, sqlite_engine) as worker:
-        handle = await start_task(time_env, worker.task_queue, task, history_limit=30)
+    async with new_worker(time_env.client, sqlite_engine, run_options=RunOptions(history_limit=30)) as worker:
+        handle = await start_task(time_env, worker.task_queue, task)
         await time_env.sleep(timedelta(minutes=45))
         midway = await task_state(handle)
         state = await handle.result()
@@ -36,7 +37,7 @@ async def test_continue_as_new_preserves_counts_schedule_and_spec(
         state.created_at + timedelta(minutes=10 * k) for k in range(1, 9)
     ]
     assert statuses(rows) == ["COMPLETED"] * 8
-    row = get_task(sqlite_engine, state.task_id, "t1")
+    row = read_task(sqlite_engine, state.task_id, "t1")
     assert row is not None and (row.status, row.run_count, row.success_count) == ("COMPLETED", 8, 8)
 
 
@@ -45,8 +46,8 @@ async def test_continue_as_new_keeps_a_task_paused(
 ) -> None:
     task = spec(schedule_type="interval", interval_seconds=600)
     async with (
-        new_worker(time_env.client, sqlite_engine) as worker,
-        running_task(time_env, worker.task_queue, task, history_limit=30) as handle,
+        new_worker(time_env.client, sqlite_engine, run_options=RunOptions(history_limit=30)) as worker,
+        running_task(time_env, worker.task_queue, task) as handle,
     ):
         await time_env.sleep(timedelta(minutes=25))
         await handle.execute_update(TaskWorkflow.pause_update, "hold")
@@ -62,3 +63,23 @@ async def test_continue_as_new_keeps_a_task_paused(
     assert state.paused and state.status is TaskStatus.PAUSED and state.status_reason == "hold"
     assert state.run_count == 2
     assert statuses(executions(sqlite_engine, state.task_id)) == ["COMPLETED", "COMPLETED"]
+
+
+async def test_a_changed_history_limit_reaches_a_running_task_at_its_next_continue_as_new(
+    time_env: WorkflowEnvironment, sqlite_engine: Engine
+) -> None:
+    task = spec(schedule_type="interval", interval_seconds=600, max_runs=30)
+    options = RunOptions(history_limit=30)
+    async with new_worker(time_env.client, sqlite_engine, run_options=options) as worker:
+        handle = await start_task(time_env, worker.task_queue, task)
+        await time_env.sleep(timedelta(minutes=45))
+        before = await task_state(handle)
+        options.history_limit = 10_000  # the worker's setting changes (as after a restart)
+        state = await handle.result()
+
+    # The workflow run going on keeps the limit it was given (and one that began while the
+    # limit changed may have been given the old one too): it continues as new once more, the
+    # run after it takes the new limit and goes to the end, where the old one would have
+    # continued as new every few fires.
+    assert before.continued_as_new > 0 and before.run_count < 10 and state.run_count == 30
+    assert before.continued_as_new + 1 <= state.continued_as_new <= before.continued_as_new + 2

@@ -12,7 +12,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from scheduling.spec import ScheduleType, TaskChanges
 from scheduling.status import TaskStatus
-from store.tasks import get_task
+from store.tasks import read_task
 from tests.conftest import new_worker
 from tests.workflows.helpers import (
     executions,
@@ -45,7 +45,7 @@ async def test_update_cron_while_sleeping_replans_at_once(
         )
         assert updated.spec.cron == "30 12 * * *"
         assert updated.next_fire_at == next_utc(before, 12, 30)
-        row = get_task(sqlite_engine, updated.task_id, "t1")
+        row = read_task(sqlite_engine, updated.task_id, "t1")
         assert row is not None and row.next_run_at == updated.next_fire_at
         assert row.spec["cron"] == "30 12 * * *"
         state = await handle.result()
@@ -125,15 +125,15 @@ async def test_invalid_update_is_rejected_and_changes_nothing(
     ):
         await time_env.sleep(timedelta(minutes=1))
         before = await task_state(handle)
-        row_before = get_task(sqlite_engine, before.task_id, "t1")
+        row_before = read_task(sqlite_engine, before.task_id, "t1")
         with pytest.raises(WorkflowUpdateFailedError) as refused:
             await handle.execute_update(TaskWorkflow.update_task, changes)
         assert message in str(refused.value.cause)
         after = await task_state(handle)
         assert after == before
-        row_after = get_task(sqlite_engine, before.task_id, "t1")
+        row_after = read_task(sqlite_engine, before.task_id, "t1")
         assert row_before is not None and row_after is not None
-        assert row_after.model_dump() == row_before.model_dump()
+        assert row_after._asdict() == row_before._asdict()
 
 
 @pytest.mark.parametrize("via", ["update", "signal"])
@@ -154,7 +154,7 @@ async def test_pause_stops_runs_and_records_the_fires_inside_it(
         state = await task_state(handle)
         assert state.status is TaskStatus.PAUSED and state.run_count == 0
         assert executions(sqlite_engine, state.task_id) == []
-        row = get_task(sqlite_engine, state.task_id, "t1")
+        row = read_task(sqlite_engine, state.task_id, "t1")
         assert row is not None
         assert (row.status, row.status_reason, row.next_run_at) == ("PAUSED", "maintenance", None)
 

@@ -9,7 +9,7 @@ from sqlalchemy import Engine
 from temporalio.testing import WorkflowEnvironment
 
 from scheduling.status import TaskStatus
-from store.tasks import get_task
+from store.tasks import read_task
 from tests.conftest import new_worker
 from tests.workflows.helpers import (
     executions,
@@ -56,7 +56,7 @@ async def test_daily_cron_runs_at_ten_berlin_each_day_until_max_runs(
         assert row.started_at is not None and row.finished_at is not None
         # no drift: every run starts on its own scheduled time, not later and later
         assert timedelta(0) <= row.started_at - row.scheduled_at < timedelta(seconds=1)
-    task_row = get_task(sqlite_engine, state.task_id, "t1")
+    task_row = read_task(sqlite_engine, state.task_id, "t1")
     assert task_row is not None
     assert (task_row.status, task_row.run_count, task_row.next_run_at) == ("COMPLETED", 4, None)
     assert task_row.last_run_at == expected[-1] and task_row.last_run_status == "COMPLETED"
@@ -78,7 +78,7 @@ async def test_future_start_date_makes_the_task_wait(
         assert waiting.status is TaskStatus.PENDING and waiting.run_count == 0
         assert waiting.next_fire_at == first
         assert executions(sqlite_engine, waiting.task_id) == []
-        row = get_task(sqlite_engine, waiting.task_id, "t1")
+        row = read_task(sqlite_engine, waiting.task_id, "t1")
         assert row is not None and row.next_run_at == first
         state = await handle.result()
 
@@ -108,5 +108,5 @@ async def test_end_date_ends_the_task_completed(
         state.created_at + timedelta(hours=h) for h in (1, 2, 3)
     ]
     assert statuses(rows) == ["COMPLETED"] * 3
-    task_row = get_task(sqlite_engine, state.task_id, "t1")
+    task_row = read_task(sqlite_engine, state.task_id, "t1")
     assert task_row is not None and task_row.status == "COMPLETED" and task_row.run_count == 3

@@ -9,7 +9,7 @@ from sqlalchemy import Engine
 from temporalio.testing import WorkflowEnvironment
 
 from scheduling.status import TaskStatus
-from store.tasks import get_task
+from store.tasks import read_task
 from tests.conftest import new_worker
 from tests.target import TargetServer
 from tests.workflows.helpers import Failing, executions, handler_job, spec, start_task
@@ -37,7 +37,7 @@ async def test_failing_handler_is_retried_then_the_run_and_the_task_fail(
     [run] = executions(sqlite_engine, state.task_id)
     assert (run.status, run.attempts) == ("FAILED", 3)
     assert run.error is not None and "RuntimeError: boom #3" in run.error
-    row = get_task(sqlite_engine, state.task_id, "t1")
+    row = read_task(sqlite_engine, state.task_id, "t1")
     assert row is not None
     assert (row.status, row.failure_count, row.last_run_status) == ("FAILED", 1, "FAILED")
 

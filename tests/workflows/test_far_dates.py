@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 from sqlalchemy import Engine
 
 from scheduling.status import TaskStatus
-from store.tasks import get_task, list_executions
+from store.tasks import list_executions, read_task
 from tests.conftest import new_worker, start_time_skipping
 from tests.workflows.helpers import spec, start_task
 from workflows.record import RUN_WRITES, state_version
@@ -47,7 +47,7 @@ async def test_a_task_whose_run_starts_after_2262_keeps_its_row(sqlite_engine: E
         await env.shutdown()
 
     assert state.status is TaskStatus.COMPLETED
-    row = get_task(sqlite_engine, state.task_id, "t1")
+    row = read_task(sqlite_engine, state.task_id, "t1")
     assert row is not None and row.status == "COMPLETED" and row.run_count == 1
     assert BIGINT_MAX >= row.state_version > state_version(now - timedelta(seconds=1), 0)
     runs, _ = list_executions(sqlite_engine, task_id=state.task_id, limit=10)

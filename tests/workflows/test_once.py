@@ -8,7 +8,7 @@ from sqlalchemy import Engine
 from temporalio.testing import WorkflowEnvironment
 
 from scheduling.status import TaskStatus
-from store.tasks import get_task, list_executions
+from store.tasks import list_executions, read_task
 from tests.conftest import new_worker
 from tests.workflows.helpers import spec, start_task
 
@@ -24,7 +24,7 @@ async def test_once_task_runs_at_run_at_and_completes(
     assert state.status is TaskStatus.COMPLETED
     assert state.run_count == 1 and state.success_count == 1
     task_id = state.task_id
-    row = get_task(sqlite_engine, task_id, "t1")
+    row = read_task(sqlite_engine, task_id, "t1")
     assert row is not None and row.status == "COMPLETED" and row.next_run_at is None
     executions, _ = list_executions(sqlite_engine, task_id=task_id, limit=10)
     assert [e.status for e in executions] == ["COMPLETED"]

@@ -10,6 +10,7 @@ from datetime import timedelta
 from sqlalchemy import Engine
 from temporalio.testing import WorkflowEnvironment
 
+from activities.options import RunOptions
 from scheduling.policy import UNTAKEN_AFTER
 from scheduling.spec import TaskChanges
 from scheduling.status import TaskStatus
@@ -131,8 +132,8 @@ async def test_fires_inside_a_pause_are_recorded_across_a_continue_as_new(
     time_env: WorkflowEnvironment, sqlite_engine: Engine
 ) -> None:
     task = spec(schedule_type="interval", interval_seconds=1800, max_runs=1)
-    async with new_worker(time_env.client, sqlite_engine) as worker:
-        handle = await start_task(time_env, worker.task_queue, task, history_limit=30)
+    async with new_worker(time_env.client, sqlite_engine, run_options=RunOptions(history_limit=30)) as worker:
+        handle = await start_task(time_env, worker.task_queue, task)
         await time_env.sleep(10 * MINUTES)
         await handle.execute_update(TaskWorkflow.pause_update, "hold")
         await time_env.sleep(65 * MINUTES)  # fires at +30, +60
@@ -158,8 +159,8 @@ async def test_a_run_of_the_old_schedule_that_comes_back_after_an_update_is_skip
     job = Counting()
     task = spec(schedule_type="interval", interval_seconds=14, max_runs=1,
                 job_details=handler_job("count"))
-    async with split_workers(dev_env, sqlite_engine, job) as (queue, up, _):
-        handle = await start_ahead(dev_env, queue, task, lead=10)
+    async with split_workers(dev_env, sqlite_engine, job, lead=10) as (queue, up, _):
+        handle = await start_ahead(dev_env, queue, task)
         first = (await task_state(handle)).created_at + timedelta(seconds=14)
         # Re-timed 1.5 s before the run sent ahead reaches its instant: too near to withdraw,
         # and no jobs worker takes it.

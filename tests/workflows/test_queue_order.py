@@ -6,6 +6,7 @@ from sqlalchemy import Engine
 from temporalio.api.enums.v1 import EventType
 from temporalio.testing import WorkflowEnvironment
 
+from activities.options import RunOptions
 from scheduling.status import TaskStatus
 from tests.conftest import new_worker
 from tests.workflows.helpers import TaskHandle, executions, handler_job, running_task, spec
@@ -38,8 +39,9 @@ async def test_allow_fires_held_while_draining_start_oldest_first_and_the_queue_
     task = spec(schedule_type="interval", interval_seconds=1, overlap_policy="allow",
                 job_details=handler_job("slow"), max_runs=24)
     async with (
-        new_worker(time_env.client, sqlite_engine, handlers={"slow": job}) as worker,
-        running_task(time_env, worker.task_queue, task, history_limit=60) as handle,
+        new_worker(time_env.client, sqlite_engine, handlers={"slow": job},
+                   run_options=RunOptions(history_limit=60)) as worker,
+        running_task(time_env, worker.task_queue, task) as handle,
     ):
         final = await handle.result()
         carried = await carried_states(time_env, handle)

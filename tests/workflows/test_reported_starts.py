@@ -14,6 +14,7 @@ import httpx
 from sqlalchemy import Engine
 from temporalio.testing import WorkflowEnvironment
 
+from activities.options import RunOptions
 from jobs.handlers import HandlerContext
 from scheduling.policy import UNTAKEN_AFTER
 from scheduling.spec import TaskSpec
@@ -46,15 +47,17 @@ class Counting:
 
 
 @asynccontextmanager
-async def split_workers(env: WorkflowEnvironment, engine: Engine, job: Counting
+async def split_workers(env: WorkflowEnvironment, engine: Engine, job: Counting, *, lead: float
                         ) -> AsyncIterator[tuple[str, asyncio.Event, asyncio.Event]]:
-    """A workflow worker, and a jobs worker that runs from ``up.set()`` until ``down.set()``."""
+    """A workflow worker dispatching ``lead`` seconds ahead, and a jobs worker that runs from
+    ``up.set()`` until ``down.set()``."""
     queue = f"tq-{uuid.uuid4()}"
     up, down = asyncio.Event(), asyncio.Event()
     executor = ThreadPoolExecutor(max_workers=4)
     async with httpx.AsyncClient() as http:
         activities = build_activities(engine=engine, http=http, client=env.client,
-                                      extra_handlers={"count": job})
+                                      extra_handlers={"count": job},
+                                      run_options=RunOptions(lead_seconds=lead))
         workflows = build_workflow_worker(env.client, task_queue=queue, activities=activities,
                                           executor=executor)
 
@@ -74,10 +77,10 @@ async def split_workers(env: WorkflowEnvironment, engine: Engine, job: Counting
     executor.shutdown(wait=False)
 
 
-async def start_ahead(env: WorkflowEnvironment, queue: str, task: TaskSpec, lead: float) -> TaskHandle:
+async def start_ahead(env: WorkflowEnvironment, queue: str, task: TaskSpec) -> TaskHandle:
     task_id = uuid.uuid4().hex
     await start_task_workflow(env.client, task_queue=queue, task_id=task_id, tenant_id="t1",
-                              spec=task, created_at=await env.get_current_time(), lead_seconds=lead)
+                              spec=task, created_at=await env.get_current_time())
     return env.client.get_workflow_handle_for(TaskWorkflow.run, workflow_id(task_id))
 
 
@@ -87,8 +90,8 @@ async def test_a_run_sent_ahead_to_no_jobs_worker_is_not_running_and_its_fire_is
     job = Counting()
     task = spec(schedule_type="interval", interval_seconds=4, overlap_policy="skip",
                 missed_run_policy="single_catchup", job_details=handler_job("count"), max_runs=4)
-    async with split_workers(dev_env, sqlite_engine, job) as (queue, up, _):
-        handle = await start_ahead(dev_env, queue, task, lead=2)
+    async with split_workers(dev_env, sqlite_engine, job, lead=2) as (queue, up, _):
+        handle = await start_ahead(dev_env, queue, task)
         # Fires come and go while no jobs worker runs: nothing is running, nothing overlaps.
         await asyncio.sleep(4 + 4 + UNTAKEN_AFTER.total_seconds() + 1)
         waiting = await task_state(handle)
@@ -110,12 +113,12 @@ async def test_cancel_just_before_a_dispatched_instant_starts_no_run(
     dev_env: WorkflowEnvironment, sqlite_engine: Engine
 ) -> None:
     job = Counting()
-    async with split_workers(dev_env, sqlite_engine, job) as (queue, up, _):
+    async with split_workers(dev_env, sqlite_engine, job, lead=6) as (queue, up, _):
         up.set()
         now = await dev_env.get_current_time()
         task = spec(schedule_type="once", run_at=now + timedelta(seconds=8),
                     job_details=handler_job("count"))
-        handle = await start_ahead(dev_env, queue, task, lead=6)
+        handle = await start_ahead(dev_env, queue, task)
 
         async def dispatched() -> bool:
             return bool((await task_state(handle)).running)
@@ -144,12 +147,12 @@ async def test_a_trigger_before_a_dispatched_instant_meets_the_overlap_policy(
     dev_env: WorkflowEnvironment, sqlite_engine: Engine
 ) -> None:
     job = Counting(seconds=14)
-    async with split_workers(dev_env, sqlite_engine, job) as (queue, up, _):
+    async with split_workers(dev_env, sqlite_engine, job, lead=8) as (queue, up, _):
         up.set()
         now = await dev_env.get_current_time()
         task = spec(schedule_type="once", run_at=now + timedelta(seconds=10),
                     job_details=handler_job("count"), overlap_policy="skip")
-        handle = await start_ahead(dev_env, queue, task, lead=8)
+        handle = await start_ahead(dev_env, queue, task)
 
         async def dispatched() -> bool:
             return bool((await task_state(handle)).running)

@@ -13,7 +13,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from jobs.handlers import HandlerContext
 from scheduling.status import DeadLetter, TaskStatus
-from store.tasks import get_task, scheduled_runs_executed, set_dead_letter
+from store.tasks import read_task, scheduled_runs_executed, set_dead_letter
 from tests.conftest import new_worker
 from tests.workflows.helpers import (
     executions,
@@ -31,7 +31,7 @@ from workflows.task import TaskWorkflow
 
 def assert_counters_match_rows(engine: Engine, task_id: str) -> None:
     """The task row's counters are what its execution rows say."""
-    row = get_task(engine, task_id, "t1")
+    row = read_task(engine, task_id, "t1")
     assert row is not None
     outcomes = Counter(r.status for r in executions(engine, task_id))
     assert (row.run_count, row.success_count, row.failure_count, row.skipped_count) == (
@@ -43,11 +43,11 @@ async def test_a_run_no_worker_started_then_cancelled_is_skipped_and_not_counted
     dev_env: WorkflowEnvironment, sqlite_engine: Engine
 ) -> None:
     job = Counting()
-    async with split_workers(dev_env, sqlite_engine, job) as (queue, _up, _down):  # no jobs worker
+    async with split_workers(dev_env, sqlite_engine, job, lead=0) as (queue, _up, _down):  # no jobs worker
         now = await dev_env.get_current_time()
         task = spec(schedule_type="interval", interval_seconds=3600, start_date=now + timedelta(seconds=2),
                     max_runs=2, job_details=handler_job("count"))
-        handle = await start_ahead(dev_env, queue, task, lead=0)
+        handle = await start_ahead(dev_env, queue, task)
 
         async def sent() -> bool:
             return bool((await task_state(handle)).running)

@@ -24,7 +24,7 @@ import os
 import random
 import uuid
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -36,17 +36,20 @@ from sqlalchemy import Engine
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
+from activities.options import RunOptions
 from jobs.handlers import HandlerContext
 from scheduling import policy
 from scheduling.fire import first_fire
 from scheduling.spec import TaskChanges
 from scheduling.status import TaskStatus, workflow_id
+from store.engine import make_engine, migrate
 from tests.conftest import new_worker
+from tests.faults.processes import PostgresCluster
 from tests.workflows.helpers import executions, handler_job, spec, task_state, until
-from worker.build import ActivitySet, build_activities, build_jobs_worker, build_workflow_worker
+from worker.build import build_activities, build_jobs_worker, build_workflow_worker
 from workflows import attributes
 from workflows.starter import start_task_workflow
-from workflows.state import TaskState, TaskWorkflowInput
+from workflows.state import ReplayRequest, TaskState, TaskWorkflowInput
 from workflows.task import TaskWorkflow
 
 EXAMPLES = int(os.environ.get("SEAM_EXAMPLES", "3"))
@@ -63,16 +66,19 @@ class Attempt:
 
 
 class Recording:
-    """A handler that takes a random short time, heartbeating; records each attempt."""
+    """A handler that takes a random short time, heartbeating, and fails at random; records
+    each attempt."""
 
-    def __init__(self, rng: random.Random) -> None:
+    def __init__(self, rng: random.Random, failing: float = 0.0) -> None:
         self.rng = rng
+        self.failing = failing
         self.attempts: list[Attempt] = []
 
     async def __call__(self, ctx: HandlerContext) -> None:
         attempt = Attempt(ctx.execution_id, datetime.now(UTC))
         self.attempts.append(attempt)
         seconds = self.rng.uniform(0.1, 2.5)
+        fails = self.rng.random() < self.failing
         loop = asyncio.get_running_loop()
         deadline = loop.time() + seconds
         try:
@@ -81,6 +87,8 @@ class Recording:
                 await asyncio.sleep(0.05)
         finally:
             attempt.ended = datetime.now(UTC)
+        if fails:
+            raise RuntimeError("the seam handler failed, as asked")
 
 
 @dataclass
@@ -91,22 +99,23 @@ class Story:
     pauses: list[tuple[datetime, datetime]] = field(default_factory=list)
     updates: list[datetime] = field(default_factory=list)
     triggers: int = 0
+    replays: list[str] = field(default_factory=list)  # execution ids
+    workflow_outages: list[tuple[datetime, datetime]] = field(default_factory=list)
     cancel_sent: datetime | None = None
     cancel_returned: datetime | None = None
     log: list[str] = field(default_factory=list)
 
 
-class JobsWorker:
-    """The jobs worker of a queue, stopped and started again for outages."""
+class Stoppable:
+    """A worker that the test stops and starts again for outages."""
 
-    def __init__(self, env: WorkflowEnvironment, queue: str, activities: ActivitySet) -> None:
-        self.env, self.queue, self.activities = env, queue, activities
+    def __init__(self, build: Callable[[], Worker]) -> None:
+        self.build = build
         self.worker: Worker | None = None
         self.running: asyncio.Task[None] | None = None
 
     def start(self) -> None:
-        self.worker = build_jobs_worker(self.env.client, task_queue=self.queue,
-                                        activities=self.activities)
+        self.worker = self.build()
         self.running = asyncio.create_task(self.worker.run())
 
     async def stop(self) -> None:
@@ -116,24 +125,40 @@ class JobsWorker:
         self.worker = self.running = None
 
 
+@dataclass
+class Workers:
+    """The workflow worker and the jobs worker of one task queue."""
+
+    queue: str
+    workflows: Stoppable
+    jobs: Stoppable
+
+
 @asynccontextmanager
-async def _workers(env: WorkflowEnvironment, engine: Engine, job: Recording
-                   ) -> AsyncIterator[JobsWorker]:
-    """A workflow worker that stays up, and a jobs worker the test can stop."""
+async def _workers(env: WorkflowEnvironment, engine: Engine, job: Recording, *, lead: float = 0.0
+                   ) -> AsyncIterator[Workers]:
+    """A workflow worker (dispatching ``lead`` seconds ahead) and a jobs worker, each of which
+    the test can stop."""
     executor = ThreadPoolExecutor(max_workers=4)
     queue = f"tq-{uuid.uuid4()}"
     async with httpx.AsyncClient() as http:
         activities = build_activities(engine=engine, http=http, client=env.client,
-                                      extra_handlers={"seam": job})
-        async with build_workflow_worker(env.client, task_queue=queue, activities=activities,
-                                         executor=executor):
-            jobs = JobsWorker(env, queue, activities)
-            jobs.start()
-            try:
-                yield jobs
-            finally:
-                if jobs.worker is not None:
-                    await jobs.stop()
+                                      extra_handlers={"seam": job},
+                                      run_options=RunOptions(lead_seconds=lead))
+        workers = Workers(
+            queue,
+            Stoppable(lambda: build_workflow_worker(env.client, task_queue=queue,
+                                                    activities=activities, executor=executor)),
+            Stoppable(lambda: build_jobs_worker(env.client, task_queue=queue,
+                                                activities=activities)))
+        workers.workflows.start()
+        workers.jobs.start()
+        try:
+            yield workers
+        finally:
+            for worker in (workers.jobs, workers.workflows):
+                if worker.worker is not None:
+                    await worker.stop()
     executor.shutdown(wait=False)
 
 
@@ -141,12 +166,17 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
-async def _drive(rng: random.Random, env: WorkflowEnvironment, jobs: JobsWorker, story: Story,
-                 task_id: str) -> TaskState:
+STEPS = ["wait", "outage", "workflow outage", "database outage", "pause", "trigger", "update",
+         "replay"]
+
+
+async def _drive(rng: random.Random, env: WorkflowEnvironment, workers: Workers, story: Story,
+                 task_id: str, database: PostgresCluster | None, engine: Engine) -> TaskState:
     """Random steps, then the cancel; the final state."""
     handle = env.client.get_workflow_handle_for(TaskWorkflow.run, workflow_id(task_id))
     for _ in range(rng.randint(3, 6)):
-        step = rng.choice(["wait", "outage", "pause", "trigger", "update"])
+        step = rng.choice(STEPS if database is not None else
+                          [s for s in STEPS if s != "database outage"])
         if step == "wait":
             seconds = rng.uniform(1, 4)
             story.log.append(f"wait {seconds:.1f}")
@@ -154,9 +184,24 @@ async def _drive(rng: random.Random, env: WorkflowEnvironment, jobs: JobsWorker,
         elif step == "outage":
             seconds = rng.uniform(2, 12)
             story.log.append(f"outage {seconds:.1f}")
-            await jobs.stop()
+            await workers.jobs.stop()
             await asyncio.sleep(seconds)
-            jobs.start()
+            workers.jobs.start()
+        elif step == "workflow outage":
+            seconds = rng.uniform(1, 8)
+            story.log.append(f"workflow outage {seconds:.1f}")
+            went = _now()
+            await workers.workflows.stop()
+            await asyncio.sleep(seconds)
+            workers.workflows.start()  # a new worker: it replays the task's history first
+            story.workflow_outages.append((went, _now()))
+        elif step == "database outage":
+            assert database is not None
+            seconds = rng.uniform(1, 6)
+            story.log.append(f"database outage {seconds:.1f}")
+            await asyncio.to_thread(database.stop)
+            await asyncio.sleep(seconds)
+            await asyncio.to_thread(database.start)
         elif step == "pause":
             seconds = rng.uniform(1, 5)
             story.log.append(f"pause {seconds:.1f}")
@@ -169,6 +214,18 @@ async def _drive(rng: random.Random, env: WorkflowEnvironment, jobs: JobsWorker,
             story.log.append("trigger")
             await handle.execute_update(TaskWorkflow.trigger_update)
             story.triggers += 1
+            await asyncio.sleep(rng.uniform(0, 1))
+        elif step == "replay":
+            failed = [r for r in executions(engine, task_id)
+                      if r.status == "FAILED" and r.id not in story.replays]
+            if not failed:
+                story.log.append("replay (nothing failed)")
+                continue
+            row = rng.choice(failed)
+            story.log.append(f"replay {row.scheduled_at:%H:%M:%S.%f}")
+            await handle.execute_update(TaskWorkflow.replay_update, ReplayRequest(
+                execution_id=row.id, scheduled_at=row.scheduled_at))
+            story.replays.append(row.id)
             await asyncio.sleep(rng.uniform(0, 1))
         else:
             interval = rng.choice([1, 2, 3])
@@ -217,6 +274,11 @@ def _check(story: Story, job: Recording, rows: list, final: TaskState, overlap: 
     assert not extra, f"rows of no fire: {extra}"
     manual = [r for r in rows if r.trigger == "manual"]
     assert len(manual) == story.triggers, "each trigger is one run"
+    # A replay runs its failed run again under the same row, keeping its trigger.
+    by_id = {r.id: r for r in rows}
+    assert all(by_id[replayed].trigger != "replay" for replayed in story.replays)
+    assert all(sum(1 for t in job.attempts if t.execution_id == replayed) >= 2
+               for replayed in story.replays), "a replay with no job start"
 
     # Each SKIPPED reason only where what happened allows it.
     attempts = job.attempts
@@ -282,28 +344,38 @@ def _check(story: Story, job: Recording, rows: list, final: TaskState, overlap: 
     assert final.executed == sum(1 for r in scheduled if r.status in RAN)
 
 
+@pytest.mark.timeout(300)
 @pytest.mark.parametrize("seed", range(FIRST_SEED, FIRST_SEED + EXAMPLES))
-async def test_random_fires_outages_pauses_triggers_and_updates_keep_every_run_once(
-    dev_env: WorkflowEnvironment, sqlite_engine: Engine, seed: int
+async def test_random_fires_outages_messages_and_replays_keep_every_run_once(
+    dev_env: WorkflowEnvironment, pg_cluster: PostgresCluster, seed: int
 ) -> None:
     rng = random.Random(seed)
     interval = rng.choice([1, 2, 3])
     overlap = rng.choice(["skip", "buffer_one", "allow"])
     missed_policy = rng.choice(["skip", "single_catchup", "catchup"])
     lead = rng.choice([0.0, 1.5])
+    attempts = rng.choice([1, 2])
     task = spec(schedule_type="interval", interval_seconds=interval, overlap_policy=overlap,
                 missed_run_policy=missed_policy, job_details=handler_job("seam"),
-                heartbeat_timeout_seconds=5)
-    job = Recording(random.Random(seed))
-    story = Story(log=[f"interval {interval} overlap {overlap} missed {missed_policy} lead {lead}"])
+                heartbeat_timeout_seconds=5,
+                retry_policy={"max_attempts": attempts, "initial_interval_seconds": 0.5})
+    job = Recording(random.Random(seed), failing=0.3)
+    story = Story(log=[f"interval {interval} overlap {overlap} missed {missed_policy} lead {lead}"
+                       f" attempts {attempts}"])
     task_id = uuid.uuid4().hex
-    async with _workers(dev_env, sqlite_engine, job) as jobs:
-        created = _now()
-        await start_task_workflow(dev_env.client, task_queue=jobs.queue, task_id=task_id,
-                                  tenant_id="t1", spec=task, created_at=created, lead_seconds=lead)
-        story.segments.append((created, timedelta(seconds=interval)))
-        final = await asyncio.wait_for(_drive(rng, dev_env, jobs, story, task_id), 120)
-    rows = executions(sqlite_engine, task_id)
+    engine = make_engine(pg_cluster.url)
+    migrate(engine)
+    try:
+        async with _workers(dev_env, engine, job, lead=lead) as workers:
+            created = _now()
+            await start_task_workflow(dev_env.client, task_queue=workers.queue, task_id=task_id,
+                                      tenant_id="t1", spec=task, created_at=created)
+            story.segments.append((created, timedelta(seconds=interval)))
+            final = await asyncio.wait_for(
+                _drive(rng, dev_env, workers, story, task_id, pg_cluster, engine), 180)
+        rows = executions(engine, task_id)
+    finally:
+        engine.dispose()
     try:
         _check(story, job, rows, final, overlap, missed_policy, timedelta(seconds=lead))
     except AssertionError as failure:
@@ -350,9 +422,9 @@ async def test_a_trigger_near_the_instant_of_a_waiting_run_starts_after_that_run
     job = Recording(random.Random(0))
     task = spec(schedule_type="interval", interval_seconds=2, job_details=handler_job("seam"))
     task_id = uuid.uuid4().hex
-    async with _workers(dev_env, sqlite_engine, job) as jobs:
-        await start_task_workflow(dev_env.client, task_queue=jobs.queue, task_id=task_id,
-                                  tenant_id="t1", spec=task, created_at=_now(), lead_seconds=1.5)
+    async with _workers(dev_env, sqlite_engine, job, lead=1.5) as workers:
+        await start_task_workflow(dev_env.client, task_queue=workers.queue, task_id=task_id,
+                                  tenant_id="t1", spec=task, created_at=_now())
         handle = dev_env.client.get_workflow_handle_for(TaskWorkflow.run, workflow_id(task_id))
 
         async def sent() -> bool:
@@ -379,9 +451,9 @@ async def test_a_manual_run_cancelled_before_it_started_is_recorded_as_manual(
     # jobs worker took the run): its SKIPPED `cancelled` row said trigger `schedule`.
     task = spec(schedule_type="interval", interval_seconds=60, job_details=handler_job("seam"))
     task_id = uuid.uuid4().hex
-    async with _workers(dev_env, sqlite_engine, Recording(random.Random(0))) as jobs:
-        await jobs.stop()
-        await start_task_workflow(dev_env.client, task_queue=jobs.queue, task_id=task_id,
+    async with _workers(dev_env, sqlite_engine, Recording(random.Random(0))) as workers:
+        await workers.jobs.stop()
+        await start_task_workflow(dev_env.client, task_queue=workers.queue, task_id=task_id,
                                   tenant_id="t1", spec=task, created_at=_now())
         handle = dev_env.client.get_workflow_handle_for(TaskWorkflow.run, workflow_id(task_id))
         await handle.execute_update(TaskWorkflow.trigger_update)

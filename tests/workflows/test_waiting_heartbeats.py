@@ -9,6 +9,7 @@ from sqlalchemy import Engine
 from temporalio.testing import WorkflowEnvironment
 
 from activities.contracts import RUN_JOB
+from activities.options import RunOptions
 from scheduling.status import workflow_id
 from tests.conftest import new_worker
 from tests.workflows.helpers import spec
@@ -33,13 +34,14 @@ async def test_a_run_waiting_longer_than_twice_its_heartbeat_timeout_gets_half_i
     now = await dev_env.get_current_time()
     run_at = now + timedelta(seconds=8)
     ids = {"short": uuid.uuid4().hex, "usual": uuid.uuid4().hex}
-    async with new_worker(dev_env.client, sqlite_engine) as worker:
+    async with new_worker(dev_env.client, sqlite_engine,
+                          run_options=RunOptions(lead_seconds=20.0, max_lead_seconds=60.0)) as worker:
         for name, heartbeat in (("short", 2.0), ("usual", 30.0)):
             # A lead longer than the wait: the run goes out in the workflow's first task.
             await start_task_workflow(
                 dev_env.client, task_queue=worker.task_queue, task_id=ids[name], tenant_id="t1",
                 spec=spec(schedule_type="once", run_at=run_at, heartbeat_timeout_seconds=heartbeat),
-                created_at=now, lead_seconds=20.0, max_lead_seconds=60.0,
+                created_at=now,
             )
         short = await _run_job_heartbeat_timeouts(dev_env, ids["short"])
         usual = await _run_job_heartbeat_timeouts(dev_env, ids["usual"])

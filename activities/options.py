@@ -1,0 +1,50 @@
+"""The workflow worker's runtime options, handed to each task workflow run by a local activity.
+
+A workflow may not read settings (its code must replay the same anywhere): it asks the worker
+that runs it, once per workflow run, and the answer is recorded in its history."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from pydantic import BaseModel, Field
+from temporalio import activity
+
+from config.settings import Settings
+
+RUN_OPTIONS = "run_options"
+# The options reach a run before its first pass: a worker answers at once.
+RUN_OPTIONS_TIMEOUT = timedelta(seconds=10)
+
+
+class RunOptions(BaseModel):
+    """What a task workflow run takes from its worker (the defaults: no lead, as a workflow
+    started without options ran)."""
+
+    lead_seconds: float = Field(
+        default=0.0, ge=0,
+        description="dispatch each run this long before its instant; the job waits for the "
+        "instant on the worker's clock (0: dispatch at the instant)",
+    )
+    max_lead_seconds: float = Field(default=60.0, ge=0,
+                                    description="the lead grows with the task's backlog up to this")
+    history_limit: int = Field(default=10_000, gt=0, description="continue-as-new past this length")
+
+    @classmethod
+    def of(cls, settings: Settings) -> RunOptions:
+        """The options a workflow worker with these settings gives its workflow runs."""
+        return cls(lead_seconds=settings.dispatch.lead_seconds,
+                   max_lead_seconds=settings.dispatch.max_lead_seconds,
+                   history_limit=settings.worker.history_limit)
+
+
+class RunOptionsActivities:
+    """Answers a workflow run's question for its options with the worker's own."""
+
+    def __init__(self, options: RunOptions) -> None:
+        self._options = options
+
+    @activity.defn(name=RUN_OPTIONS)
+    async def run_options(self) -> RunOptions:
+        """This worker's options, for the workflow run that asks (a local activity)."""
+        return self._options

@@ -1,0 +1,108 @@
+"""The tenants' signing secrets: made on first use, rotated on request, encrypted at rest."""
+
+from __future__ import annotations
+
+import base64
+import os
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from cryptography.fernet import Fernet
+from sqlalchemy import Engine
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+from sqlmodel import col, select
+
+from store.models import SigningSecret
+
+SECRET_PREFIX = "whsec_"
+SECRET_BYTES = 32
+# Rotations at once: each that finds another's new secret current rotates that one instead.
+ROTATION_TRIES = 10
+
+
+def new_secret() -> str:
+    """A fresh signing secret: ``whsec_`` and 32 random bytes in base64 (Standard Webhooks)."""
+    return SECRET_PREFIX + base64.b64encode(os.urandom(SECRET_BYTES)).decode()
+
+
+class SecretBox:
+    """Encrypts secrets for the database and decrypts them back (Fernet: AES and an HMAC)."""
+
+    def __init__(self, key: str) -> None:
+        self._fernet = Fernet(key.encode())
+
+    def seal(self, secret: str) -> str:
+        return self._fernet.encrypt(secret.encode()).decode()
+
+    def open(self, sealed: str) -> str:
+        return self._fernet.decrypt(sealed.encode()).decode()
+
+
+@dataclass(frozen=True)
+class LiveSecret:
+    """A secret that signs now: the current one (no end) or one rotated out, until it ends."""
+
+    secret: str
+    created_at: datetime
+    expires_at: datetime | None
+
+
+def live_secrets(engine: Engine, tenant_id: str, now: datetime, box: SecretBox) -> list[LiveSecret]:
+    """The tenant's secrets that sign at ``now``, newest first; the first is made on first use."""
+    with Session(engine) as session:
+        rows = _live(session, tenant_id, now)
+        if rows:
+            return [_shown(row, box) for row in rows]
+        # Two first uses at once make one secret (one current secret per tenant, a unique index).
+        _add(session, tenant_id, now, box)
+        try:
+            session.commit()
+        except IntegrityError:
+            session.rollback()
+        return [_shown(row, box) for row in _live(session, tenant_id, now)]
+
+
+def rotate_secret(engine: Engine, tenant_id: str, now: datetime, window: timedelta,
+                  box: SecretBox) -> list[LiveSecret]:
+    """Make a new current secret; the one it replaces signs beside it until ``now + window``.
+    Returns the live secrets, the new one first."""
+    for tries_left in reversed(range(ROTATION_TRIES)):
+        with Session(engine) as session:
+            for row in _live(session, tenant_id, now):
+                if row.expires_at is None or row.expires_at > now + window:
+                    row.expires_at = now + window
+                    session.add(row)
+            session.flush()  # the current one ends before the new one begins
+            _add(session, tenant_id, now, box)
+            try:
+                session.commit()
+            except IntegrityError:
+                if not tries_left:
+                    raise
+                continue  # another rotation made a current secret meanwhile: rotate that one
+            return [_shown(row, box) for row in _live(session, tenant_id, now)]
+    raise AssertionError("unreachable")
+
+
+def _live(session: Session, tenant_id: str, now: datetime) -> list[SigningSecret]:
+    query = (select(SigningSecret)
+             .where(SigningSecret.tenant_id == tenant_id,
+                    (col(SigningSecret.expires_at).is_(None)) | (col(SigningSecret.expires_at) > now))
+             # The current one first (no end), then the newest.
+             .order_by(col(SigningSecret.expires_at).desc().nulls_first(),
+                       col(SigningSecret.created_at).desc(), col(SigningSecret.id)))
+    return list(session.scalars(query))
+
+
+def _add(session: Session, tenant_id: str, now: datetime, box: SecretBox) -> SigningSecret:
+    row = SigningSecret(id=uuid.uuid4().hex, tenant_id=tenant_id,
+                        secret_encrypted=box.seal(new_secret()), created_at=now)
+    session.add(row)
+    return row
+
+
+def _shown(row: SigningSecret, box: SecretBox) -> LiveSecret:
+    return LiveSecret(secret=box.open(row.secret_encrypted), created_at=row.created_at,
+                      expires_at=row.expires_at)

@@ -1,0 +1,74 @@
+"""validate_new_task on its own: the rules a create, an update and a dry run share."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from api.errors import ApiError, InvalidTask, PayloadTooLarge, QuotaExceeded
+from api.validation import TaskRules, TenantUsage, validate_new_task
+from jobs.egress import EgressPolicy, static_resolver
+from scheduling.spec import TaskSpec
+from store.quotas import Quota
+
+NOW = datetime(2030, 1, 1, 12, tzinfo=UTC)
+RULES = TaskRules(frozenset({"noop"}), EgressPolicy(resolver=static_resolver({})))
+EVERY_MINUTE: dict[str, Any] = {
+    "task_name": "t", "job_details": {"type": "handler", "name": "noop"},
+    "schedule_type": "interval", "interval_seconds": 60,
+}
+
+
+def spec(**changes: Any) -> TaskSpec:
+    return TaskSpec.model_validate({**EVERY_MINUTE, **changes})
+
+
+async def refusal(candidate: TaskSpec, usage: TenantUsage, **options: Any) -> ApiError:
+    with pytest.raises(ApiError) as caught:
+        await validate_new_task(candidate, usage, RULES, now=NOW, **options)
+    return caught.value
+
+
+async def test_a_new_task_counts_against_the_active_tasks_and_a_change_does_not() -> None:
+    full = Quota(max_active_tasks=3)
+    await validate_new_task(spec(), TenantUsage(full, active=2), RULES, now=NOW)
+    refused = await refusal(spec(), TenantUsage(full, active=3))
+    assert isinstance(refused, QuotaExceeded) and "max_active_tasks=3" in refused.detail
+    await validate_new_task(spec(task_name="renamed"), TenantUsage(full), RULES, now=NOW, before=spec())
+
+
+async def test_a_change_is_held_to_the_limits_of_what_it_changes() -> None:
+    tightened = TenantUsage(Quota(min_interval_seconds=300))
+    old = spec()
+    await validate_new_task(spec(task_name="renamed"), tightened, RULES, now=NOW, before=old)
+    refused = await refusal(spec(interval_seconds=120), tightened, before=old)
+    assert isinstance(refused, InvalidTask) and refused.field == "interval_seconds"
+    assert "min_interval_seconds=300" in refused.detail
+
+
+async def test_the_first_rule_broken_answers_whatever_the_path() -> None:
+    past = spec(end_date=(NOW - timedelta(days=1)).isoformat())
+    small = TenantUsage(Quota(max_body_bytes=10), active=0)
+    for before in (None, spec()):
+        refused = await refusal(past, small, body_size=11, before=before)
+        assert isinstance(refused, InvalidTask) and refused.field == "end_date"
+    assert isinstance(await refusal(spec(), small, body_size=11), PayloadTooLarge)
+
+
+async def test_the_recurring_endpoint_refuses_a_one_time_task() -> None:
+    once = spec(schedule_type="once", interval_seconds=None, run_at=(NOW + timedelta(hours=1)).isoformat())
+    await validate_new_task(once, TenantUsage(Quota(), active=0), RULES, now=NOW)
+    refused = await refusal(once, TenantUsage(Quota(), active=0), recurring_only=True)
+    assert refused.field == "schedule_type"
+
+
+async def test_jobs_may_reach_only_what_the_deployment_has() -> None:
+    usage = TenantUsage(Quota(), active=0)
+    unknown = await refusal(spec(job_details={"type": "handler", "name": "rm"}), usage)
+    assert unknown.field == "job_details.name" and "known: noop" in unknown.detail
+    private = await refusal(spec(job_details={"type": "http", "url": "http://10.0.0.1/"}), usage)
+    assert private.field == "job_details.url"
+    workflow = {"type": "workflow", "workflow_type": "Echo", "task_queue": "q"}
+    assert (await refusal(spec(job_details=workflow), usage)).field == "job_details.type"

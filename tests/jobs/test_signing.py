@@ -1,0 +1,110 @@
+"""Standard Webhooks signatures as the scheduler makes them, checked with the independent
+``standardwebhooks`` package; the signer's secrets read once per tenant, from the database."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from datetime import UTC, datetime, timedelta
+
+import httpx
+import pytest
+from cryptography.fernet import InvalidToken
+from sqlalchemy import Engine, text
+from standardwebhooks import Webhook, WebhookVerificationError
+
+from activities.signing import Signer
+from api.errors import ServiceUnavailable
+from api.signing import SigningService
+from jobs.signing import signed_headers, traceparent
+from store.signing import SecretBox, live_secrets, new_secret, rotate_secret
+from tests.target import TargetServer
+
+KEY = SecretBox("dGFzay1zY2hlZHVsZXIgZGV2ZWxvcG1lbnQga2V5ISE=")
+
+
+def test_every_live_secret_signs_and_each_signature_verifies_alone() -> None:
+    old, new = new_secret(), new_secret()
+    body = b'{"hello": "world"}'
+    headers = signed_headers([new, old], "task:2026-12-05T09:00:00.000Z", int(time.time()), body)
+    assert len(headers["webhook-signature"].split(" ")) == 2
+    for secret in (new, old):
+        assert Webhook(secret).verify(body, headers) == {"hello": "world"}
+    with pytest.raises(WebhookVerificationError):
+        Webhook(new_secret()).verify(body, headers)
+    with pytest.raises(WebhookVerificationError):
+        Webhook(new).verify(body + b" ", headers)
+
+
+def test_a_traceparent_names_the_run_and_the_attempt() -> None:
+    first, second = traceparent("t:1", 1), traceparent("t:1", 2)
+    assert first.split("-")[1] == second.split("-")[1] and first != second
+
+
+async def test_the_target_refuses_a_bad_or_stale_signature(target: TargetServer) -> None:
+    secret = new_secret()
+    target.secrets = [secret]
+    body = b"{}"
+    now = int(time.time())
+    async with httpx.AsyncClient() as http:
+        good = await http.post(target.url(), content=body, headers=signed_headers([secret], "m1", now, body))
+        tampered = await http.post(target.url(), content=b"[]",
+                                   headers=signed_headers([secret], "m2", now, body))
+        stale = await http.post(target.url(), content=body,
+                                headers=signed_headers([secret], "m3", now - 600, body))
+        unsigned = await http.post(target.url(), content=body)
+    assert [good.status_code, tampered.status_code, stale.status_code, unsigned.status_code] == [
+        200, 401, 401, 401]
+
+
+def test_secrets_are_made_once_rotated_with_a_window_and_encrypted_at_rest(any_engine: Engine) -> None:
+    now = datetime.now(UTC)
+    [first] = live_secrets(any_engine, "t1", now, KEY)
+    assert live_secrets(any_engine, "t1", now, KEY) == [first]
+    assert live_secrets(any_engine, "t2", now, KEY) != [first]
+    with any_engine.connect() as db:
+        stored = [row[0] for row in db.execute(text("SELECT secret_encrypted FROM signing_secret"))]
+    assert stored and not any(first.secret in value or first.secret[6:] in value for value in stored)
+
+    new, kept = rotate_secret(any_engine, "t1", now, timedelta(hours=24), KEY)
+    assert (new.expires_at, kept.secret, kept.expires_at) == (None, first.secret, now + timedelta(hours=24))
+    later = now + timedelta(hours=24, seconds=1)
+    assert [s.secret for s in live_secrets(any_engine, "t1", later, KEY)] == [new.secret]
+    with pytest.raises(InvalidToken):  # another key cannot read them
+        live_secrets(any_engine, "t1", now, SecretBox("YW5vdGhlci1rZXktb2YtdGhpcnR5LXR3by1ieXRlcyE="))
+
+
+async def test_the_signer_reads_a_tenants_secrets_once_for_a_herd(sqlite_engine: Engine) -> None:
+    signer = Signer(sqlite_engine, KEY)
+    body = b"{}"
+    signed = await asyncio.gather(*(signer.headers("t1", f"m{n}", body) for n in range(200)))
+    [secret] = live_secrets(sqlite_engine, "t1", datetime.now(UTC), KEY)
+    for headers in signed:
+        Webhook(secret.secret).verify(body, headers)
+    with sqlite_engine.connect() as db:
+        rows = db.execute(text("SELECT count(*) FROM signing_secret WHERE tenant_id = 't1'")).scalar()
+    assert rows == 1
+
+
+async def test_concurrent_first_uses_make_one_secret(any_engine: Engine) -> None:
+    now = datetime.now(UTC)
+    made = await asyncio.gather(*(asyncio.to_thread(live_secrets, any_engine, "t9", now, KEY)
+                                  for _ in range(8)))
+    assert len({tuple(s.secret for s in m) for m in made}) == 1
+
+
+async def test_rotations_at_once_leave_one_current_secret(any_engine: Engine) -> None:
+    now = datetime.now(UTC)
+    live_secrets(any_engine, "t7", now, KEY)
+    await asyncio.gather(*(asyncio.to_thread(rotate_secret, any_engine, "t7", now,
+                                             timedelta(hours=1), KEY) for _ in range(6)))
+    current = [s for s in live_secrets(any_engine, "t7", now, KEY) if s.expires_at is None]
+    assert len(current) == 1
+
+
+async def test_secrets_under_another_key_are_a_503_with_the_reason(sqlite_engine: Engine) -> None:
+    live_secrets(sqlite_engine, "t1", datetime.now(UTC), KEY)
+    other = SigningService(sqlite_engine, SecretBox("YW5vdGhlci1rZXktb2YtdGhpcnR5LXR3by1ieXRlcyE="),
+                           timedelta(hours=1))
+    with pytest.raises(ServiceUnavailable, match="SCHEDULER_SIGNING_KEY"):
+        await other.secrets("t1")

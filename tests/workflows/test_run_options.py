@@ -1,0 +1,55 @@
+"""A task workflow run takes its lead from the worker that runs it, not from its input."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+
+from sqlalchemy import Engine
+from temporalio.testing import WorkflowEnvironment
+
+from activities.contracts import RUN_JOB, JobInput
+from activities.options import RunOptions
+from scheduling.status import TaskStatus, workflow_id
+from tests.conftest import new_worker
+from tests.workflows.helpers import spec
+from workflows import attributes
+from workflows.state import TaskWorkflowInput
+from workflows.task import TaskWorkflow
+
+
+async def _leads(env: WorkflowEnvironment, task_id: str) -> list[float]:
+    """How long before its instant each run_job of the task's workflow was scheduled."""
+    handle = env.client.get_workflow_handle(workflow_id(task_id))
+    leads = []
+    async for event in handle.fetch_history_events():
+        if event.HasField("activity_task_scheduled_event_attributes"):
+            scheduled = event.activity_task_scheduled_event_attributes
+            if scheduled.activity_type.name == RUN_JOB:
+                [job] = await env.client.data_converter.decode(scheduled.input.payloads, [JobInput])
+                assert isinstance(job, JobInput) and job.instant is not None
+                leads.append((job.instant - event.event_time.ToDatetime(job.instant.tzinfo)).total_seconds())
+    return leads
+
+
+async def test_a_workflow_started_with_a_lead_in_its_input_takes_its_workers_lead(
+    dev_env: WorkflowEnvironment, sqlite_engine: Engine
+) -> None:
+    # As older starters froze it: no lead. The worker's says 3 s.
+    now = await dev_env.get_current_time()
+    task = spec(schedule_type="once", run_at=now + timedelta(seconds=5))
+    task_id = uuid.uuid4().hex
+    async with new_worker(dev_env.client, sqlite_engine, run_options=RunOptions(lead_seconds=3)) as worker:
+        handle = await dev_env.client.start_workflow(
+            TaskWorkflow.run,
+            TaskWorkflowInput(task_id=task_id, tenant_id="t1", spec=task, created_at=now,
+                              lead_seconds=0.0, max_lead_seconds=60.0, history_limit=10_000),
+            id=workflow_id(task_id), task_queue=worker.task_queue,
+            search_attributes=attributes.initial(
+                task_id=task_id, tenant_id="t1", name=task.task_name,
+                schedule_type=task.schedule_type.value, next_run_at=task.run_at),
+        )
+        final = await handle.result()
+    assert final.status is TaskStatus.COMPLETED
+    [lead] = await _leads(dev_env, task_id)
+    assert 2.0 <= lead <= 3.5, lead
