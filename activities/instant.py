@@ -9,9 +9,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from temporalio import activity
-from temporalio.exceptions import ApplicationError
 
-from activities.contracts import JobInput
+from activities.contracts import JobInput, job_failure
 from activities.precision import sleep_until
 from scheduling.status import JobFailure
 from scheduling.waiting import beat_every
@@ -24,10 +23,8 @@ async def wait_for_instant(job_input: JobInput) -> None:
     try:
         await sleep_until(job_input.not_before)
     except asyncio.CancelledError:
-        raise ApplicationError(
-            "withdrawn before its instant: the job did not run",
-            type=JobFailure.WITHDRAWN, non_retryable=True,
-        ) from None
+        raise job_failure(JobFailure.WITHDRAWN, "withdrawn before its instant: the job did not run",
+                          retryable=False) from None
 
 
 async def heartbeat_while_waiting(not_before: datetime | None, timeout: timedelta | None) -> None:
@@ -39,15 +36,9 @@ async def heartbeat_while_waiting(not_before: datetime | None, timeout: timedelt
         await asyncio.sleep(beat_every(remaining, timeout.total_seconds() if timeout else None))
 
 
-async def heartbeat_forever(
-    timeout: timedelta | None, *details: Any, first_after: float = 0.0
-) -> None:
+async def heartbeat_forever(timeout: timedelta | None, *details: Any) -> None:
     """Heartbeat often enough that the server sees us alive and can deliver a cancel."""
     every = max(0.5, min(5.0, (timeout.total_seconds() / 3) if timeout else 5.0))
-    # The wait's last beat was at most two thirds of the timeout ago: the first beat may come
-    # a little later only while that stays well inside the timeout.
-    if timeout is None or timeout.total_seconds() >= 6 * max(first_after, 0.5):
-        await asyncio.sleep(first_after)
     while True:
         activity.heartbeat(*details)
         await asyncio.sleep(every)
@@ -69,7 +60,6 @@ def refuse_if_late(job_input: JobInput, *, started_before: bool) -> None:
         return
     late = (datetime.now(UTC) - due_of(job_input)).total_seconds()
     if late > limit:
-        raise ApplicationError(
-            f"not started: it reached its worker {late:.0f}s after its instant",
-            type=JobFailure.LATE, non_retryable=True,
-        )
+        raise job_failure(JobFailure.LATE,
+                          f"not started: it reached its worker {late:.0f}s after its instant",
+                          retryable=False)
