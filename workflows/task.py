@@ -57,6 +57,7 @@ REPORTED_STARTS = "reported-starts"
 # SKIPPED cancelled (cancel). Asked once per workflow run, here: the SDK keeps a patch's first
 # answer for the whole run, so asking it first inside a later handler could replay otherwise.
 DUE_FIRST = "fires-due-first"
+PAUSED_SHOWS_PAUSED = "paused-shows-paused"
 # How long a cancel waits for the runs it stops to end before it answers.
 CANCEL_SETTLE = timedelta(seconds=10)
 # Workflow runs from here on take the lead and the history limit from their worker, asked once
@@ -80,6 +81,9 @@ class TaskWorkflow:
         # Here, not in run: a signal or update that came with the start is handled before run.
         self._runs.reported = workflow.patched(REPORTED_STARTS)
         self._due_first = self._runs.reported and workflow.patched(DUE_FIRST)
+        # Asked here too, not where it is used: after the run options' local activity, a
+        # replay without a cache can ask before it has seen the marker (TMPRL1100).
+        self._paused_first = workflow.patched(PAUSED_SHOWS_PAUSED)
         self._record = TaskRecord(self._state)
         self._lock = asyncio.Lock()
         self._wake = False
@@ -360,7 +364,7 @@ class TaskWorkflow:
 
     def _refresh_status(self) -> None:
         self._state.refresh_status(running=bool(self._runs.flight(workflow.now()).started),
-                                   paused_first=workflow.patched("paused-shows-paused"))
+                                   paused_first=self._paused_first)
 
     # -- messages ---------------------------------------------------------------------------
 
