@@ -15,7 +15,7 @@ COPY api ./api
 COPY worker ./worker
 COPY workflows ./workflows
 COPY activities ./activities
-COPY jobs ./jobs
+COPY outbound ./outbound
 COPY store ./store
 COPY scheduling ./scheduling
 COPY config ./config

@@ -29,7 +29,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench $(BENCH_ARGS)
 
 lint: $(STAMP)
-	$(BIN)/ruff check . && $(BIN)/mypy --strict cli api worker workflows activities jobs store scheduling config bench
+	$(BIN)/ruff check . && $(BIN)/mypy --strict cli api worker workflows activities outbound store scheduling config bench
 
 clean:
 	rm -rf $(VENV) .pytest_cache

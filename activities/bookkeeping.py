@@ -6,7 +6,7 @@ import structlog
 from sqlalchemy import Engine
 from temporalio import activity
 
-from activities.contracts import RECORD, Record
+from activities.payloads import RECORD, Record
 from scheduling.status import workflow_id
 from store.batch import BatchWriter
 from store.models import ExecutionRecord, TaskSnapshot

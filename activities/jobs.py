@@ -18,22 +18,23 @@ from temporalio.client import Client, WorkflowFailureError
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 
-from activities.contracts import RUN_JOB, STARTED, JobInput, JobResult, job_failure
-from activities.instant import (
+from activities.execution_rows import RunRows, completed_result
+from activities.handlers import Handler, HandlerContext, call_handler
+from activities.on_time import (
     due_of,
     heartbeat_forever,
     heartbeat_while_waiting,
     refuse_if_late,
     wait_for_instant,
 )
+from activities.payloads import RUN_JOB, STARTED, JobInput, JobResult, job_failure
 from activities.precision import after_the_starts, queued_bookkeeping_done
-from activities.run_rows import RunRows, completed_result
 from activities.signing import Signer
 from activities.starts import REPORT_WAIT_ON_CANCEL, StartReports
-from jobs.egress import EgressRefused
-from jobs.handlers import Handler, HandlerContext, call_handler
-from jobs.outbound import Outbound, OutboundLimits, Signing
-from jobs.signing import traceparent
+from activities.workflow_jobs import WorkflowJobRules, refusal
+from outbound.calls import Outbound, OutboundLimits, Signing
+from outbound.egress import EgressRefused
+from outbound.signing import traceparent
 from scheduling.policy import must_claim, retryable_http_status
 from scheduling.spec import (
     ATTEMPT_HEADER,
@@ -45,7 +46,6 @@ from scheduling.spec import (
     redact_url,
 )
 from scheduling.status import JobFailure
-from scheduling.workflow_jobs import WorkflowJobRules, refusal
 from store.batch import BatchWriter
 from store.quotas import Quota, quota_for
 

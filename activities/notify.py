@@ -13,10 +13,10 @@ import structlog
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.contracts import NOTIFY, Notification
+from activities.payloads import NOTIFY, Notification
 from activities.signing import Signer
-from jobs.egress import EgressRefused
-from jobs.outbound import Outbound
+from outbound.calls import Outbound
+from outbound.egress import EgressRefused
 from scheduling.spec import TASK_ID_HEADER
 
 log = structlog.get_logger("task_scheduler.notify")

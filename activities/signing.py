@@ -1,6 +1,6 @@
 """Signing a tenant's deliveries in a worker: its live secrets, read from the database once per
 tenant every CACHE_SECONDS (a herd of one tenant reads them once), then Standard Webhooks
-headers for each call (``jobs.signing``)."""
+headers for each call (``outbound.signing``)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import structlog
 from cryptography.fernet import InvalidToken
 from sqlalchemy import Engine
 
-from activities.contracts import job_failure
-from jobs.signing import signed_headers
+from activities.payloads import job_failure
+from outbound.signing import signed_headers
 from scheduling.status import JobFailure
 from store.signing import LiveSecret, SecretBox, live_secrets
 

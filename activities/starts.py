@@ -18,7 +18,7 @@ from temporalio.client import (
 )
 from temporalio.service import RPCError
 
-from activities.contracts import CLAIM_RUN, RUN_STARTED, JobInput, RunStart, job_failure
+from activities.payloads import CLAIM_RUN, RUN_STARTED, JobInput, RunStart, job_failure
 from scheduling.policy import UNTAKEN_AFTER
 from scheduling.status import JobFailure
 

@@ -11,6 +11,7 @@ from fastapi import Depends, FastAPI
 from sqlalchemy import Engine
 from temporalio.client import Client
 
+from activities.handlers import load_handlers
 from api.deps import storable_params
 from api.errors import install_error_handlers
 from api.guards import BodyGuard
@@ -24,8 +25,7 @@ from api.temporal import TemporalGateway
 from config.settings import Settings
 from config.temporal import connect
 from config.tracing import setup_tracing
-from jobs.egress import EgressPolicy
-from jobs.handlers import load_handlers
+from outbound.egress import EgressPolicy
 from store.engine import make_engine, migrate
 from store.quotas import Quota
 from store.signing import SecretBox

@@ -10,9 +10,9 @@ from fastapi import Depends, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
+from api.database import in_thread
 from api.errors import Unauthorized
 from api.service import Principal, TaskService
-from api.store_calls import in_thread
 from api.validation import TenantUsage
 from scheduling.bounds import TEXT_MESSAGE, TEXT_PATTERN
 from store.keys import ActiveKey, find_active_key, is_dev_key

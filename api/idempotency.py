@@ -13,8 +13,8 @@ from pydantic import BaseModel
 from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
+from api.database import in_thread
 from api.errors import ApiError, IdempotencyConflict, ServiceUnavailable
-from api.store_calls import in_thread
 from scheduling.spec import TaskSpec
 from store.idempotency import answer_key, claim_key, find_key, release_key
 

@@ -18,7 +18,7 @@ from prometheus_client.registry import Collector
 from sqlalchemy import Engine
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from api.store_calls import in_thread
+from api.database import in_thread
 from api.temporal import TemporalGateway
 from config.temporal import QueueReading
 from scheduling.status import TaskStatus

@@ -15,6 +15,8 @@ from pydantic import ValidationError
 from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
+from activities.workflow_jobs import WorkflowJobRules
+from api.database import in_thread
 from api.errors import (
     InvalidTask,
     NotFound,
@@ -30,13 +32,11 @@ from api.schemas import (
     TaskOut,
     TaskPage,
 )
-from api.store_calls import in_thread
 from api.temporal import TemporalGateway
 from api.validation import TaskRules, TenantUsage, validate_new_task
-from jobs.egress import EgressPolicy
+from outbound.egress import EgressPolicy
 from scheduling.spec import TaskChanges, TaskSpec
 from scheduling.status import DeadLetter, TaskStatus
-from scheduling.workflow_jobs import WorkflowJobRules
 from store.batch import BatchWriter
 from store.idempotency import complete_key
 from store.models import Task, TaskExecution, TaskSnapshot

@@ -11,8 +11,8 @@ from cryptography.fernet import InvalidToken
 from pydantic import BaseModel, ConfigDict
 from sqlalchemy import Engine
 
+from api.database import in_thread
 from api.errors import ServiceUnavailable
-from api.store_calls import in_thread
 from store.signing import LiveSecret, SecretBox, live_secrets, rotate_secret
 
 _EXAMPLE: dict[str, Any] = {"secrets": [

@@ -13,9 +13,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from activities.workflow_jobs import WorkflowJobRules, refusal
 from api.errors import InvalidTask, PayloadTooLarge, QuotaExceeded
-from jobs.egress import EgressPolicy, EgressRefused
-from scheduling.spacing import ShortestGaps
+from api.pace import ShortestGaps
+from outbound.egress import EgressPolicy, EgressRefused
 from scheduling.spec import (
     HandlerJob,
     HttpJob,
@@ -25,7 +26,6 @@ from scheduling.spec import (
     WorkflowJob,
     check_timing,
 )
-from scheduling.workflow_jobs import WorkflowJobRules, refusal
 from store.quotas import Quota
 
 

@@ -163,7 +163,7 @@ def _quotas(settings: Settings, args: argparse.Namespace) -> int:
 
 def _granted(value: str) -> list[str]:
     """A comma-separated grant of workflow types or task queues ('*': all the deployment allows)."""
-    from scheduling.workflow_jobs import names
+    from activities.workflow_jobs import names
 
     granted = names(value)
     if not granted:

@@ -2,7 +2,7 @@
 
 Every setting is ``SCHEDULER_<GROUP>_<NAME>`` (``SCHEDULER_API_PORT``, ``SCHEDULER_QUOTA_MAX_ACTIVE_TASKS``)
 or, for the few outside a group, ``SCHEDULER_<NAME>``. Fields marked ``KEY`` make the README's table
-(``python -m config.readme`` writes it, with the processes that read each; a test checks it)."""
+(``python -m cli.settings_table`` writes it, with the processes that read each; a test checks it)."""
 
 from __future__ import annotations
 

@@ -35,7 +35,7 @@ ON_TIME_GRACE = timedelta(seconds=60)
 FIRES_PER_PASS = 250
 # A run dispatched ahead is withdrawn only while its instant is further than this away: a
 # cancel reaches a waiting run at its next heartbeat (at most 2 s apart near the instant,
-# scheduling/waiting.py), and a run must never be started and then killed by a withdrawal.
+# activities/heartbeats.py), and a run must never be started and then killed by a withdrawal.
 WITHDRAW_MARGIN = timedelta(seconds=3)
 # A run is running once its jobs worker reports that the job started. A scheduled run the
 # workflow has not heard of UNTAKEN_AFTER past its instant was taken by no worker: its fire

@@ -26,11 +26,11 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
+from activities.handlers import Handler
 from activities.options import RunOptions
+from activities.workflow_jobs import WorkflowJobRules
 from config.settings import Settings, setting_fields
-from jobs.egress import EgressPolicy, guarded_client
-from jobs.handlers import Handler
-from scheduling.workflow_jobs import WorkflowJobRules
+from outbound.egress import EgressPolicy, guarded_client
 from store.engine import make_engine, migrate
 from tests.faults.processes import PostgresCluster
 from tests.target import TargetServer

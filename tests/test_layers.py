@@ -11,7 +11,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # Each package may import only packages of a lower rank (and itself); api and worker are two
 # entry points beside each other, and cli starts either.
 RANK = {
-    "cli": 7, "api": 6, "worker": 6, "workflows": 5, "activities": 4, "jobs": 3, "store": 2,
+    "cli": 7, "api": 6, "worker": 6, "workflows": 5, "activities": 4, "outbound": 3, "store": 2,
     "scheduling": 1, "config": 0,
 }
 

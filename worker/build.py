@@ -26,15 +26,15 @@ from temporalio.worker import (
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from activities.bookkeeping import BookkeepingActivities
+from activities.handlers import Handler, load_handlers
 from activities.jobs import JobActivities
 from activities.notify import NotifyActivities
 from activities.options import RunOptions, RunOptionsActivities
 from activities.signing import Signer
+from activities.workflow_jobs import WorkflowJobRules
 from config.settings import SigningSettings
 from config.temporal import jobs_queue
-from jobs.handlers import Handler, load_handlers
-from jobs.outbound import Outbound, OutboundLimits
-from scheduling.workflow_jobs import WorkflowJobRules
+from outbound.calls import Outbound, OutboundLimits
 from store.batch import BatchWriter
 from store.signing import SecretBox
 from workflows.registry import WORKFLOWS

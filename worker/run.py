@@ -18,8 +18,8 @@ from config.settings import Settings
 from config.telemetry import make_runtime
 from config.temporal import connect
 from config.tracing import setup_tracing
-from jobs.egress import EgressPolicy, guarded_client
-from jobs.outbound import OutboundLimits
+from outbound.calls import OutboundLimits
+from outbound.egress import EgressPolicy, guarded_client
 from store.engine import make_engine, migrate
 from worker.backlog import watch_backlog
 from worker.build import build_activities, build_jobs_worker, build_workflow_worker

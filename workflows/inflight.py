@@ -18,7 +18,8 @@ from temporalio.exceptions import ActivityError, ApplicationError, CancelledErro
 from temporalio.exceptions import TimeoutError as TimeoutFailure
 
 with workflow.unsafe.imports_passed_through():
-    from activities.contracts import (
+    from activities.heartbeats import waiting_heartbeat_timeout
+    from activities.payloads import (
         RUN_JOB,
         STARTED,
         JobFailureDetails,
@@ -38,7 +39,6 @@ with workflow.unsafe.imports_passed_through():
     )
     from scheduling.spec import TaskSpec
     from scheduling.status import PRIORITY_KEYS, ExecutionStatus, JobFailure, Trigger
-    from scheduling.waiting import waiting_heartbeat_timeout
     from store.models import ExecutionRecord
     from workflows.describe import describe_job
 

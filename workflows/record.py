@@ -14,7 +14,7 @@ from temporalio.common import RetryPolicy, SearchAttributeUpdate
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
-    from activities.contracts import NOTIFY, RECORD, Notification, Record
+    from activities.payloads import NOTIFY, RECORD, Notification, Record
     from scheduling import policy
     from scheduling.spec import NotifyEvent
     from scheduling.status import ExecutionStatus, SkipReason, Trigger, execution_id

@@ -6,9 +6,9 @@ from collections.abc import Sequence
 
 from temporalio import workflow
 
+from activities.workflow_jobs import WorkflowJobRules, names
 from config.settings import Settings
 from config.temporal import jobs_queue
-from scheduling.workflow_jobs import WorkflowJobRules, names
 from workflows.task import TaskWorkflow
 
 WORKFLOWS: Sequence[type] = (TaskWorkflow,)

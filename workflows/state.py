@@ -7,8 +7,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from activities.contracts import Notification
 from activities.options import RunOptions
+from activities.payloads import Notification
 from scheduling.fire import first_fire
 from scheduling.policy import Position, Run, instant_of
 from scheduling.spec import ScheduleType, TaskSpec

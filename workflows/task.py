@@ -19,8 +19,8 @@ from temporalio import workflow
 from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from activities.contracts import CLAIM_RUN, RUN_STARTED, RunStart
     from activities.options import RUN_OPTIONS, RUN_OPTIONS_TIMEOUT, RunOptions
+    from activities.payloads import CLAIM_RUN, RUN_STARTED, RunStart
     from scheduling import policy
     from scheduling.fire import next_fire
     from scheduling.policy import Run

@@ -7,9 +7,9 @@ from datetime import UTC, datetime
 
 from temporalio.testing import ActivityEnvironment
 
-from activities.contracts import JobInput
+from activities.handlers import HandlerContext
 from activities.jobs import JobActivities
-from jobs.handlers import HandlerContext
+from activities.payloads import JobInput
 from scheduling.spec import HandlerJob
 
 

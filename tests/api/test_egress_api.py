@@ -15,7 +15,7 @@ import httpx
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
-from jobs.egress import EgressPolicy, static_resolver
+from outbound.egress import EgressPolicy, static_resolver
 from store.engine import make_engine, migrate
 from store.keys import create_key
 from tests.api.conftest import Stack, serve_api

@@ -9,7 +9,7 @@ from temporalio import workflow
 from temporalio.api.enums.v1 import EventType
 from temporalio.worker import Worker
 
-from jobs.handlers import ENTRY_POINT_GROUP, load_handlers
+from activities.handlers import ENTRY_POINT_GROUP, load_handlers
 from tests.api.conftest import Stack
 from tests.api.test_e2e import wait_for_status
 

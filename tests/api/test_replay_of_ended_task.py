@@ -9,8 +9,8 @@ from datetime import timedelta
 from sqlalchemy import Engine
 from temporalio.testing import WorkflowEnvironment
 
+from activities.handlers import HandlerContext
 from api.temporal import TemporalGateway
-from jobs.handlers import HandlerContext
 from scheduling.status import TaskStatus
 from store.tasks import read_task
 from tests.conftest import new_worker

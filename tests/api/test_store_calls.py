@@ -16,8 +16,8 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import OperationalError
 
 from api.app import create_app
+from api.database import in_thread
 from api.errors import ServiceUnavailable
-from api.store_calls import in_thread
 from store.engine import make_engine
 
 

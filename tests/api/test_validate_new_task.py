@@ -9,7 +9,7 @@ import pytest
 
 from api.errors import ApiError, InvalidTask, PayloadTooLarge, QuotaExceeded
 from api.validation import TaskRules, TenantUsage, validate_new_task
-from jobs.egress import EgressPolicy, static_resolver
+from outbound.egress import EgressPolicy, static_resolver
 from scheduling.spec import TaskSpec
 from store.quotas import Quota
 

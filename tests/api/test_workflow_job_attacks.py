@@ -21,7 +21,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
-from activities.contracts import RUN_JOB, JobInput
+from activities.payloads import RUN_JOB, JobInput
 from config.temporal import jobs_queue
 from scheduling.spec import WorkflowJob
 from store.engine import make_engine, migrate

@@ -187,7 +187,3 @@ def test_the_path_check_sees_the_documented_endpoints() -> None:
     paths = {p for _, p in mentioned_paths(_text("scheduling.md") + _text("operations.md"))}
     assert {"/dead-letters", "/checkHealth", "/metrics", "/ui/login"} <= paths
 
-
-@pytest.mark.parametrize("script", ["measure_fire_cost.py", "measure_db_fires.py"])
-def test_the_measuring_scripts_compile(script: str) -> None:
-    compile((DOCS / script).read_text(), script, "exec")

@@ -23,8 +23,8 @@ from sqlalchemy import Engine
 from temporalio.api.enums.v1 import EventType
 from temporalio.testing import WorkflowEnvironment
 
+from activities.handlers import Handler
 from activities.options import RunOptions
-from jobs.handlers import Handler
 from scheduling.spec import TaskChanges, TaskSpec
 from scheduling.status import workflow_id
 from store.engine import make_engine, migrate

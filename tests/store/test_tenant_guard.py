@@ -12,8 +12,8 @@ from typing import Any
 from sqlalchemy import Engine
 from structlog.testing import capture_logs
 
-from activities.contracts import JobInput, JobResult
-from activities.run_rows import RunRows
+from activities.execution_rows import RunRows
+from activities.payloads import JobInput, JobResult
 from scheduling.spec import HandlerJob
 from store.batch import BatchWriter
 from store.models import ExecutionRecord, TaskSnapshot

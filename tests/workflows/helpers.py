@@ -17,7 +17,7 @@ from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
-from jobs.handlers import HandlerContext
+from activities.handlers import HandlerContext
 from scheduling.fire import first_fire
 from scheduling.spec import TaskSpec
 from scheduling.status import workflow_id

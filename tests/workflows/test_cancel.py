@@ -11,8 +11,8 @@ import pytest
 from sqlalchemy import Engine
 from temporalio.testing import WorkflowEnvironment
 
+from activities.handlers import HandlerContext
 from activities.options import RunOptions
-from jobs.handlers import HandlerContext
 from scheduling.status import TaskStatus, workflow_id
 from store.tasks import read_task
 from tests.conftest import new_worker

@@ -21,8 +21,8 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
+from activities.handlers import HandlerContext
 from activities.options import RunOptions
-from jobs.handlers import HandlerContext
 from scheduling.spec import TaskChanges, TaskSpec
 from scheduling.status import TaskStatus, workflow_id
 from store.tasks import read_task

@@ -14,8 +14,8 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import ActivityInboundInterceptor, ExecuteActivityInput
 from temporalio.worker import Interceptor as WorkerInterceptor
 
-from activities.contracts import RUN_JOB
-from jobs.handlers import HandlerContext
+from activities.handlers import HandlerContext
+from activities.payloads import RUN_JOB
 from scheduling.status import TaskStatus
 from tests.conftest import new_worker
 from tests.workflows.helpers import executions, handler_job, spec, start_task
@@ -87,7 +87,7 @@ async def test_a_retry_after_a_lost_completion_does_not_run_the_job_again(
 def test_only_a_completed_row_counts_as_the_job_done() -> None:
     from datetime import UTC, datetime, timedelta
 
-    from activities.run_rows import completed_result
+    from activities.execution_rows import completed_result
     from store.models import TaskExecution
 
     start = datetime(2026, 11, 30, 12, tzinfo=UTC)

@@ -14,8 +14,8 @@ import httpx
 from sqlalchemy import Engine
 from temporalio.testing import WorkflowEnvironment
 
+from activities.handlers import HandlerContext
 from activities.options import RunOptions
-from jobs.handlers import HandlerContext
 from scheduling.policy import UNTAKEN_AFTER
 from scheduling.spec import TaskSpec
 from scheduling.status import TaskStatus, workflow_id

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 from sqlalchemy import Engine
 from temporalio.testing import WorkflowEnvironment
 
-from jobs.handlers import HandlerContext
+from activities.handlers import HandlerContext
 from scheduling.status import DeadLetter, TaskStatus
 from store.tasks import read_task, scheduled_runs_executed, set_dead_letter
 from tests.conftest import new_worker

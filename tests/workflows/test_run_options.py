@@ -8,8 +8,8 @@ from datetime import timedelta
 from sqlalchemy import Engine
 from temporalio.testing import WorkflowEnvironment
 
-from activities.contracts import RUN_JOB, JobInput
 from activities.options import RunOptions
+from activities.payloads import RUN_JOB, JobInput
 from scheduling.status import TaskStatus, workflow_id
 from tests.conftest import new_worker
 from tests.workflows.helpers import spec

@@ -36,8 +36,8 @@ from sqlalchemy import Engine
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
+from activities.handlers import HandlerContext
 from activities.options import RunOptions
-from jobs.handlers import HandlerContext
 from scheduling import policy
 from scheduling.fire import first_fire
 from scheduling.spec import TaskChanges

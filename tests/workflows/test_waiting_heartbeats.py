@@ -8,8 +8,8 @@ from datetime import timedelta
 from sqlalchemy import Engine
 from temporalio.testing import WorkflowEnvironment
 
-from activities.contracts import RUN_JOB
 from activities.options import RunOptions
+from activities.payloads import RUN_JOB
 from scheduling.status import workflow_id
 from tests.conftest import new_worker
 from tests.workflows.helpers import spec

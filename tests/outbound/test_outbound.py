@@ -19,15 +19,15 @@ from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
 import activities.notify
-from activities.contracts import JobInput, JobResult, Notification
 from activities.jobs import JobActivities
 from activities.notify import NotifyActivities
+from activities.payloads import JobInput, JobResult, Notification
 from config.settings import Settings
 from config.telemetry import make_runtime
-from jobs.egress import EgressPolicy, guarded_client, static_resolver
-from jobs.outbound import Outbound, OutboundLimits
+from outbound.calls import Outbound, OutboundLimits
+from outbound.egress import EgressPolicy, guarded_client, static_resolver
 from scheduling.spec import HttpJob
-from tests.jobs.hostile_target import HostileTarget
+from tests.outbound.hostile_target import HostileTarget
 from worker.build import http_waiting_gauge
 
 BIG = 500 * 1024 * 1024

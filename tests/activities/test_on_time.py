@@ -1,4 +1,4 @@
-"""Waiting for a run's instant and refusing a late one (activities/instant.py)."""
+"""Waiting for a run's instant and refusing a late one (activities/on_time.py)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from temporalio.exceptions import ApplicationError
 
-from activities.contracts import JobInput
-from activities.instant import refuse_if_late, wait_for_instant
+from activities.on_time import refuse_if_late, wait_for_instant
+from activities.payloads import JobInput
 from scheduling.spec import HandlerJob
 from scheduling.status import JobFailure
 

@@ -9,9 +9,9 @@ import pytest
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
-from activities.contracts import JobInput
 from activities.jobs import JobActivities
-from jobs.egress import EgressPolicy, EgressRefused, guarded_client, static_resolver
+from activities.payloads import JobInput
+from outbound.egress import EgressPolicy, EgressRefused, guarded_client, static_resolver
 from scheduling.spec import HttpJob
 from tests.target import TargetServer
 

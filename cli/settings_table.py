@@ -1,6 +1,6 @@
 """The README's settings table, made from the settings' own descriptions.
 
-``python -m config.readme`` rewrites the table in README.md; a test fails when it is stale."""
+``python -m cli.settings_table`` rewrites the table in README.md; a test fails when it is stale."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pydantic.fields import FieldInfo
 
 from config.settings import EVERY, setting_fields
 
-BEGIN = "<!-- settings table: python -m config.readme -->"
+BEGIN = "<!-- settings table: python -m cli.settings_table -->"
 END = "<!-- end of settings table -->"
 README = Path(__file__).resolve().parents[1] / "README.md"
 

@@ -31,7 +31,7 @@ import httpcore
 import httpx
 
 from config.settings import Settings
-from jobs.special_addresses import Address, Network, non_public
+from outbound.special_addresses import Address, Network, non_public
 
 Resolver = Callable[[str, int], Awaitable[list[str]]]
 RESOLVE_TIMEOUT_SECONDS = 5.0
@@ -250,7 +250,7 @@ def guarded_client(
         max_keepalive_connections=50,
         network_backend=GuardedBackend(policy),
     )
-    # Redirects are followed by jobs.outbound, hop by hop, without reading their bodies; the
+    # Redirects are followed by outbound.calls, hop by hop, without reading their bodies; the
     # client's own following reads each redirect's body whole. The client is shared by every
     # tenant's calls, so its jar keeps no cookie: one target's would go out with another
     # tenant's calls to that domain.

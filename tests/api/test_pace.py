@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-import scheduling.spacing
+import api.pace
+from api.pace import SAMPLE_FIRES, ShortestGaps
 from scheduling.fire import next_fire
-from scheduling.spacing import SAMPLE_FIRES, ShortestGaps
 from scheduling.spec import TaskSpec
 
 
@@ -47,7 +47,7 @@ def counted(monkeypatch: pytest.MonkeyPatch) -> list[datetime]:
         calls.append(after)
         return next_fire(spec, anchor=anchor, after=after)
 
-    monkeypatch.setattr(scheduling.spacing, "next_fire", counting)
+    monkeypatch.setattr(api.pace, "next_fire", counting)
     return calls
 
 

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from config.readme import README, table, with_table
+from cli.settings_table import README, table, with_table
 
 
 def test_the_readme_table_is_generated_from_the_settings() -> None:
     text = README.read_text()
-    assert with_table(text) == text, "the settings table is stale: run `python -m config.readme`"
+    assert with_table(text) == text, "the settings table is stale: run `python -m cli.settings_table`"
 
 
 def test_the_table_lists_the_key_settings_with_their_defaults() -> None:

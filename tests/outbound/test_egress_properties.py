@@ -11,8 +11,8 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from jobs.egress import EgressPolicy, EgressRefused, target_host
-from jobs.special_addresses import non_public
+from outbound.egress import EgressPolicy, EgressRefused, target_host
+from outbound.special_addresses import non_public
 
 LABEL_CHARS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_"
 labels = st.one_of(

@@ -16,7 +16,7 @@ from standardwebhooks import Webhook, WebhookVerificationError
 from activities.signing import Signer
 from api.errors import ServiceUnavailable
 from api.signing import SigningService
-from jobs.signing import signed_headers, traceparent
+from outbound.signing import signed_headers, traceparent
 from store.signing import SecretBox, live_secrets, new_secret, rotate_secret
 from tests.target import TargetServer
 

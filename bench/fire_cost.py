@@ -1,8 +1,8 @@
 """Measure what one fire of a task costs: Temporal history events, state transitions, and rows
 written to the scheduler's database. The figures in docs/capacity.md come from this script.
 
-    .venv/bin/python docs/measure_fire_cost.py              # ~1 minute
-    .venv/bin/python docs/measure_fire_cost.py --json out.json --interval 10
+    .venv/bin/python -m bench.fire_cost              # ~1 minute
+    .venv/bin/python -m bench.fire_cost --json out.json --interval 10
 
 It starts its own Temporal dev server (SQLite file in WAL mode, the task search attributes,
 no UI), runs the production worker assembly (``worker.build``) against a fresh SQLite task
@@ -50,21 +50,17 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from measure_db_fires import free_port, measure_db  # noqa: E402  (a sibling script module)
 from sqlalchemy import Engine, event
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Worker
 
+from activities.handlers import HandlerContext
 from activities.options import RunOptions
 from bench.baseline import BareInput, BareWorkflow, empty
-from jobs.egress import EgressPolicy, guarded_client
-from jobs.handlers import HandlerContext
+from bench.db_fires import free_port, measure_db
+from outbound.egress import EgressPolicy, guarded_client
 from scheduling.spec import TaskSpec
 from scheduling.status import workflow_id
 from store.engine import make_engine, migrate
@@ -73,6 +69,7 @@ from worker.dev import SQLITE_PRAGMA_FLAGS
 from workflows.attributes import DEFINITIONS
 from workflows.starter import start_task_workflow
 
+ROOT = Path(__file__).resolve().parent.parent  # the checkout: its commit names the figures
 LEAD_SECONDS = 5.0  # SCHEDULER_DISPATCH_LEAD_SECONDS default
 
 

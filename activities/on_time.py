@@ -10,10 +10,10 @@ from typing import Any
 
 from temporalio import activity
 
-from activities.contracts import JobInput, job_failure
+from activities.heartbeats import beat_every
+from activities.payloads import JobInput, job_failure
 from activities.precision import sleep_until
 from scheduling.status import JobFailure
-from scheduling.waiting import beat_every
 
 
 async def wait_for_instant(job_input: JobInput) -> None:
@@ -29,7 +29,7 @@ async def wait_for_instant(job_input: JobInput) -> None:
 
 async def heartbeat_while_waiting(not_before: datetime | None, timeout: timedelta | None) -> None:
     """Heartbeat while waiting for the instant, a few times over the remaining wait and more
-    often as it nears (scheduling/waiting.py), so a withdrawal reaches the run in time."""
+    often as it nears (activities/heartbeats.py), so a withdrawal reaches the run in time."""
     while True:
         activity.heartbeat()
         remaining = (not_before - datetime.now(UTC)).total_seconds() if not_before else 0.0

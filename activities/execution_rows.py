@@ -14,7 +14,7 @@ from typing import Any
 import structlog
 from sqlalchemy import Engine
 
-from activities.contracts import JobInput, JobResult
+from activities.payloads import JobInput, JobResult
 from scheduling.status import ExecutionStatus
 from store.batch import BatchWriter, Write
 from store.models import ExecutionRecord, TaskExecution

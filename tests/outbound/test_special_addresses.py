@@ -9,8 +9,8 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from jobs.egress import EgressPolicy, EgressRefused
-from jobs.special_addresses import (
+from outbound.egress import EgressPolicy, EgressRefused
+from outbound.special_addresses import (
     IPV4_MAPPED,
     IPV4_NOT_GLOBAL,
     IPV6_GLOBAL_IN_IETF_BLOCK,

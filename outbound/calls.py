@@ -24,7 +24,7 @@ from config.settings import Settings
 _DEFAULTS = Settings.model_fields
 
 
-# Makes the signature headers of one call (see jobs.signing).
+# Makes the signature headers of one call (see outbound.signing).
 Signing = Callable[[], Awaitable[Mapping[str, str]]]
 
 class WaitingGauge(Protocol):

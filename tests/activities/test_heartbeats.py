@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from scheduling.waiting import beat_every, waiting_heartbeat_timeout
+from activities.heartbeats import beat_every, waiting_heartbeat_timeout
 
 
 def test_the_usual_lead_beats_every_two_seconds() -> None:

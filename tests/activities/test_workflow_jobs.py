@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from activities.workflow_jobs import ANY, WorkflowJobRules, names, refusal
 from scheduling.spec import WorkflowJob
-from scheduling.workflow_jobs import ANY, WorkflowJobRules, names, refusal
 
 RULES = WorkflowJobRules(
     # An operator who listed the scheduler's own type and queue: they stay refused.
