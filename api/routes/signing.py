@@ -14,7 +14,7 @@ from api.signing import SigningSecrets, SigningService
 router = APIRouter(tags=["signing"])
 
 
-def _service(request: Request) -> SigningService:
+async def _service(request: Request) -> SigningService:
     service: SigningService = request.app.state.signing
     return service
 

@@ -19,6 +19,7 @@ from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
+from activities.options import RunOptions
 from api.app import create_app
 from cli.main import SERVER_OPTIONS
 from config.telemetry import make_runtime
@@ -81,13 +82,16 @@ async def stack(
     allowed: dict[str, Any] = {"temporal_task_queue": queue, "workflow_job_types": "EchoWorkflow",
                                "workflow_job_task_queues": f"{queue}-echo"}
     set_quota(engine, "t1", workflow_types=["EchoWorkflow"], workflow_task_queues=[f"{queue}-echo"])
-    rules = workflow_job_rules(settings_of(env="test", **allowed))
+    settings = settings_of(env="test", **allowed)
+    rules = workflow_job_rules(settings)
     # The worker's client heartbeats as a worker process does, so /checkHealth sees it alive.
     worker_client = await Client.connect(
         dev_env.client.service_client.config.target_host, namespace=dev_env.client.namespace,
         data_converter=pydantic_data_converter, runtime=make_runtime(None),
     )
-    async with new_worker(worker_client, engine, task_queue=queue, workflow_jobs=rules):
+    # The workflows worker of a deployment, with its settings' lead (the API passes none).
+    async with new_worker(worker_client, engine, task_queue=queue, workflow_jobs=rules,
+                          run_options=RunOptions.of(settings)):
         async with serve_api(dev_env, engine, **allowed) as base_url:
             await _until_healthy(base_url)  # the worker's first heartbeat comes an interval in
             yield Stack(base_url, engine, queue, keys, dev_env, f"{queue}-echo")
