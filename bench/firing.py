@@ -40,6 +40,9 @@ class Plan:
     interval_start: float = 0.0
     interval_fires: int = 0
     interval_every: int = 1
+    # The recurring tasks as cron tasks of this expression (UTC) instead of intervals; its
+    # fires must be the interval grid (e.g. `* * * * *` with every 60 from a whole minute).
+    cron: str | None = None
     # The scheduler's job: a noop handler unless given (e.g. a signed HTTP call to a target).
     job: dict[str, Any] | None = None
 
@@ -170,10 +173,12 @@ def task_body(key: str, plan: Plan, instants: list[float]) -> tuple[str, dict[st
             "task_name": f"bench-{key}", "job_details": job, "schedule_type": "once",
             "run_at": iso(instants[0]),
         }
+    every: dict[str, Any] = ({"schedule_type": "interval", "interval_seconds": plan.interval_every}
+                             if plan.cron is None else
+                             {"schedule_type": "cron", "cron": plan.cron, "timezone": "UTC"})
     return "/task/recurring", {
-        "task_name": f"bench-{key}", "job_details": job, "schedule_type": "interval",
-        "interval_seconds": plan.interval_every, "start_date": iso(plan.interval_start),
-        "end_date": iso(instants[-1] + 0.5),
+        "task_name": f"bench-{key}", "job_details": job, **every,
+        "start_date": iso(plan.interval_start), "end_date": iso(instants[-1] + 0.5),
     }
 
 

@@ -111,7 +111,9 @@ async def fire_schedules(plan_at: Callable[[], Plan]) -> Fired:
                 spec = once_spec(instants[0])
             else:
                 spec = ScheduleSpec(
-                    intervals=[ScheduleIntervalSpec(every=timedelta(seconds=plan.interval_every))],
+                    intervals=[] if plan.cron else [
+                        ScheduleIntervalSpec(every=timedelta(seconds=plan.interval_every))],
+                    cron_expressions=[plan.cron] if plan.cron else [],
                     start_at=datetime.fromtimestamp(instants[0], UTC),
                     end_at=datetime.fromtimestamp(instants[-1] + 0.5, UTC),
                 )
@@ -152,6 +154,7 @@ async def fire_apscheduler(plan_at: Callable[[], Plan]) -> Fired:
     from apscheduler.schedulers.asyncio import (  # type: ignore[import-untyped, unused-ignore]
         AsyncIOScheduler,
     )
+    from apscheduler.triggers.cron import CronTrigger  # type: ignore[import-untyped, unused-ignore]
     from apscheduler.triggers.date import DateTrigger  # type: ignore[import-untyped, unused-ignore]
     from apscheduler.triggers.interval import (  # type: ignore[import-untyped, unused-ignore]
         IntervalTrigger,
@@ -179,9 +182,15 @@ async def fire_apscheduler(plan_at: Callable[[], Plan]) -> Fired:
         if key.startswith("once"):
             scheduler.add_job(job_for(key, instants[0]), DateTrigger(datetime.fromtimestamp(instants[0], UTC)))
         else:
-            scheduler.add_job(job_for(key, None), IntervalTrigger(
-                seconds=plan.interval_every, start_date=datetime.fromtimestamp(instants[0], UTC),
-                end_date=datetime.fromtimestamp(instants[-1] + 0.5, UTC), timezone=UTC))
+            bounds = {"start_date": datetime.fromtimestamp(instants[0], UTC),
+                      "end_date": datetime.fromtimestamp(instants[-1] + 0.5, UTC)}
+            if plan.cron is None:
+                trigger = IntervalTrigger(seconds=plan.interval_every, timezone=UTC, **bounds)
+            else:  # the five crontab fields by name, as from_crontab reads them, with bounds
+                fields = dict(zip(("minute", "hour", "day", "month", "day_of_week"),
+                                  plan.cron.split(), strict=True))
+                trigger = CronTrigger(timezone=UTC, **fields, **bounds)
+            scheduler.add_job(job_for(key, None), trigger)
     fired.create_seconds = time.time() - began
     scheduler.start()
     fired.slack_seconds = min(min(v) for v in expected.values()) - time.time()
