@@ -1,0 +1,188 @@
+"""Workload, reminders: one-time tasks created open-loop at a steady rate, each due a fixed
+delay after its create, so creates and fires overlap. Create latency (from the moment each
+create was due to be sent, so a backlog counts) and fire lateness, beside bare Temporal
+starting a workflow that sleeps the same delay, at the same offered rate.
+
+`python -m bench.reminders --reminders-rate 100 --reminders-seconds 200 --reminders-delay 60`
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import math
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import httpx
+from temporalio.client import Client
+
+from bench.baseline import BareInput
+from bench.firing import Fired, Plan, bounded, iso, read_executions, sleep_until, wait_scheduler
+from bench.firing_baselines import result_of, wait_visibility
+from bench.herd import notes
+from bench.measure import Report, Target, fmt, ratio, summary, table, targets_table
+from bench.stack import BareStack, SchedulerStack
+
+# Creates in flight at most; a create waiting for a slot still counts from when it was due.
+IN_FLIGHT = 256
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Flags of this workload."""
+    parser.add_argument("--reminders-rate", type=float, default=100.0, help="creates per second")
+    parser.add_argument("--reminders-seconds", type=float, default=200.0, help="how long creates go on")
+    parser.add_argument("--reminders-delay", type=float, default=60.0, help="each task is due this long after its create")
+    parser.add_argument("--reminders-systems", default="scheduler,bare",
+                        help="systems to run, in order (comma separated)")
+
+
+def sends(args: argparse.Namespace, start: float) -> list[float]:
+    """When each create is due to be sent (epoch seconds, whole milliseconds like the instants
+    the API takes)."""
+    count = int(args.reminders_rate * args.reminders_seconds)
+    return [round(start + i / args.reminders_rate, 3) for i in range(count)]
+
+
+async def open_loop(due: list[float], send: Callable[[int], Awaitable[None]]) -> tuple[list[float], int]:
+    """Send create i at due[i] whatever came back before; (latencies from due, errors)."""
+    gate = asyncio.Semaphore(IN_FLIGHT)
+    latencies: list[float] = []
+    errors = 0
+
+    async def one(i: int) -> None:
+        nonlocal errors
+        await sleep_until(due[i])
+        async with gate:
+            try:
+                await send(i)
+            except Exception:  # noqa: BLE001 - counted, and the first reported by the caller
+                errors += 1
+                return
+        latencies.append(time.time() - due[i])
+
+    await asyncio.gather(*(one(i) for i in range(len(due))))
+    return latencies, errors
+
+
+async def fire_scheduler(args: argparse.Namespace) -> tuple[Fired, list[float]]:
+    """POST /task/create open-loop; lateness from the executions table."""
+    stack = SchedulerStack("scheduler")
+    try:
+        await asyncio.to_thread(stack.start)
+        due = sends(args, time.time() + 2)
+        plan = Plan(once=[round(t + args.reminders_delay, 3) for t in due])
+        fired = Fired("scheduler", plan)
+        ids: dict[str, str] = {}
+        async with httpx.AsyncClient(base_url=stack.api_url, headers=stack.headers(), timeout=120,
+                                     limits=httpx.Limits(max_connections=IN_FLIGHT)) as http:
+            async def send(i: int) -> None:
+                answer = await http.post("/task/create", json={
+                    "task_name": f"bench-once-{i}", "job_details": {"type": "handler", "name": "noop"},
+                    "schedule_type": "once", "run_at": iso(plan.once[i])})
+                if answer.status_code != 201:
+                    raise RuntimeError(f"{answer.status_code} {answer.text[:200]}")
+                ids[answer.json()["task_id"]] = f"once-{i}"
+
+            latencies, fired.create_errors = await open_loop(due, send)
+        await wait_scheduler(stack, plan, len(ids), fired)
+        for task_id, scheduled, started, status, reason, _ in read_executions(stack):
+            fired.statuses[status] += 1
+            key = ids.get(task_id)
+            if key is None:
+                continue
+            if status == "SKIPPED" or math.isnan(started):
+                fired.skipped[(key, round(scheduled, 3))] = reason or status
+            else:
+                fired.add(key, scheduled, started)
+        return fired, latencies
+    finally:
+        await asyncio.to_thread(stack.stop)
+
+
+async def fire_bare(args: argparse.Namespace) -> tuple[Fired, list[float]]:
+    """Bare Temporal: start_workflow open-loop, each workflow sleeping to its instant."""
+    stack = BareStack("bare")
+    try:
+        await asyncio.to_thread(stack.start)
+        client = await Client.connect(stack.address)
+        due = sends(args, time.time() + 2)
+        plan = Plan(once=[round(t + args.reminders_delay, 3) for t in due])
+        fired = Fired("bare", plan)
+
+        async def send(i: int) -> None:
+            await client.start_workflow("BareWorkflow", BareInput([plan.once[i]]), id=f"bare-once-{i}",
+                                        task_queue=stack.task_queue)
+
+        latencies, fired.create_errors = await open_loop(due, send)
+        await wait_visibility(client, "BareWorkflow", len(due), plan, fired)
+        results = await _results(client, len(due))
+        for i, result in enumerate(results):
+            if isinstance(result, Exception):
+                fired.notes.append(f"bare-once-{i}: {result!r}")
+                continue
+            for instant, started in result:
+                fired.add(f"once-{i}", instant, started)
+        return fired, latencies
+    finally:
+        await asyncio.to_thread(stack.stop)
+
+
+async def _results(client: Client, count: int) -> list[Any]:
+    return await bounded([result_of(client, f"bare-once-{i}") for i in range(count)], 32)
+
+
+async def run(args: argparse.Namespace) -> Report:
+    """Each chosen system on a fresh server, one after another."""
+    systems = [s.strip() for s in args.reminders_systems.split(",") if s.strip()]
+    rows, data, samples = [], {}, {}
+    fire_p99: dict[str, float] = {}
+    create_p99: dict[str, float] = {}
+    for system in systems:
+        print(f"reminders: {system} ...", flush=True)
+        if system == "scheduler":
+            fired, latencies = await fire_scheduler(args)
+        elif system == "bare":
+            fired, latencies = await fire_bare(args)
+        else:
+            raise SystemExit(f"unknown system {system!r}")
+        lateness = fired.lateness()
+        late, create, counts = summary(lateness), summary(latencies), fired.exactly_once()
+        fire_p99[system], create_p99[system] = late["p99"], create["p99"]
+        samples[f"{system} reminders"] = lateness
+        rows.append([system, str(counts["expected"]), str(fired.create_errors), str(counts["skipped"]),
+                     str(counts["lost"]), str(counts["duplicates"]),
+                     fmt(create["p50"] * 1000, " ms"), fmt(create["p99"] * 1000, " ms"),
+                     fmt(late["p50"] * 1000, " ms"), fmt(late["p99"] * 1000, " ms"),
+                     fmt(late["max"] * 1000, " ms")])
+        data[system] = {"lateness_s": late, "create_latency_s": create, "exactly_once": counts,
+                        "create_errors": fired.create_errors, "statuses": dict(fired.statuses),
+                        "notes": fired.notes}
+    targets = []
+    if "scheduler" in fire_p99 and "bare" in fire_p99:
+        targets = [
+            Target("reminders fire p99 ≤ 0.05 × bare", fire_p99["scheduler"], 0.05 * fire_p99["bare"],
+                   " s", ratio(fire_p99["scheduler"], fire_p99["bare"]), "bare"),
+            Target("reminders create p99 ≤ 1.5 × bare start p99", create_p99["scheduler"],
+                   1.5 * create_p99["bare"], " s", ratio(create_p99["scheduler"], create_p99["bare"]), "bare"),
+        ]
+    text = "\n".join([
+        f"## Reminders: creates at {args.reminders_rate:g}/s for {args.reminders_seconds:g} s, each "
+        f"due {args.reminders_delay:g} s after its create",
+        table(["system", "tasks", "create errors", "skipped", "lost", "dup", "create p50",
+               "create p99", "fire p50", "fire p99", "fire max"], rows),
+        "",
+        targets_table(targets),
+        *notes(data),
+    ])
+    out: dict[str, Any] = dict(data)
+    out["targets"] = [vars(t) | {"passed": t.passed} for t in targets]
+    return Report("reminders", text, out, samples)
+
+
+if __name__ == "__main__":
+    from bench.cli import main
+
+    main({"reminders": sys.modules[__name__]})
