@@ -282,10 +282,11 @@ class TaskWorkflow:
             return
         tripped = policy.breaker_trips(state.spec, state.consecutive_failures)
         if record.status == ExecutionStatus.FAILED and tripped and not state.paused:
-            self._pause(tripped)
             if self._heals:
                 state.probe = policy.first_probe(state.spec, now)
-            self._record.notify(NotifyEvent.AUTO_PAUSED, record.id, self._with_probe(tripped))
+            reason = self._with_probe(tripped)
+            self._pause(reason)
+            self._record.notify(NotifyEvent.AUTO_PAUSED, record.id, reason)
 
     # -- the self-healing breaker -------------------------------------------------------------
 
