@@ -11,7 +11,6 @@ from datetime import timedelta
 from sqlalchemy import Engine
 from temporalio.testing import WorkflowEnvironment
 
-from activities.handlers import HandlerContext
 from scheduling.spec import TaskSpec
 from scheduling.status import ResumeMissed, TaskStatus, Trigger, execution_id
 from store.models import Task
@@ -19,6 +18,7 @@ from store.tasks import read_task
 from tests.conftest import new_worker
 from tests.target import TargetServer
 from tests.workflows.helpers import (
+    Flaky,
     TaskHandle,
     executions,
     handler_job,
@@ -31,19 +31,6 @@ from workflows.task import TaskWorkflow
 
 MINUTE = timedelta(minutes=1)
 EVENTS = ["auto_paused", "probe_failed", "auto_resumed"]
-
-
-class Switch:
-    """A handler that fails while ``failing`` is set; counts its calls."""
-
-    def __init__(self) -> None:
-        self.failing = True
-        self.calls = 0
-
-    async def __call__(self, ctx: HandlerContext) -> None:
-        self.calls += 1
-        if self.failing:
-            raise RuntimeError(f"down #{self.calls}")
 
 
 async def until(handle: TaskHandle, check: Callable[[TaskState], bool], timeout: float = 30) -> TaskState:
@@ -78,7 +65,7 @@ async def row_until(engine: Engine, task_id: str, check: Callable[[Task], bool])
 async def test_auto_paused_task_probes_doubles_the_cool_down_and_resumes(
     time_env: WorkflowEnvironment, sqlite_engine: Engine, target: TargetServer
 ) -> None:
-    flaky = Switch()
+    flaky = Flaky()
     async with (
         new_worker(time_env.client, sqlite_engine, handlers={"flaky": flaky}) as worker,
         running_task(time_env, worker.task_queue, healing(target)) as handle,
@@ -123,7 +110,7 @@ async def test_auto_paused_task_probes_doubles_the_cool_down_and_resumes(
 async def test_a_user_resume_or_cancel_ends_the_cool_down(
     time_env: WorkflowEnvironment, sqlite_engine: Engine, target: TargetServer
 ) -> None:
-    flaky = Switch()
+    flaky = Flaky()
     async with new_worker(time_env.client, sqlite_engine, handlers={"flaky": flaky}) as worker:
         async with running_task(time_env, worker.task_queue, healing(target)) as handle:
             await time_env.sleep(2 * MINUTE + timedelta(seconds=5))
