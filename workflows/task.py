@@ -41,6 +41,7 @@ with workflow.unsafe.imports_passed_through():
         execution_id,
     )
     from store.models import ExecutionRecord
+    from workflows.breaker import Healed, SelfHealing
     from workflows.describe import describe_schedule
     from workflows.inflight import RESCHEDULED, UNTAKEN, Ended, RunsInFlight
     from workflows.record import TaskRecord
@@ -88,7 +89,7 @@ class TaskWorkflow:
         # Asked here too, not where it is used: after the run options' local activity, a
         # replay without a cache can ask before it has seen the marker (TMPRL1100).
         self._paused_first = workflow.patched(PAUSED_SHOWS_PAUSED)
-        self._heals = workflow.patched(SELF_HEALING)
+        self._healing = SelfHealing(self._state, enabled=workflow.patched(SELF_HEALING))
         self._record = TaskRecord(self._state)
         self._lock = asyncio.Lock()
         self._wake = False
@@ -145,9 +146,7 @@ class TaskWorkflow:
             self._not_run(ended)
         if not state.paused or self._runs.reported:
             self._decide_due()  # while paused, the fires due before the pause (policy.decide_due)
-        if self._heals and state.paused and policy.probe_due(
-                state.probe, probing=state.probing is not None, now=now):
-            self._queue_probe()
+        self._healing.queue_due(now)
         self._start_queued()
         self._dispatch_ahead()
         if policy.schedule_done(state.position(), self._runs.flight(now)):
@@ -247,7 +246,7 @@ class TaskWorkflow:
         state = self._state
         fire = ended.run.scheduled_at
         reported = self._runs.reported
-        if self._is_probe(ended.run_id) and ended.reason not in GIVE_BACK:
+        if self._healing.owns(ended.run_id) and ended.reason not in GIVE_BACK:
             self._probe_ended(None)  # withdrawn or refused: it proves nothing, try again later
             return
         outdated = reported and ended.reason == RESCHEDULED
@@ -277,52 +276,25 @@ class TaskWorkflow:
             state.started_before_cancel.append(record.id)
         if policy.is_fixed_delay(state.spec) and trigger.scheduled and not state.cancel_requested:
             state.next_fire_at = policy.after_finish(state.position(), self._runs.flight(now), now)
-        if self._is_probe(record.id):
+        if self._healing.owns(record.id):
             self._probe_ended(ExecutionStatus(record.status))
             return
         tripped = policy.breaker_trips(state.spec, state.consecutive_failures)
         if record.status == ExecutionStatus.FAILED and tripped and not state.paused:
-            if self._heals:
-                state.probe = policy.first_probe(state.spec, now)
-            reason = self._with_probe(tripped)
+            reason = self._healing.tripped(tripped, now)
             self._pause(reason)
             self._record.notify(NotifyEvent.AUTO_PAUSED, record.id, reason)
 
-    # -- the self-healing breaker -------------------------------------------------------------
-
-    def _is_probe(self, run_id: str) -> bool:
-        return self._heals and run_id == self._state.probing
-
-    def _queue_probe(self) -> None:
-        """The cool-down is over: queue the probe run (it starts although the task is paused)."""
-        state = self._state
-        assert state.probe is not None
-        run_id = execution_id(state.task_id, state.probe.at, Trigger.PROBE)
-        state.queue.append(Run(scheduled_at=state.probe.at, trigger=Trigger.PROBE, execution_id=run_id))
-        state.probing = run_id
-
     def _probe_ended(self, outcome: ExecutionStatus | None) -> None:
-        """Resume the task after a probe that succeeded; otherwise plan the next probe."""
-        state = self._state
-        run_id, state.probing = state.probing, None
-        if state.probe is None:
-            return  # the task is being cancelled: no probe follows
-        state.probe = policy.after_probe(state.probe, outcome, workflow.now())
-        if state.probe is None:
+        """Resume the task after a probe that succeeded; tell of one that failed."""
+        run_id = self._state.probing
+        healed = self._healing.ended(outcome, workflow.now())
+        if healed is Healed.RESUMED:
             self._resume(ResumeMissed.SKIP)
             self._record.notify(NotifyEvent.AUTO_RESUMED, run_id, "the probe run succeeded: resumed")
-        elif outcome is ExecutionStatus.FAILED:
-            state.status_reason = self._with_probe("the probe run failed; paused again")
-            self._record.notify(NotifyEvent.PROBE_FAILED, run_id, state.status_reason)
+        elif healed is Healed.FAILED:
+            self._record.notify(NotifyEvent.PROBE_FAILED, run_id, self._state.status_reason)
         self._wake = True
-
-    def _with_probe(self, reason: str) -> str:
-        """A pause's reason, with when the breaker probes next."""
-        probe = self._state.probe
-        if probe is None:
-            return reason
-        at = probe.at.isoformat().replace("+00:00", "Z")
-        return f"{reason}; probe run at {at} (cool-down {probe.cool_down_seconds:g} s)"
 
     async def _stop(self) -> None:
         """Cancel every run and queued run, record them, and end the task CANCELLED."""
@@ -386,8 +358,8 @@ class TaskWorkflow:
                        f"({describe_schedule(state.spec)})")
         if self._runs.reported and (end := policy.pause_wake(state.position())) is not None:
             wakes.append(end)  # paused past its schedule's end: record the pause and end
-        if self._heals and state.paused and state.probe is not None and state.probing is None:
-            wakes.append(state.probe.at)  # the breaker's cool-down ends: probe
+        if (probe := self._healing.wake()) is not None:
+            wakes.append(probe)  # the breaker's cool-down ends: probe
         timeout = max(min(wakes) - now, timedelta(milliseconds=1)) if wakes else None
         try:
             await workflow.wait_condition(lambda: self._wake or bool(self._runs.ended),
