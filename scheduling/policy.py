@@ -605,9 +605,10 @@ def drifted(spec: TaskSpec, trigger: Trigger, lateness: timedelta) -> bool:
             and lateness.total_seconds() > threshold)
 
 
-def dead_letter_of(status: ExecutionStatus) -> DeadLetter | None:
-    """A run that failed after its last retry is dead-lettered (listable, replayable)."""
-    return DeadLetter.OPEN if status is ExecutionStatus.FAILED else None
+def dead_letter_of(status: ExecutionStatus, trigger: Trigger = Trigger.SCHEDULE) -> DeadLetter | None:
+    """A run that failed after its last retry is dead-lettered (listable, replayable); a
+    breaker's probe never is (the breaker tries again; its failure is ``probe_failed``)."""
+    return DeadLetter.OPEN if status is ExecutionStatus.FAILED and trigger is not Trigger.PROBE else None
 
 
 def retryable_http_status(status: int) -> bool:

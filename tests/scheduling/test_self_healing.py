@@ -16,13 +16,21 @@ from scheduling.policy import (
     Position,
     Probe,
     after_probe,
+    dead_letter_of,
     decide_due,
     first_probe,
     probe_due,
     resume_held,
 )
 from scheduling.spec import MAX_COOL_DOWN_SECONDS, TaskSpec
-from scheduling.status import ExecutionStatus, ResumeMissed, SkipReason, Trigger, execution_id
+from scheduling.status import (
+    DeadLetter,
+    ExecutionStatus,
+    ResumeMissed,
+    SkipReason,
+    Trigger,
+    execution_id,
+)
 
 T0 = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
 
@@ -90,6 +98,11 @@ def test_probe_due_once_the_cool_down_is_over_and_none_is_going() -> None:
     assert probe_due(probe, probing=False, now=T0)
     assert not probe_due(probe, probing=True, now=T0 + timedelta(hours=1))
     assert not probe_due(None, probing=False, now=T0)
+
+
+def test_a_failed_probe_is_no_dead_letter() -> None:
+    assert dead_letter_of(ExecutionStatus.FAILED, Trigger.PROBE) is None
+    assert dead_letter_of(ExecutionStatus.FAILED, Trigger.MANUAL) is DeadLetter.OPEN
 
 
 def test_probe_runs_have_ids_of_their_own() -> None:

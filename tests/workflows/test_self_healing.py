@@ -101,6 +101,7 @@ async def test_auto_paused_task_probes_doubles_the_cool_down_and_resumes(
     assert {r.reason for r in rows if r.status == "SKIPPED"} == {"paused"}  # the cool-down's fires
     probes = [r for r in rows if r.trigger == "probe"]
     assert probes[0].id == execution_id(resumed.task_id, first_probe, Trigger.PROBE)
+    assert [p.dead_letter for p in probes] == [None, None]  # the breaker tries again instead
     await target.wait_for(3)
     notes = [r.json() for r in target.received if r.path == "/notify"]
     assert [n["event"] for n in notes] == ["auto_paused", "probe_failed", "auto_resumed"]
