@@ -48,7 +48,7 @@ TASK_EXAMPLE: dict[str, Any] = {
     "last_run": {"execution_id": "5b0c2e7c9f2d4e2a9a51d3c0b8f1a7e4:2026-11-30T09:00:00.000Z",
                  "status": "COMPLETED", "scheduled_at": "2026-11-30T09:00:00Z"},
     "run_count": 12, "success_count": 12, "failure_count": 0, "skipped_count": 0,
-    "consecutive_failures": 0, "created_at": "2026-11-18T08:12:40Z", "updated_at": "2026-11-30T09:00:01Z",
+    "consecutive_failures": 0, "next_probe_at": None, "created_at": "2026-11-18T08:12:40Z", "updated_at": "2026-11-30T09:00:01Z",
 }
 
 EXECUTION_EXAMPLE: dict[str, Any] = {

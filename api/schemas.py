@@ -29,6 +29,7 @@ from scheduling.spec import (
     TaskChanges,
     TaskSpec,
 )
+from scheduling.status import ResumeMissed
 from store.models import Task, TaskExecution, TaskFields, TaskSnapshot
 
 
@@ -174,6 +175,16 @@ class PauseRequest(BaseModel):
     reason: Text | None = Field(default=None, max_length=500)
 
 
+class ResumeRequest(BaseModel):
+    """Optional body of POST /tasks/{id}/resume."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{"missed": "policy"}]})
+    missed: ResumeMissed = Field(
+        default=ResumeMissed.SKIP,
+        description="the fires that came during the pause: skip records them SKIPPED paused; "
+        "policy lets the task's missed_run_policy decide them, as after an outage")
+
+
 class LastRunOut(BaseModel):
     execution_id: str
     status: str
@@ -200,6 +211,9 @@ class TaskOut(BaseModel):
     failure_count: int
     skipped_count: int
     consecutive_failures: int
+    next_probe_at: datetime | None = Field(
+        default=None, description="auto-paused by the circuit breaker: when its probe run "
+        "(trigger probe) is due (auto_resume_after_seconds)")
     created_at: datetime
     updated_at: datetime | None = None
 

@@ -36,7 +36,7 @@ from api.temporal import TemporalGateway
 from api.validation import TaskRules, TenantUsage, validate_new_task
 from outbound.egress import EgressPolicy
 from scheduling.spec import TaskChanges, TaskSpec
-from scheduling.status import DeadLetter, TaskStatus
+from scheduling.status import DeadLetter, ResumeMissed, TaskStatus
 from store.batch import BatchWriter
 from store.idempotency import complete_key
 from store.models import Task, TaskExecution, TaskSnapshot
@@ -273,13 +273,16 @@ class TaskService:
         request = {"pause": task_id, "reason": reason}
         return await self._once(who, idempotency_key, request, task_id, act)
 
-    async def resume(self, who: Principal, task_id: str, *, idempotency_key: str | None = None) -> TaskOut:
-        """Resume a paused task."""
+    async def resume(self, who: Principal, task_id: str, missed: ResumeMissed = ResumeMissed.SKIP,
+                     *, idempotency_key: str | None = None) -> TaskOut:
+        """Resume a paused task; ``missed`` decides the fires that came during the pause."""
         async def act(request_id: str | None) -> TaskOut:
             self._refuse_final(await self._row(who, task_id))
-            return self._out(await self.temporal.resume(task_id, request_id=request_id))
+            return self._out(await self.temporal.resume(task_id, missed, request_id=request_id))
 
-        return await self._once(who, idempotency_key, {"resume": task_id}, task_id, act)
+        # A plain resume is the request it always was: a key kept from before still matches.
+        request = {"resume": task_id} | ({} if missed is ResumeMissed.SKIP else {"missed": missed.value})
+        return await self._once(who, idempotency_key, request, task_id, act)
 
     async def trigger(self, who: Principal, task_id: str, *, idempotency_key: str | None = None) -> TaskOut:
         """Run a task's job now, outside its schedule."""

@@ -26,7 +26,7 @@ from config.telemetry import WORKER_HEARTBEAT_INTERVAL
 from config.temporal import QueueReading, describe_queues, jobs_queue
 from scheduling.policy import Run
 from scheduling.spec import TaskChanges, TaskSpec
-from scheduling.status import Trigger, workflow_id
+from scheduling.status import ResumeMissed, Trigger, workflow_id
 from store.models import Task
 from workflows.starter import start_task_workflow, start_with_update, state_from_row
 from workflows.state import ReplayRequest, TaskState
@@ -101,9 +101,12 @@ class TemporalGateway:
         """Pause the task."""
         return await self._update(task_id, TaskWorkflow.pause_update, reason, request_id=request_id)
 
-    async def resume(self, task_id: str, *, request_id: str | None = None) -> TaskState:
-        """Resume the task."""
-        return await self._update(task_id, TaskWorkflow.resume_update, request_id=request_id)
+    async def resume(self, task_id: str, missed: ResumeMissed = ResumeMissed.SKIP, *,
+                     request_id: str | None = None) -> TaskState:
+        """Resume the task; ``missed`` decides the fires that came during the pause."""
+        # The default travels as no argument: the update a workflow of any version knows.
+        args = () if missed is ResumeMissed.SKIP else (missed,)
+        return await self._update(task_id, TaskWorkflow.resume_update, *args, request_id=request_id)
 
     async def trigger(self, task_id: str, *, request_id: str | None = None) -> TaskState:
         """Run the task's job now."""

@@ -20,6 +20,7 @@ from urllib.parse import quote
 import httpx
 
 from cli.terminal import shown
+from scheduling.status import ResumeMissed
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 TASK_STATUSES = ("PENDING", "RUNNING", "PAUSED", "COMPLETED", "FAILED", "CANCELLED")
@@ -124,6 +125,7 @@ def _task_lines(task: dict[str, Any]) -> str:
         ("schedule", schedule_summary(task)),
         ("job", f"{job.get('type', '?')} {target}".strip()),
         ("next run", _when(task.get("next_run_at"))),
+        *([("probe", _when(task["next_probe_at"]))] if task.get("next_probe_at") else []),
         ("last run", f"{last['status']} at {_when(last['scheduled_at'])}" if last else "-"),
         ("runs", (f"{task['run_count']} ({task['success_count']} ok, "
                   f"{task['failure_count']} failed, {task['skipped_count']} skipped)")),
@@ -189,6 +191,11 @@ def _tasks_pause(api: OpsClient, a: argparse.Namespace) -> tuple[Any, str]:
     return task, f"pause accepted\n{_task_lines(task)}"
 
 
+def _tasks_resume(api: OpsClient, a: argparse.Namespace) -> tuple[Any, str]:
+    task = api.call("POST", f"/tasks/{quote(a.task_id, safe='')}/resume", json=_query(missed=a.missed))
+    return task, f"resume accepted\n{_task_lines(task)}"
+
+
 def _tasks_signal(action: str) -> Command:
     def run(api: OpsClient, a: argparse.Namespace) -> tuple[Any, str]:
         task = api.call("POST", f"/tasks/{quote(a.task_id, safe='')}/{action}")
@@ -242,7 +249,7 @@ def add_commands(commands: Any) -> None:
         ("get", _tasks_get, "a task's status, schedule and counts"),
         ("cancel", _tasks_cancel, "cancel a task"),
         ("pause", _tasks_pause, "pause a task"),
-        ("resume", _tasks_signal("resume"), "resume a paused task"),
+        ("resume", _tasks_resume, "resume a paused task"),
         ("trigger", _tasks_signal("trigger"), "run a task's job now"),
         ("executions", _tasks_executions, "a task's run history, newest first"),
     ]:
@@ -250,6 +257,10 @@ def add_commands(commands: Any) -> None:
         sub.add_argument("task_id")
         if name in ("cancel", "pause"):
             sub.add_argument("--reason")
+        if name == "resume":
+            sub.add_argument("--missed", choices=[m.value for m in ResumeMissed],
+                             help="the fires of the pause: skip records them skipped (default), "
+                             "policy lets the missed-run policy decide them")
         if name == "executions":
             paging(sub)
 

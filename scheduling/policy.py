@@ -19,6 +19,7 @@ from scheduling.cron import next_cron_fire
 from scheduling.fire import first_fire, next_fire
 from scheduling.jitter import jitter_offset
 from scheduling.spec import (
+    MAX_COOL_DOWN_SECONDS,
     IntervalMode,
     MissedRunPolicy,
     OverlapPolicy,
@@ -26,7 +27,14 @@ from scheduling.spec import (
     ScheduleType,
     TaskSpec,
 )
-from scheduling.status import DeadLetter, ExecutionStatus, SkipReason, TaskStatus, Trigger
+from scheduling.status import (
+    DeadLetter,
+    ExecutionStatus,
+    ResumeMissed,
+    SkipReason,
+    TaskStatus,
+    Trigger,
+)
 
 # A scheduled run that starts more than this long after its instant was missed (the stack was
 # down, or the workers were backlogged): the missed-run policy decides it, not the clock.
@@ -118,7 +126,7 @@ def aimed_instant(spec: TaskSpec, task_id: str, scheduled_at: datetime, trigger:
     """The instant a run aims at, which its lateness and drift count from: a fire of the
     schedule (caught up or replayed too) its jittered instant, a run someone asked for its
     own time (no jitter is added to it)."""
-    if trigger is Trigger.MANUAL:
+    if trigger in (Trigger.MANUAL, Trigger.PROBE):
         return scheduled_at
     return instant_of(spec, task_id, scheduled_at, spec.jitter_seconds)
 
@@ -597,9 +605,10 @@ def drifted(spec: TaskSpec, trigger: Trigger, lateness: timedelta) -> bool:
             and lateness.total_seconds() > threshold)
 
 
-def dead_letter_of(status: ExecutionStatus) -> DeadLetter | None:
-    """A run that failed after its last retry is dead-lettered (listable, replayable)."""
-    return DeadLetter.OPEN if status is ExecutionStatus.FAILED else None
+def dead_letter_of(status: ExecutionStatus, trigger: Trigger = Trigger.SCHEDULE) -> DeadLetter | None:
+    """A run that failed after its last retry is dead-lettered (listable, replayable); a
+    breaker's probe never is (the breaker tries again; its failure is ``probe_failed``)."""
+    return DeadLetter.OPEN if status is ExecutionStatus.FAILED and trigger is not Trigger.PROBE else None
 
 
 def retryable_http_status(status: int) -> bool:
@@ -614,3 +623,47 @@ def breaker_trips(spec: TaskSpec, consecutive_failures: int) -> str | None:
         return None
     return (f"auto-paused after {consecutive_failures} consecutive failed runs "
             f"(max_consecutive_failures={limit})")
+
+
+class Probe(BaseModel):
+    """A self-healing breaker's next try: when the probe runs, after which cool-down."""
+
+    at: datetime
+    cool_down_seconds: float
+
+
+def first_probe(spec: TaskSpec, paused_at: datetime) -> Probe | None:
+    """The probe of a task the breaker has just auto-paused: ``auto_resume_after_seconds``
+    after the pause; None when only a user resumes it."""
+    cool_down = spec.auto_resume_after_seconds
+    if cool_down is None:
+        return None
+    return Probe(at=paused_at + timedelta(seconds=cool_down), cool_down_seconds=cool_down)
+
+
+def after_probe(probe: Probe, outcome: ExecutionStatus | None, now: datetime) -> Probe | None:
+    """What a probe's end means: None resumes the task (it succeeded); a failure pauses it
+    again with the cool-down doubled, up to MAX_COOL_DOWN_SECONDS; a probe that did not run or
+    was cancelled (``outcome`` None or CANCELLED) proves nothing and is tried again after the
+    same cool-down."""
+    if outcome is ExecutionStatus.COMPLETED:
+        return None
+    cool_down = probe.cool_down_seconds
+    if outcome is ExecutionStatus.FAILED:
+        cool_down = min(2 * cool_down, MAX_COOL_DOWN_SECONDS)
+    return Probe(at=now + timedelta(seconds=cool_down), cool_down_seconds=cool_down)
+
+
+def probe_due(probe: Probe | None, *, probing: bool, now: datetime) -> bool:
+    """The auto-paused task's probe is to start now: its cool-down is over and it is not
+    running already."""
+    return probe is not None and not probing and now >= probe.at
+
+
+def resume_held(missed: ResumeMissed, now: datetime) -> datetime | None:
+    """The ``resumed_at`` a resume leaves: with ``skip`` the fires inside the pause are
+    SKIPPED paused (up to ``now``); with ``policy`` none is, so the missed-run policy decides
+    them as after an outage (the newest due may still run on time)."""
+    if missed is ResumeMissed.POLICY:
+        return None
+    return now

@@ -47,6 +47,8 @@ from scheduling.partial import optional_fields
 
 MAX_NAME_LENGTH = 200
 PAST_TOLERANCE = timedelta(minutes=1)
+# The longest cool-down of a self-healing breaker: a failing probe doubles it up to this.
+MAX_COOL_DOWN_SECONDS = 86_400
 
 
 class ScheduleType(StrEnum):
@@ -255,6 +257,8 @@ class NotifyEvent(StrEnum):
     DEAD_LETTERED = "dead_lettered"
     DRIFT = "drift"
     AUTO_PAUSED = "auto_paused"
+    PROBE_FAILED = "probe_failed"
+    AUTO_RESUMED = "auto_resumed"
     COMPLETED = "completed"
 
 
@@ -264,7 +268,8 @@ class NotifySpec(_Strict):
     url: Text = Field(max_length=2048, examples=["https://example.com/hooks/scheduler"])
     events: list[NotifyEvent] = Field(
         default_factory=lambda: [NotifyEvent.FAILED, NotifyEvent.DEAD_LETTERED,
-                                 NotifyEvent.DRIFT, NotifyEvent.AUTO_PAUSED]
+                                 NotifyEvent.DRIFT, NotifyEvent.AUTO_PAUSED,
+                                 NotifyEvent.PROBE_FAILED, NotifyEvent.AUTO_RESUMED]
     )
 
     @field_validator("url")
@@ -300,6 +305,12 @@ class PolicyFields(_Strict):
     max_consecutive_failures: MaxConsecutiveFailures | None = Field(
         default=5,
         description="after this many failed runs in a row the task is auto-paused (null: never)",
+    )
+    auto_resume_after_seconds: float | None = Field(
+        default=None, strict=True, gt=0, le=MAX_COOL_DOWN_SECONDS,
+        description="after an auto-pause, one probe run after this cool-down: success resumes "
+        "the task, failure pauses it again with the cool-down doubled, up to a day (null: stay "
+        "paused until resumed)",
     )
     notify: NotifySpec | None = None
 

@@ -28,17 +28,26 @@ class ExecutionStatus(StrEnum):
 
 
 class Trigger(StrEnum):
-    """What asked for a run: its schedule, the missed-run policy, a user, or a replay."""
+    """What asked for a run: its schedule, the missed-run policy, a user, a replay, or the
+    circuit breaker trying whether an auto-paused task's job works again."""
 
     SCHEDULE = "schedule"
     CATCHUP = "catchup"
     MANUAL = "manual"
     REPLAY = "replay"
+    PROBE = "probe"
 
     @property
     def scheduled(self) -> bool:
         """A run of the schedule (counted against max_runs), not one someone asked for."""
         return self in (Trigger.SCHEDULE, Trigger.CATCHUP)
+
+
+class ResumeMissed(StrEnum):
+    """What a resume does with the fires that came during the pause."""
+
+    SKIP = "skip"  # SKIPPED paused
+    POLICY = "policy"  # the missed-run policy decides them, as after an outage
 
 
 class SkipReason(StrEnum):
@@ -95,4 +104,6 @@ def execution_id(task_id: str, scheduled_at: datetime, trigger: Trigger = Trigge
     stamp = scheduled_at.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
     if trigger is Trigger.MANUAL:
         return f"{task_id}:manual-{stamp}-{number}"
+    if trigger is Trigger.PROBE:
+        return f"{task_id}:probe-{stamp}"
     return f"{task_id}:{stamp}"

@@ -65,6 +65,7 @@ class TaskFields(SQLModel):
     failure_count: int = 0
     skipped_count: int = 0
     consecutive_failures: int = 0
+    next_probe_at: datetime | None = _ts(default=None)
     state_version: int = Field(default=0, sa_type=BigInteger)
     created_at: datetime = _ts(default_factory=utcnow)
     updated_at: datetime = _ts(default_factory=utcnow)

@@ -76,7 +76,7 @@ class TaskRecord:
             lateness = record.started_at - (record.instant or record.scheduled_at)
             record.lateness_ms = max(0.0, lateness.total_seconds() * 1000)
             record.drifted = policy.drifted(self._state.spec, trigger, lateness)
-        record.dead_letter = policy.dead_letter_of(ExecutionStatus(record.status))
+        record.dead_letter = policy.dead_letter_of(ExecutionStatus(record.status), trigger)
         self.add(record)
         if record.dead_letter is not None:
             self.notify(NotifyEvent.FAILED, record.id, record.error)

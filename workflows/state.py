@@ -10,9 +10,16 @@ from pydantic import BaseModel, Field
 from activities.options import RunOptions
 from activities.payloads import Notification
 from scheduling.fire import first_fire
-from scheduling.policy import Position, Run, instant_of
+from scheduling.policy import Position, Probe, Run, instant_of, resume_held
 from scheduling.spec import ScheduleType, TaskSpec
-from scheduling.status import FINAL_STATUSES, ExecutionStatus, TaskStatus, Trigger, execution_id
+from scheduling.status import (
+    FINAL_STATUSES,
+    ExecutionStatus,
+    ResumeMissed,
+    TaskStatus,
+    Trigger,
+    execution_id,
+)
 from store.models import ExecutionRecord, TaskSnapshot
 
 
@@ -78,6 +85,11 @@ class TaskState(BaseModel):
     wake_lag_seconds: float = Field(
         default=0.0, description="how late the last timer fired: the dispatch lead grows with it"
     )
+    probe: Probe | None = Field(
+        default=None, description="auto-paused by the breaker: the next probe run and its "
+        "cool-down (auto_resume_after_seconds)")
+    probing: str | None = Field(default=None, description="the execution id of the probe queued "
+                                "or in flight")
 
     @property
     def run_count(self) -> int:
@@ -95,6 +107,7 @@ class TaskState(BaseModel):
             "last_run_at": last.scheduled_at if last else None,
             "last_run_status": last.status.value if last else None,
             "last_execution_id": last.execution_id if last else None,
+            "next_probe_at": self.probe.at if self.probe else None,
             "updated_at": updated_at,
         }
         # Every other column is this state's field of the same name (the ids, the counters,
@@ -128,6 +141,7 @@ class TaskState(BaseModel):
         if not self.cancel_requested:
             self.cancelled_at = now
         self.cancel_requested, self.status_reason = True, reason or "cancelled"
+        self.probe = None  # a cancel ends the breaker's cool-down
         return True
 
     def pause(self, reason: str | None, now: datetime | None) -> bool:
@@ -137,15 +151,17 @@ class TaskState(BaseModel):
         self.paused, self.paused_at, self.status_reason = True, now, reason or "paused"
         return True
 
-    def resume(self, now: datetime) -> bool:
-        """Start runs again, the failure streak forgotten; False when not paused.
-        Fires inside the pause are recorded as skipped, not caught up; a one-time task's fire
-        is left to its missed-run policy."""
+    def resume(self, now: datetime, missed: ResumeMissed = ResumeMissed.SKIP) -> bool:
+        """Start runs again, the failure streak and the breaker's cool-down forgotten; False
+        when not paused. Fires inside the pause are recorded as skipped, or decided by the
+        missed-run policy (``missed``, ``policy.resume_held``); a one-time task's fire is left
+        to its missed-run policy."""
         if not self.paused:
             return False
         self.paused, self.status_reason, self.consecutive_failures = False, None, 0
+        self.probe = self.probing = None
         if self.spec.schedule_type is not ScheduleType.ONCE:
-            self.resumed_at = now
+            self.resumed_at = resume_held(missed, now)
         return True
 
     def add_manual_run(self, now: datetime) -> bool:
@@ -186,7 +202,7 @@ class TaskState(BaseModel):
     def finish(self, status: TaskStatus, reason: str | None) -> None:
         """The task has ended: nothing more is scheduled or queued."""
         self.status, self.status_reason = status, reason
-        self.next_fire_at, self.queue = None, []
+        self.next_fire_at, self.queue, self.probe = None, [], None
 
     def next_instant(self) -> datetime | None:
         """When the next fire runs (its jitter included); None while paused."""

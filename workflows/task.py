@@ -34,12 +34,14 @@ with workflow.unsafe.imports_passed_through():
     from scheduling.status import (
         FINAL_STATUSES,
         ExecutionStatus,
+        ResumeMissed,
         SkipReason,
         TaskStatus,
         Trigger,
         execution_id,
     )
     from store.models import ExecutionRecord
+    from workflows.breaker import Healed, SelfHealing
     from workflows.describe import describe_schedule
     from workflows.inflight import RESCHEDULED, UNTAKEN, Ended, RunsInFlight
     from workflows.record import TaskRecord
@@ -63,6 +65,9 @@ CANCEL_SETTLE = timedelta(seconds=10)
 # Workflow runs from here on take the lead and the history limit from their worker, asked once
 # per run (after each continue-as-new too), instead of from their input (docs/upgrades.md).
 WORKER_OPTIONS = "worker-options"
+# Workflows from here on probe an auto-paused task after its cool-down and resume it when the
+# probe succeeds (auto_resume_after_seconds, docs/scheduling.md).
+SELF_HEALING = "self-healing-breaker"
 
 
 @workflow.defn(name="TaskWorkflow")
@@ -84,6 +89,7 @@ class TaskWorkflow:
         # Asked here too, not where it is used: after the run options' local activity, a
         # replay without a cache can ask before it has seen the marker (TMPRL1100).
         self._paused_first = workflow.patched(PAUSED_SHOWS_PAUSED)
+        self._healing = SelfHealing(self._state, enabled=workflow.patched(SELF_HEALING))
         self._record = TaskRecord(self._state)
         self._lock = asyncio.Lock()
         self._wake = False
@@ -140,6 +146,7 @@ class TaskWorkflow:
             self._not_run(ended)
         if not state.paused or self._runs.reported:
             self._decide_due()  # while paused, the fires due before the pause (policy.decide_due)
+        self._healing.queue_due(now)
         self._start_queued()
         self._dispatch_ahead()
         if policy.schedule_done(state.position(), self._runs.flight(now)):
@@ -239,6 +246,9 @@ class TaskWorkflow:
         state = self._state
         fire = ended.run.scheduled_at
         reported = self._runs.reported
+        if self._healing.owns(ended.run_id) and ended.reason not in GIVE_BACK:
+            self._probe_ended(None)  # withdrawn or refused: it proves nothing, try again later
+            return
         outdated = reported and ended.reason == RESCHEDULED
         if ((ended.run.trigger.scheduled or not reported)
                 and (ended.reason in GIVE_BACK or ended.reason is None or outdated)):
@@ -266,10 +276,25 @@ class TaskWorkflow:
             state.started_before_cancel.append(record.id)
         if policy.is_fixed_delay(state.spec) and trigger.scheduled and not state.cancel_requested:
             state.next_fire_at = policy.after_finish(state.position(), self._runs.flight(now), now)
+        if self._healing.owns(record.id):
+            self._probe_ended(ExecutionStatus(record.status))
+            return
         tripped = policy.breaker_trips(state.spec, state.consecutive_failures)
         if record.status == ExecutionStatus.FAILED and tripped and not state.paused:
-            self._pause(tripped)
-            self._record.notify(NotifyEvent.AUTO_PAUSED, record.id, tripped)
+            reason = self._healing.tripped(tripped, now)
+            self._pause(reason)
+            self._record.notify(NotifyEvent.AUTO_PAUSED, record.id, reason)
+
+    def _probe_ended(self, outcome: ExecutionStatus | None) -> None:
+        """Resume the task after a probe that succeeded; tell of one that failed."""
+        run_id = self._state.probing
+        healed = self._healing.ended(outcome, workflow.now())
+        if healed is Healed.RESUMED:
+            self._resume(ResumeMissed.SKIP)
+            self._record.notify(NotifyEvent.AUTO_RESUMED, run_id, "the probe run succeeded: resumed")
+        elif healed is Healed.FAILED:
+            self._record.notify(NotifyEvent.PROBE_FAILED, run_id, self._state.status_reason)
+        self._wake = True
 
     async def _stop(self) -> None:
         """Cancel every run and queued run, record them, and end the task CANCELLED."""
@@ -333,6 +358,8 @@ class TaskWorkflow:
                        f"({describe_schedule(state.spec)})")
         if self._runs.reported and (end := policy.pause_wake(state.position())) is not None:
             wakes.append(end)  # paused past its schedule's end: record the pause and end
+        if (probe := self._healing.wake()) is not None:
+            wakes.append(probe)  # the breaker's cool-down ends: probe
         timeout = max(min(wakes) - now, timedelta(milliseconds=1)) if wakes else None
         try:
             await workflow.wait_condition(lambda: self._wake or bool(self._runs.ended),
@@ -389,10 +416,11 @@ class TaskWorkflow:
             self._pause(reason)
 
     @workflow.signal(name="resume")
-    async def resume_signal(self) -> None:
-        """Start runs again."""
+    async def resume_signal(self, missed: ResumeMissed | None = None) -> None:
+        """Start runs again; the fires inside the pause SKIPPED paused, or decided by the
+        missed-run policy (``missed`` policy)."""
         async with self._lock:
-            self._resume()
+            self._resume(missed or ResumeMissed.SKIP)
 
     @workflow.signal(name="trigger")
     async def trigger_signal(self) -> None:
@@ -428,10 +456,10 @@ class TaskWorkflow:
             return self._state
 
     @workflow.update(name="resume_task")
-    async def resume_update(self) -> TaskState:
-        """Resume the task and answer with its state."""
+    async def resume_update(self, missed: ResumeMissed | None = None) -> TaskState:
+        """Resume the task and answer with its state (``missed`` as for the signal)."""
         async with self._lock:
-            self._resume()
+            self._resume(missed or ResumeMissed.SKIP)
             await self._write()
             return self._state
 
@@ -491,7 +519,7 @@ class TaskWorkflow:
         self._refuse_if_final("paused")
 
     @resume_update.validator
-    def _validate_resume(self) -> None:
+    def _validate_resume(self, missed: ResumeMissed | None = None) -> None:
         self._refuse_if_final("resumed")
 
     @trigger_update.validator
@@ -525,8 +553,8 @@ class TaskWorkflow:
             self._refresh_status()
             self._wake = True
 
-    def _resume(self) -> None:
-        if self._state.resume(workflow.now()):
+    def _resume(self, missed: ResumeMissed) -> None:
+        if self._state.resume(workflow.now(), missed):
             self._refresh_status()
             self._wake = True
 

@@ -26,6 +26,7 @@ from api.schemas import (
     OnceTask,
     PauseRequest,
     RecurringTaskCreate,
+    ResumeRequest,
     TaskCancel,
     TaskCreate,
     TaskOut,
@@ -34,7 +35,7 @@ from api.schemas import (
     problem_responses,
 )
 from scheduling.bounds import Text
-from scheduling.status import TaskStatus
+from scheduling.status import ResumeMissed, TaskStatus
 
 router = APIRouter(tags=["tasks"])
 
@@ -166,10 +167,14 @@ async def pause_task(
 
 @router.post("/tasks/{task_id}/resume", status_code=status.HTTP_202_ACCEPTED, responses=OPERATION_RESPONSES)
 async def resume_task(
-    task_id: TaskIdPath, who: WriterDep, service: ServiceDep, idempotency_key: OperationKeyHeader = None
+    task_id: TaskIdPath, who: WriterDep, service: ServiceDep,
+    body: Annotated[ResumeRequest | None, Body()] = None,
+    idempotency_key: OperationKeyHeader = None,
 ) -> TaskOut:
-    """Start runs again; fires that fell inside the pause are recorded as skipped."""
-    return await service.resume(who, task_id, idempotency_key=idempotency_key)
+    """Start runs again; fires that fell inside the pause are recorded as skipped, or decided
+    by the missed-run policy (``missed``: ``policy``)."""
+    missed = body.missed if body else ResumeMissed.SKIP
+    return await service.resume(who, task_id, missed, idempotency_key=idempotency_key)
 
 
 @router.post("/tasks/{task_id}/trigger", status_code=status.HTTP_202_ACCEPTED, responses=OPERATION_RESPONSES)

@@ -120,6 +120,19 @@ async def test_pause_resume_trigger_executions_cancel(cli: Cli, stack: Stack) ->
     assert code == 1 and "409: task" in err and "can no longer change" in err
 
 
+async def test_resume_takes_what_to_do_with_the_fires_of_the_pause(cli: Cli, stack: Stack) -> None:
+    task_id = await create(stack, "cli-resume")
+    code, _, err = await cli("tasks", "pause", task_id)
+    assert code == 0, err
+    code, _, err = await cli("tasks", "resume", task_id, "--missed", "later")
+    assert code == 2 and "invalid choice" in err
+    assert (await cli.json("tasks", "get", task_id))["status"] == "PAUSED"
+    code, out, err = await cli("tasks", "resume", task_id, "--missed", "policy")
+    assert code == 0, err
+    assert out.startswith("resume accepted\n") and "status:    PENDING" in out
+    await cli("tasks", "cancel", task_id)
+
+
 async def test_errors_print_the_detail_and_exit_1(cli: Cli, stack: Stack) -> None:
     code, out, err = await cli("tasks", "get", "no-such-task")
     assert (code, out) == (1, "") and err.strip() == "error: 404: no task no-such-task"

@@ -26,12 +26,13 @@ from temporalio.testing import WorkflowEnvironment
 from activities.handlers import Handler
 from activities.options import RunOptions
 from scheduling.spec import TaskChanges, TaskSpec
-from scheduling.status import workflow_id
+from scheduling.status import ResumeMissed, workflow_id
 from store.engine import make_engine, migrate
 from tests.conftest import new_worker, start_time_skipping
 from tests.workflows.helpers import (
     Blocker,
     Failing,
+    Flaky,
     SlowFirst,
     TaskHandle,
     handler_job,
@@ -47,7 +48,7 @@ from workflows.state import ReplayRequest, TaskState
 from workflows.task import TaskWorkflow
 
 HERE = Path(__file__).parent
-STAMP = "20261204"
+STAMP = "20261205"
 MINUTE = timedelta(minutes=1)
 
 Scenario = Callable[[WorkflowEnvironment, Engine], Awaitable[TaskHandle]]
@@ -271,6 +272,47 @@ async def dead_letter(env: WorkflowEnvironment, engine: Engine) -> TaskHandle:
             execution_id=last.execution_id, scheduled_at=last.scheduled_at))
         state = await handle.result()
     assert state.failure_count == 3, state
+    return handle
+
+
+@scenario
+async def self_healing(env: WorkflowEnvironment, engine: Engine) -> TaskHandle:
+    # Two failed runs auto-pause the task; its probe after 5 minutes fails (the cool-down
+    # doubles), the next one passes and resumes it; two more runs end it.
+    flaky = Flaky()
+    async with new_worker(env.client, engine, handlers={"flaky": flaky}) as worker:
+        task = spec(schedule_type="interval", interval_seconds=60, max_runs=4,
+                    job_details=handler_job("flaky"), retry_policy={"max_attempts": 1},
+                    max_consecutive_failures=2, auto_resume_after_seconds=300)
+        handle = await start_task(env, worker.task_queue, task)
+        await env.sleep(2 * MINUTE + timedelta(seconds=5))
+
+        async def probing(cool_down: float) -> bool:
+            probe = (await task_state(handle)).probe
+            return probe is not None and probe.cool_down_seconds == cool_down
+        await until(lambda: probing(300))
+        await env.sleep(6 * MINUTE)
+        await until(lambda: probing(600))
+        flaky.failing = False
+        state = await handle.result()
+    assert (state.failure_count, state.success_count) == (3, 3), state
+    return handle
+
+
+@scenario
+async def resume_policy(env: WorkflowEnvironment, engine: Engine) -> TaskHandle:
+    # Paused from +10 to +130 minutes and resumed with the missed-run policy: single_catchup
+    # runs +120 once, +30, +60 and +90 are missed; +150 ends the task.
+    async with new_worker(env.client, engine) as worker:
+        task = spec(schedule_type="interval", interval_seconds=1800, max_runs=2,
+                    missed_run_policy="single_catchup")
+        handle = await start_task(env, worker.task_queue, task)
+        await env.sleep(10 * MINUTE)
+        await handle.signal(TaskWorkflow.pause_signal, "maintenance")
+        await env.sleep(timedelta(hours=2))
+        await handle.execute_update(TaskWorkflow.resume_update, ResumeMissed.POLICY)
+        state = await handle.result()
+    assert (state.success_count, state.skipped_count) == (2, 3), state
     return handle
 
 

@@ -140,6 +140,19 @@ class Failing:
         raise RuntimeError(f"boom #{self.calls}")
 
 
+class Flaky:
+    """A handler that fails while ``failing`` is set; counts its calls."""
+
+    def __init__(self) -> None:
+        self.failing = True
+        self.calls = 0
+
+    async def __call__(self, ctx: HandlerContext) -> None:
+        self.calls += 1
+        if self.failing:
+            raise RuntimeError(f"down #{self.calls}")
+
+
 class SlowFirst:
     """A handler whose first call takes ``seconds`` of real time (heartbeating); later calls
     return at once. On the time-skipping server a running activity holds the clock, so the
