@@ -1,13 +1,13 @@
 """task.next_probe_at: when an auto-paused task's probe run is due
 
-Revision ID: 0012
+Revision ID: 0011
 Revises: 0010
 """
 
 from alembic import op
 import sqlalchemy as sa
 
-revision = '0012'
+revision = '0011'
 down_revision = '0010'
 branch_labels = None
 depends_on = None
