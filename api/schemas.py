@@ -23,6 +23,7 @@ from api.examples import EXECUTION_EXAMPLE, TASK_EXAMPLE
 from scheduling.bounds import INSTANT_RANGE, MAX_INTERVAL_SECONDS, MaxRuns, Text, in_range
 from scheduling.partial import admits_null, optional_fields
 from scheduling.spec import (
+    DstPolicy,
     IntervalMode,
     JobFields,
     PolicyFields,
@@ -61,6 +62,7 @@ class _NewTask(PolicyFields, JobFields):
     )
     start_date: Instant | None = Field(default=None, description=f"no run before this instant, {INSTANT_RANGE}")
     end_date: Instant | None = Field(default=None, description=f"no run after this instant, {INSTANT_RANGE}")
+    dst_policy: DstPolicy = Field(default_factory=DstPolicy, description="for cron: daylight saving rules")
 
     def spec(self) -> TaskSpec:
         """The task as a TaskSpec (raises ValidationError naming the field at fault)."""
