@@ -60,3 +60,18 @@ EXECUTION_EXAMPLE: dict[str, Any] = {
     "instant": "2026-11-30T09:00:00.000Z", "jitter_ms": 0.0,
     "lateness_ms": 4.0, "drifted": False, "dead_letter": None,
 }
+
+PREVIEW_EXAMPLE: dict[str, Any] = {
+    "description": "At 02:30, every day, in Europe/Berlin",
+    "fires": [
+        {"scheduled_at": "2027-03-27T01:30:00Z", "instant": "2027-03-27T01:30:00Z",
+         "local": "2027-03-27T02:30:00+01:00", "note": None, "skipped": None},
+        {"scheduled_at": "2027-03-28T01:00:00Z", "instant": "2027-03-28T01:00:00Z",
+         "local": "2027-03-28T03:00:00+02:00",
+         "note": "02:30 does not exist on 2027-03-28 in Europe/Berlin: runs at 03:00",
+         "skipped": None},
+    ],
+    "warnings": ["1 of these fires fall in a daylight saving change (see their note; "
+                 "dst_policy decides what runs)"],
+    "before": None,
+}
