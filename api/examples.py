@@ -43,6 +43,7 @@ TASK_EXAMPLE: dict[str, Any] = {
     "status": "PENDING", "status_reason": None, "schedule_type": "cron",
     "schedule": {"schedule_type": "cron", "cron": "0 10 * * *", "timezone": "Europe/Berlin",
                  "priority": "medium", "overlap_policy": "skip"},
+    "description": "At 10:00, every day, in Europe/Berlin",
     "job_details": {"type": "http", "url": "https://example.com/hooks/report", "method": "POST"},
     "next_run_at": "2026-12-01T09:00:00Z",
     "last_run": {"execution_id": "5b0c2e7c9f2d4e2a9a51d3c0b8f1a7e4:2026-11-30T09:00:00.000Z",

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime
+from typing import Any
 
 from cron_descriptor import ExpressionDescriptor, Options  # type: ignore[import-untyped]
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 
 from scheduling.cron import dst_note
 from scheduling.fire import first_fire, next_fire
@@ -72,6 +73,14 @@ def _entry(spec: TaskSpec, task_id: str | None, fire: datetime) -> PreviewFire:
                        local=fire.astimezone(spec.zone()).isoformat(), note=note)
 
 
+def describe_stored(spec: dict[str, Any]) -> str | None:
+    """The words of a stored spec's schedule; None if it no longer reads as a task."""
+    try:
+        return describe(TaskSpec.model_validate(spec))
+    except ValidationError:
+        return None
+
+
 def describe(spec: TaskSpec) -> str:
     """The schedule in words: "At 10:00, every day, in Europe/Berlin"."""
     zone = spec.timezone
@@ -127,7 +136,7 @@ def schedule_warnings(spec: TaskSpec, fires: list[PreviewFire]) -> list[str]:
         warnings.append(f"{len(noted)} of these fires fall in a daylight saving change "
                         f"(see their note; dst_policy decides what runs)")
     if spec.jitter_seconds > 0 and any(fire.instant is None for fire in fires):
-        warnings.append(f"each run starts up to {spec.jitter_seconds:g}s after its fire time; the "
+        warnings.append(f"jitter_seconds: each run starts up to {spec.jitter_seconds:g}s after its fire time; the "
                         "exact offset is fixed by the task id, known once the task is created")
     if spec.interval_mode is IntervalMode.FIXED_DELAY and spec.schedule_type is ScheduleType.INTERVAL:
         warnings.append("fixed_delay: each fire counts from when the run before it finished; "
