@@ -101,7 +101,8 @@ def dst_note(expression: str, zone: ZoneInfo, fire: datetime, dst: DstRules) -> 
     day, name = f"{wall:%Y-%m-%d}", str(zone)
     jump = _offset(fire, zone) - _offset(fire - timedelta(microseconds=1), zone)
     if jump > timedelta(0):
-        missing = _walls_between(expression, wall - jump, wall)
+        # Under gap "skip" the missing wall times are no fire: this one is its own wall time's.
+        missing = [] if dst.gap == "skip" else _walls_between(expression, wall - jump, wall)
         if not missing:
             return None
         if len(missing) == 1:

@@ -55,9 +55,10 @@ def upcoming(
     return fires
 
 
-def upcoming_of_new(spec: TaskSpec, now: datetime, limit: int, skip: SkipRule | None = None) -> list[PreviewFire]:
-    """The fires of ``spec`` if it were created at ``now``."""
-    return upcoming(spec, task_id=None, first=first_fire(spec, now), anchor=now, limit=limit,
+def upcoming_of_new(spec: TaskSpec, now: datetime, limit: int, *, task_id: str | None = None,
+                    skip: SkipRule | None = None) -> list[PreviewFire]:
+    """The fires of ``spec`` if it were created at ``now`` (under ``task_id``, when known)."""
+    return upcoming(spec, task_id=task_id, first=first_fire(spec, now), anchor=now, limit=limit,
                     runs_left=spec.max_runs, skip=skip)
 
 
