@@ -122,6 +122,14 @@ def dst_note(expression: str, zone: ZoneInfo, fire: datetime, dst: DstRules) -> 
             f"then UTC{_utc_offset(later, zone)}): {runs}")
 
 
+def missing_walls(expression: str, zone: ZoneInfo, low: datetime, high: datetime) -> list[datetime]:
+    """The wall times ``expression`` names between the instants ``low`` and ``high`` that do
+    not exist in ``zone`` (naive, in the zone's wall clock)."""
+    start = low.astimezone(zone).replace(tzinfo=None)
+    end = high.astimezone(zone).replace(tzinfo=None)
+    return [wall for wall in _walls_between(expression, start, end) if _instants(wall, zone)[2]]
+
+
 def _walls_between(expression: str, low: datetime, high: datetime) -> list[datetime]:
     """The wall times in [low, high) that ``expression`` names."""
     walls = copy.copy(_parsed(expression, len(expression.split()) == 6))

@@ -11,7 +11,7 @@ from typing import Any
 from cron_descriptor import ExpressionDescriptor, Options  # type: ignore[import-untyped]
 from pydantic import BaseModel, Field, ValidationError
 
-from scheduling.cron import dst_note
+from scheduling.cron import dst_note, missing_walls
 from scheduling.fire import first_fire, next_fire
 from scheduling.policy import instant_of
 from scheduling.spec import DstGap, IntervalMode, ScheduleType, TaskSpec
@@ -136,6 +136,12 @@ def schedule_warnings(spec: TaskSpec, fires: list[PreviewFire]) -> list[str]:
     if noted:
         warnings.append(f"{len(noted)} of these fires fall in a daylight saving change "
                         f"(see their note; dst_policy decides what runs)")
+    skipped = _skipped_by_gap(spec, fires)
+    if skipped:
+        walls = ", ".join(f"{wall:%Y-%m-%d %H:%M}" for wall in skipped[:3])
+        more = f" and {len(skipped) - 3} more" if len(skipped) > 3 else ""
+        warnings.append(f"{walls}{more} do not exist in {spec.timezone}: no run then "
+                        "(dst_policy.gap is skip)")
     if spec.jitter_seconds > 0 and any(fire.instant is None for fire in fires):
         warnings.append(f"jitter_seconds: each run starts up to {spec.jitter_seconds:g}s after its fire time; the "
                         "exact offset is fixed by the task id, known once the task is created")
@@ -143,6 +149,13 @@ def schedule_warnings(spec: TaskSpec, fires: list[PreviewFire]) -> list[str]:
         warnings.append("fixed_delay: each fire counts from when the run before it finished; "
                         "shown as if runs took no time")
     return warnings
+
+
+def _skipped_by_gap(spec: TaskSpec, fires: list[PreviewFire]) -> list[datetime]:
+    """The wall times a DST gap skips between the first and the last of ``fires``."""
+    if spec.cron is None or spec.dst_policy.gap is not DstGap.SKIP or len(fires) < 2:
+        return []
+    return missing_walls(spec.cron, spec.zone(), fires[0].scheduled_at, fires[-1].scheduled_at)
 
 
 def herd_warning(others: int, spec: TaskSpec) -> str | None:

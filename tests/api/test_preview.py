@@ -63,6 +63,8 @@ async def test_gap_skip_lists_no_fire_for_a_time_that_does_not_exist(stack: Stac
             dst_policy={"gap": "skip", "repeated": "first"}))).json()
     assert [f["local"] for f in body["fires"]] == ["2027-03-27T02:30:00+01:00",
                                                    "2027-03-29T02:30:00+02:00"]
+    assert "2027-03-28 02:30 do not exist in Europe/Berlin: no run then (dst_policy.gap is skip)" \
+        in body["warnings"]
 
 
 async def test_bad_input_is_refused_as_create_refuses_it(stack: Stack) -> None:
