@@ -170,3 +170,20 @@ async def test_the_openapi_document_shows_the_preview_with_examples(stack: Stack
     assert "change" in post["requestBody"]["content"]["application/json"]["examples"]
     assert post["responses"]["200"]["content"]["application/json"]["example"]["fires"]
     assert "/tasks/{task_id}/upcoming" in spec["paths"]
+
+
+async def test_dst_policy_is_kept_shown_and_changed_like_any_field(stack: Stack) -> None:
+    async with stack.client() as api:
+        created = await api.post("/task/create", json=berlin_0230(
+            task_name="dst", dst_policy={"gap": "skip", "repeated": "both"}))
+        assert created.status_code == 201, created.text
+        task_id = created.json()["task_id"]
+        assert created.json()["schedule"]["dst_policy"] == {"gap": "skip", "repeated": "both"}
+        refused = await api.post("/task/update", json={"task_id": task_id, "dst_policy": {"gap": "never"}})
+        assert refused.status_code == 422 and "dst_policy.gap" in refused.json()["detail"]
+        updated = await api.post("/task/update", json={"task_id": task_id, "dst_policy": {"gap": "shift"}})
+        assert updated.status_code == 202, updated.text
+        shown = (await api.get(f"/tasks/{task_id}")).json()["schedule"]["dst_policy"]
+        assert shown == {"gap": "shift", "repeated": "first"}  # a new policy, whole
+        upcoming = (await api.get(f"/tasks/{task_id}/upcoming", params={"limit": 2})).json()
+        assert upcoming["fires"][1]["local"] == "2027-03-28T03:00:00+02:00"
