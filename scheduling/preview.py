@@ -93,13 +93,14 @@ def describe(spec: TaskSpec) -> str:
         text = f"{describe_cron(spec.cron)}, in {zone}"
         if spec.dst_policy.gap is DstGap.SKIP:
             text += "; a time a daylight saving change skips does not run"
-    else:
-        assert spec.interval_seconds is not None
+    elif spec.schedule_type is ScheduleType.INTERVAL and spec.interval_seconds is not None:
         every = _span(spec.interval_seconds)
         if spec.interval_mode is IntervalMode.FIXED_DELAY:
             text = f"{every} after the previous run finished"
         else:
             text = every
+    else:
+        text = f"A {spec.schedule_type.value} schedule"
     if spec.start_date is not None and spec.schedule_type is not ScheduleType.ONCE:
         text += f", from {spec.start_date.astimezone(spec.zone()).isoformat()}"
     if spec.end_date is not None:
@@ -114,7 +115,10 @@ def describe_cron(expression: str) -> str:
     options = Options()
     options.use_24hour_time_format = True
     options.verbose = True
-    return str(ExpressionDescriptor(expression, options).get_description())
+    try:
+        return str(ExpressionDescriptor(expression, options).get_description())
+    except Exception:  # noqa: BLE001 - a form croniter takes and the describer does not: never fail a read
+        return f"cron {expression}"
 
 
 def _span(seconds: float) -> str:
