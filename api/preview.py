@@ -96,8 +96,14 @@ class Previews:
 
     @staticmethod
     def _fires(state: TaskState, limit: int) -> list[PreviewFire]:
-        return upcoming(state.spec, task_id=state.task_id, first=state.next_fire_at,
-                        anchor=state.anchor, limit=limit, runs_left=_runs_left(state, state.spec))
+        first = state.next_fire_at
+        # A run sent ahead waits on its worker for its instant: its fire has left next_fire_at
+        # but is still to come (only the newest fire taken is ever sent ahead).
+        taken = state.latest_taken
+        if taken is not None and state.position().instant(taken) in state.waiting:
+            first = taken
+        return upcoming(state.spec, task_id=state.task_id, first=first, anchor=state.anchor,
+                        limit=limit, runs_left=_runs_left(state, state.spec))
 
     async def _out(self, tenant_id: str, spec: TaskSpec, fires: list[PreviewFire], *,
                    besides: str | None) -> PreviewOut:

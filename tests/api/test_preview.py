@@ -3,6 +3,7 @@ show the fires the workflow will run, validated as create and update, and nothin
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -187,3 +188,26 @@ async def test_dst_policy_is_kept_shown_and_changed_like_any_field(stack: Stack)
         assert shown == {"gap": "shift", "repeated": "first"}  # a new policy, whole
         upcoming = (await api.get(f"/tasks/{task_id}/upcoming", params={"limit": 2})).json()
         assert upcoming["fires"][1]["local"] == "2027-03-28T03:00:00+02:00"
+
+
+async def test_a_run_sent_ahead_of_its_instant_is_still_upcoming(stack: Stack) -> None:
+    # With the 10 s lead, the first run of a task due in 10.5 s is sent to its jobs worker at
+    # once and waits there: it is still the first upcoming fire.
+    start = (datetime.now(UTC) + timedelta(seconds=10.5)).replace(microsecond=0)
+    async with stack.client() as api:
+        created = await api.post("/task/recurring", json={
+            "task_name": "ahead", "job_details": NOOP, "schedule_type": "interval",
+            "interval_seconds": 3600, "start_date": start.isoformat()})
+        assert created.status_code == 201, created.text
+        task_id = created.json()["task_id"]
+        handle = stack.env.client.get_workflow_handle(f"task-{task_id}")
+        for _ in range(100):
+            history = await handle.fetch_history()
+            if any(e.HasField("activity_task_scheduled_event_attributes") for e in history.events):
+                break
+            await asyncio.sleep(0.1)
+        else:
+            raise AssertionError("the run was not sent ahead")
+        fires = (await api.get(f"/tasks/{task_id}/upcoming", params={"limit": 2})).json()["fires"]
+        assert datetime.now(UTC) < start, "the test ran too slowly"
+    assert [datetime.fromisoformat(f["scheduled_at"]) for f in fires] == [start, start + timedelta(hours=1)]
