@@ -36,6 +36,17 @@ CREATE_EXAMPLES: dict[str, Any] = {
             "interval_mode": "fixed_delay",
         },
     },
+    "cron-dst": {
+        "summary": "At 02:30 Berlin time; no run on the day the clocks skip 02:30",
+        "value": {
+            "task_name": "nightly-export",
+            "job_details": {"type": "handler", "name": "noop"},
+            "schedule_type": "cron",
+            "cron": "30 2 * * *",
+            "timezone": "Europe/Berlin",
+            "dst_policy": {"gap": "skip", "repeated": "first"},
+        },
+    },
 }
 
 TASK_EXAMPLE: dict[str, Any] = {
