@@ -158,8 +158,21 @@ def _field(error: dict[str, Any]) -> str:
     return _field_path(loc)
 
 
+# A preview's body is a new task or a change, told apart by a task id: the same fields, so the
+# same messages as create and update give.
+PREVIEW_TAGS = frozenset({"new", "change"})
+
+
+def _unwrapped(error: dict[str, Any]) -> dict[str, Any]:
+    loc = tuple(error.get("loc", ()))
+    if len(loc) > 1 and loc[0] == "body" and loc[1] in PREVIEW_TAGS:
+        return {**error, "loc": (loc[0], *loc[2:])}
+    return error
+
+
 def validation_problem(errors: list[dict[str, Any]]) -> JSONResponse:
     """422 naming every field at fault."""
+    errors = [_unwrapped(e) for e in errors]
     cleaned = [{"field": _field(e), "message": _message(e)} for e in errors]
     return problem(
         422,

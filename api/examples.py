@@ -36,6 +36,17 @@ CREATE_EXAMPLES: dict[str, Any] = {
             "interval_mode": "fixed_delay",
         },
     },
+    "cron-dst": {
+        "summary": "At 02:30 Berlin time; no run on the day the clocks skip 02:30",
+        "value": {
+            "task_name": "nightly-export",
+            "job_details": {"type": "handler", "name": "noop"},
+            "schedule_type": "cron",
+            "cron": "30 2 * * *",
+            "timezone": "Europe/Berlin",
+            "dst_policy": {"gap": "skip", "repeated": "first"},
+        },
+    },
 }
 
 TASK_EXAMPLE: dict[str, Any] = {
@@ -43,6 +54,7 @@ TASK_EXAMPLE: dict[str, Any] = {
     "status": "PENDING", "status_reason": None, "schedule_type": "cron",
     "schedule": {"schedule_type": "cron", "cron": "0 10 * * *", "timezone": "Europe/Berlin",
                  "priority": "medium", "overlap_policy": "skip"},
+    "description": "At 10:00, every day, in Europe/Berlin",
     "job_details": {"type": "http", "url": "https://example.com/hooks/report", "method": "POST"},
     "next_run_at": "2026-12-01T09:00:00Z",
     "last_run": {"execution_id": "5b0c2e7c9f2d4e2a9a51d3c0b8f1a7e4:2026-11-30T09:00:00.000Z",
@@ -59,4 +71,19 @@ EXECUTION_EXAMPLE: dict[str, Any] = {
     "http_status": 200, "response_snippet": "{\"ok\": true}", "error": None,
     "instant": "2026-11-30T09:00:00.000Z", "jitter_ms": 0.0,
     "lateness_ms": 4.0, "drifted": False, "dead_letter": None,
+}
+
+PREVIEW_EXAMPLE: dict[str, Any] = {
+    "description": "At 02:30, every day, in Europe/Berlin",
+    "fires": [
+        {"scheduled_at": "2027-03-27T01:30:00Z", "instant": "2027-03-27T01:30:00Z",
+         "local": "2027-03-27T02:30:00+01:00", "note": None, "skipped": None},
+        {"scheduled_at": "2027-03-28T01:00:00Z", "instant": "2027-03-28T01:00:00Z",
+         "local": "2027-03-28T03:00:00+02:00",
+         "note": "02:30 does not exist on 2027-03-28 in Europe/Berlin: runs at 03:00",
+         "skipped": None},
+    ],
+    "warnings": ["1 of these fires fall in a daylight saving change (see their note; "
+                 "dst_policy decides what runs)"],
+    "before": None,
 }

@@ -22,7 +22,9 @@ from api.cursors import NextCursor
 from api.examples import EXECUTION_EXAMPLE, TASK_EXAMPLE
 from scheduling.bounds import INSTANT_RANGE, MAX_INTERVAL_SECONDS, MaxRuns, Text, in_range
 from scheduling.partial import admits_null, optional_fields
+from scheduling.preview import describe_stored
 from scheduling.spec import (
+    DstPolicy,
     IntervalMode,
     JobFields,
     PolicyFields,
@@ -62,6 +64,7 @@ class _NewTask(PolicyFields, JobFields):
     )
     start_date: Instant | None = Field(default=None, description=f"no run before this instant, {INSTANT_RANGE}")
     end_date: Instant | None = Field(default=None, description=f"no run after this instant, {INSTANT_RANGE}")
+    dst_policy: DstPolicy = Field(default_factory=DstPolicy, description="for cron: daylight saving rules")
 
     def spec(self) -> TaskSpec:
         """The task as a TaskSpec (raises ValidationError naming the field at fault)."""
@@ -203,6 +206,8 @@ class TaskOut(BaseModel):
     status_reason: str | None = None
     schedule_type: str
     schedule: dict[str, Any]
+    description: str | None = Field(default=None, description="the schedule in words",
+                                    examples=["At 10:00, every day, in Europe/Berlin"])
     job_details: dict[str, Any]
     next_run_at: datetime | None
     last_run: LastRunOut | None = None
@@ -230,7 +235,7 @@ class TaskOut(BaseModel):
         # Every other field is the row's column of the same name: a new one needs no line here.
         same = {name: getattr(row, name) for name in _STORED_AS_SHOWN}
         return cls(task_id=row.id, task_name=row.name, schedule=schedule, job_details=job,
-                   last_run=last, **same)
+                   description=describe_stored(row.spec), last_run=last, **same)
 
 
 # The fields of a shown task that are its row's columns under the same name.

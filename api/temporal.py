@@ -140,6 +140,13 @@ class TemporalGateway:
                 id=_update_id(TaskWorkflow.replay_update, request_id), rpc_timeout=UPDATE_TIMEOUT,
             )
 
+    async def state(self, task_id: str) -> TaskState:
+        """The task's state as its workflow holds it (the ``state`` query)."""
+        handle = self.client.get_workflow_handle_for(TaskWorkflow.run, workflow_id(task_id))
+        async with _temporal_errors(task_id):
+            result: TaskState = await handle.query(TaskWorkflow.query_state)
+            return result
+
     async def _update(
         self, task_id: str, update: Any, *args: Any, request_id: str | None = None
     ) -> TaskState:

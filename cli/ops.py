@@ -123,6 +123,7 @@ def _task_lines(task: dict[str, Any]) -> str:
         ("tenant", task["tenant_id"]),
         ("status", task["status"] + (f" ({task['status_reason']})" if task.get("status_reason") else "")),
         ("schedule", schedule_summary(task)),
+        ("in words", task.get("description") or "-"),
         ("job", f"{job.get('type', '?')} {target}".strip()),
         ("next run", _when(task.get("next_run_at"))),
         *([("probe", _when(task["next_probe_at"]))] if task.get("next_probe_at") else []),
@@ -178,6 +179,23 @@ def _tasks_list(api: OpsClient, a: argparse.Namespace) -> tuple[Any, str]:
 def _tasks_get(api: OpsClient, a: argparse.Namespace) -> tuple[Any, str]:
     task = api.call("GET", f"/tasks/{quote(a.task_id, safe='')}")
     return task, _task_lines(task)
+
+
+def _fire_note(fire: dict[str, Any]) -> str:
+    if fire.get("skipped"):
+        return f"skipped: {fire['skipped']}"
+    return str(fire.get("note") or "")
+
+
+def _tasks_show(api: OpsClient, a: argparse.Namespace) -> tuple[Any, str]:
+    task_path = f"/tasks/{quote(a.task_id, safe='')}"
+    task = api.call("GET", task_path)
+    upcoming = api.call("GET", f"{task_path}/upcoming", params={"limit": a.limit})
+    rows = [[f["local"], _when(f.get("instant")), _fire_note(f)] for f in upcoming["fires"]]
+    fires = _table(["FIRE (LOCAL)", "RUNS AT (UTC, JITTER INCLUDED)", "NOTE"], rows, width=100) \
+        if rows else "no upcoming fires"
+    warnings = "".join(f"\nwarning: {shown(w)}" for w in upcoming["warnings"])
+    return {"task": task, "upcoming": upcoming}, f"{_task_lines(task)}\n\n{fires}{warnings}"
 
 
 def _tasks_cancel(api: OpsClient, a: argparse.Namespace) -> tuple[Any, str]:
@@ -247,6 +265,7 @@ def add_commands(commands: Any) -> None:
     listing.add_argument("--all-tenants", action="store_true", help="admin keys only")
     for name, run, help_ in [
         ("get", _tasks_get, "a task's status, schedule and counts"),
+        ("show", _tasks_show, "a task, its schedule in words and its upcoming fires"),
         ("cancel", _tasks_cancel, "cancel a task"),
         ("pause", _tasks_pause, "pause a task"),
         ("resume", _tasks_resume, "resume a paused task"),
@@ -263,6 +282,8 @@ def add_commands(commands: Any) -> None:
                              "policy lets the missed-run policy decide them")
         if name == "executions":
             paging(sub)
+        if name == "show":
+            sub.add_argument("--limit", type=int, default=10, help="upcoming fires to list (1-1000)")
 
     dead = commands.add_parser("dead-letters", help="runs that failed for good")
     group = dead.add_subparsers(dest="dead_letters_command", required=True)

@@ -2,10 +2,12 @@
 
 Rules (see docs/scheduling.md):
 - 5 fields (minute hour day month weekday), or 6 with seconds first.
-- A wall time that does not exist (spring forward) runs at the first valid instant after it.
-- A wall time that happens twice (fall back) runs once, on its first occurrence, when the hour
-  field names specific hours; an expression whose hour field is `*` keeps one run per real
-  hour through the change.
+- A wall time that does not exist (spring forward) runs at the first valid instant after it
+  (the task's ``dst_policy.gap`` = ``shift``), or not at all (``skip``).
+- A wall time that happens twice (fall back) runs on its first occurrence, its last, or both
+  (``dst_policy.repeated``) when the hour field names specific hours; an expression whose hour
+  field is `*` keeps one run per real hour through the change, whatever ``repeated`` says.
+The default of ``dst_policy`` is declared in ``scheduling/spec.py``.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import copy
 from datetime import UTC, datetime, timedelta
 from functools import lru_cache
+from typing import Protocol
 from zoneinfo import ZoneInfo
 
 from croniter import CroniterBadDateError, croniter
@@ -20,6 +23,16 @@ from croniter import CroniterBadDateError, croniter
 
 class CronError(ValueError):
     """The expression is not a cron expression this scheduler accepts."""
+
+
+class DstRules(Protocol):
+    """What a task does with a wall time that does not exist or happens twice."""
+
+    @property
+    def gap(self) -> str: ...  # "shift" | "skip"
+
+    @property
+    def repeated(self) -> str: ...  # "first" | "last" | "both"
 
 
 def parse_cron(expression: str) -> int:
@@ -47,14 +60,16 @@ def _hour_field(expression: str) -> str:
     return fields[2] if len(fields) == 6 else fields[1]
 
 
-def next_cron_fire(expression: str, zone: ZoneInfo, after: datetime) -> datetime:
-    """The first fire time strictly after ``after`` (UTC in, UTC out).
+def next_cron_fire(expression: str, zone: ZoneInfo, after: datetime, dst: DstRules) -> datetime:
+    """The first fire time strictly after ``after`` (UTC in, UTC out), under ``dst``.
 
     croniter walks naive wall-clock times (pure calendar arithmetic, no DST guessing); each wall
     time is then mapped to real instants by the rules in this module's docstring.
     """
     six = len(expression.split()) == 6
     hourly = _hour_field(expression) in ("*", "*/1")
+    keep_first = hourly or dst.repeated != "last"
+    keep_second = hourly or dst.repeated != "first"
     # No wall time earlier than this can map to an instant after ``after``: offsets near
     # ``after`` are the one at ``after`` and the one after a change within the next hours.
     lowest_offset = min(_offset(after, zone), _offset(after + _MAX_SHIFT, zone))
@@ -64,14 +79,74 @@ def next_cron_fire(expression: str, zone: ZoneInfo, after: datetime) -> datetime
     seconds: list[datetime] = []
     for _ in range(_MAX_STEPS):
         wall: datetime = walls.get_next(datetime)
-        first, second = _instants(wall, zone)
-        if hourly and second is not None and second > after:
-            seconds.append(second)
+        first, second, missing = _instants(wall, zone)
+        if missing and dst.gap == "skip":
+            continue
+        if second is not None:
+            if keep_second and second > after:
+                seconds.append(second)
+            if not keep_first:
+                continue
         if first > after:
             # Instants of first occurrences grow with the wall time, so this is the earliest
             # one; only a repeated (second) occurrence seen on the way can come sooner.
             return min([first, *seconds])
     raise CronError(f"cron {expression!r} has no next fire time after {after.isoformat()}")
+
+
+def dst_note(expression: str, zone: ZoneInfo, fire: datetime, dst: DstRules) -> str | None:
+    """What daylight saving time did to a fire of ``expression``: moved, merged or doubled it."""
+    local = fire.astimezone(zone)
+    wall = local.replace(tzinfo=None)
+    day, name = f"{wall:%Y-%m-%d}", str(zone)
+    jump = _offset(fire, zone) - _offset(fire - timedelta(microseconds=1), zone)
+    if jump > timedelta(0):
+        # Under gap "skip" the missing wall times are no fire: this one is its own wall time's.
+        missing = [] if dst.gap == "skip" else _walls_between(expression, wall - jump, wall)
+        if not missing:
+            return None
+        if len(missing) == 1:
+            return f"{_clock(missing[0])} does not exist on {day} in {name}: runs at {_clock(wall)}"
+        return (f"{len(missing)} times from {_clock(missing[0])} to {_clock(missing[-1])} do not "
+                f"exist on {day} in {name}: they run once, at {_clock(wall)}")
+    earlier = wall.replace(tzinfo=zone, fold=0).astimezone(UTC)
+    later = wall.replace(tzinfo=zone, fold=1).astimezone(UTC)
+    if earlier >= later:
+        return None
+    if _hour_field(expression) in ("*", "*/1") or dst.repeated == "both":
+        runs = "runs on both"
+    else:
+        which = "first" if dst.repeated == "first" else "second"
+        runs = f"runs on its {which} occurrence only"
+    return (f"{_clock(wall)} happens twice on {day} in {name} (UTC{_utc_offset(earlier, zone)}, "
+            f"then UTC{_utc_offset(later, zone)}): {runs}")
+
+
+def missing_walls(expression: str, zone: ZoneInfo, low: datetime, high: datetime) -> list[datetime]:
+    """The wall times ``expression`` names between the instants ``low`` and ``high`` that do
+    not exist in ``zone`` (naive, in the zone's wall clock)."""
+    start = low.astimezone(zone).replace(tzinfo=None)
+    end = high.astimezone(zone).replace(tzinfo=None)
+    return [wall for wall in _walls_between(expression, start, end) if _instants(wall, zone)[2]]
+
+
+def _walls_between(expression: str, low: datetime, high: datetime) -> list[datetime]:
+    """The wall times in [low, high) that ``expression`` names."""
+    walls = copy.copy(_parsed(expression, len(expression.split()) == 6))
+    walls.set_current(low - timedelta(seconds=1), force=True)
+    found: list[datetime] = []
+    while (wall := walls.get_next(datetime)) < high:
+        found.append(wall)
+    return found
+
+
+def _clock(wall: datetime) -> str:
+    return f"{wall:%H:%M:%S}" if wall.second else f"{wall:%H:%M}"
+
+
+def _utc_offset(moment: datetime, zone: ZoneInfo) -> str:
+    text = moment.astimezone(zone).strftime("%z")
+    return f"{text[:3]}:{text[3:]}"
 
 
 @lru_cache(maxsize=1024)
@@ -96,17 +171,18 @@ def _offset(moment: datetime, zone: ZoneInfo) -> timedelta:
     return offset
 
 
-def _instants(wall: datetime, zone: ZoneInfo) -> tuple[datetime, datetime | None]:
-    """The instant a naive wall time runs at, and its second occurrence when it repeats."""
+def _instants(wall: datetime, zone: ZoneInfo) -> tuple[datetime, datetime | None, bool]:
+    """The instant a naive wall time runs at, its second occurrence when it repeats, and
+    whether it does not exist (the instant is then the change after it)."""
     first = wall.replace(tzinfo=zone, fold=0).astimezone(UTC)
     second = wall.replace(tzinfo=zone, fold=1).astimezone(UTC)
     if first == second:
-        return first, None
+        return first, None, False
     if first < second:
-        return first, second  # fall back: the wall time happens twice
+        return first, second, False  # fall back: the wall time happens twice
     # Spring forward: the wall time does not exist; fold=1 reads it with the new offset (an
     # instant before the change), fold=0 with the old one (after it). Run at the change itself.
-    return _change_instant(wall, zone, before=second, after=first), None
+    return _change_instant(wall, zone, before=second, after=first), None, True
 
 
 def _change_instant(

@@ -44,7 +44,7 @@ def next_fire(spec: ScheduleFields, *, anchor: datetime, after: datetime) -> dat
             assert spec.start_date is not None
             # Fire at start_date itself when it is on the schedule.
             after = spec.start_date - timedelta(microseconds=1)
-        candidate = next_cron_fire(spec.cron, ZoneInfo(spec.timezone), after)
+        candidate = next_cron_fire(spec.cron, ZoneInfo(spec.timezone), after, spec.dst_policy)
     elif before_start:
         candidate = spec.start_date
     else:

@@ -137,7 +137,8 @@ def _gap_after(spec: ScheduleFields, scheduled_at: datetime) -> timedelta | None
         return timedelta(seconds=spec.interval_seconds)
     if spec.schedule_type is ScheduleType.CRON:
         assert spec.cron is not None
-        return next_cron_fire(spec.cron, ZoneInfo(spec.timezone), scheduled_at) - scheduled_at
+        return next_cron_fire(spec.cron, ZoneInfo(spec.timezone), scheduled_at,
+                              spec.dst_policy) - scheduled_at
     return None
 
 

@@ -81,6 +81,17 @@ class OverlapPolicy(StrEnum):
     CANCEL_RUNNING = "cancel_running"
 
 
+class DstGap(StrEnum):
+    SHIFT = "shift"
+    SKIP = "skip"
+
+
+class DstRepeated(StrEnum):
+    FIRST = "first"
+    LAST = "last"
+    BOTH = "both"
+
+
 DEFAULT_MISSED_RUN_POLICY = {
     Priority.HIGH: MissedRunPolicy.CATCHUP,
     Priority.MEDIUM: MissedRunPolicy.SINGLE_CATCHUP,
@@ -173,6 +184,17 @@ class RetrySpec(_Strict):
         return self
 
 
+class DstPolicy(_Strict):
+    """What a cron task does at daylight saving changes; the defaults are the rules of
+    docs/scheduling.md (``scheduling/cron.py`` applies them)."""
+
+    gap: DstGap = Field(default=DstGap.SHIFT, description="a wall time that does not exist: "
+                        "shift (run at the first valid instant after it) or skip (no run)")
+    repeated: DstRepeated = Field(default=DstRepeated.FIRST, description="a wall time that "
+                                  "happens twice: run on the first, the last or both (an hour "
+                                  "field of * always runs on both)")
+
+
 def _zone(name: str) -> ZoneInfo:
     try:
         return ZoneInfo(name)
@@ -203,6 +225,7 @@ class ScheduleFields(_Strict):
     start_date: datetime | None = None
     end_date: datetime | None = None
     max_runs: MaxRuns | None = None
+    dst_policy: DstPolicy = Field(default_factory=DstPolicy, description="cron: daylight saving rules")
 
     @field_validator("run_at", "start_date", "end_date")
     @classmethod

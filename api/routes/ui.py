@@ -19,9 +19,10 @@ from fastapi.templating import Jinja2Templates
 from jinja2 import Environment, FileSystemLoader
 
 from api.deps import ServiceDep, admitted_key
-from api.errors import RateLimited, TaskNotFound
+from api.errors import ApiError, RateLimited, TaskNotFound
+from api.preview import PreviewOut, Previews
 from api.schemas import ExecutionOut, TaskOut
-from api.service import Principal
+from api.service import Principal, TaskService
 from scheduling.status import TaskStatus
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
@@ -29,6 +30,7 @@ router = APIRouter(prefix="/ui", include_in_schema=False)
 COOKIE = "ts_ui_key"
 COOKIE_MAX_AGE = 12 * 3600
 HISTORY_PAGE = 100
+UPCOMING = 5
 # No script runs on these pages: even a value that escaped escaping could not execute.
 HEADERS = {
     "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'; "
@@ -193,6 +195,14 @@ def lateness_chart(runs: list[ExecutionOut], width: int = 960, height: int = 220
 
 
 # ----------------------------------------------------------------- sign-in
+async def _upcoming(service: TaskService, viewer: Principal, task_id: str) -> PreviewOut | None:
+    """The task's next fires; None when its workflow cannot be asked (the page shows the rest)."""
+    try:
+        return await Previews(service).of_task(viewer, task_id, limit=UPCOMING)
+    except ApiError:
+        return None
+
+
 async def get_viewer(request: Request) -> Principal | None:
     """The tenant of the key in the sign-in cookie, as the API's key lookup finds it."""
     key = request.cookies.get(COOKIE)
@@ -286,5 +296,6 @@ async def task_page(
     except TaskNotFound:
         return page(request, "not_found.html", {"viewer": viewer, "task_id": task_id}, 404)
     runs = await service.executions(viewer, task_id, limit=HISTORY_PAGE, cursor=cursor)
-    context = {"viewer": viewer, "task": task, "runs": runs, "chart": lateness_chart(runs.items)}
+    context = {"viewer": viewer, "task": task, "runs": runs, "chart": lateness_chart(runs.items),
+               "upcoming": await _upcoming(service, viewer, task_id)}
     return page(request, "task.html", context)

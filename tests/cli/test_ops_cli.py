@@ -219,3 +219,17 @@ async def test_dead_letter_commands_call_the_contracted_endpoints(
     assert code == 0 and json.loads(out)["status"] == "RUNNING"
     assert seen == ["GET /dead-letters?limit=5 Bearer k1",
                     "POST /dead-letters/abc%3A2026-01-01T03%3A00%3A00Z/replay abc:2026-01-01T03:00:00Z"]
+
+
+async def test_show_prints_the_schedule_in_words_and_the_upcoming_fires(cli: Cli, stack: Stack) -> None:
+    task_id = await create(stack, "cli-show")
+    code, out, err = await cli("tasks", "show", task_id, "--limit", "3")
+    assert code == 0, err
+    assert "in words:  At 03:00, every day, in Europe/Berlin" in out
+    fires = [line for line in out.splitlines() if "T03:00:00+0" in line]
+    assert len(fires) == 3
+    shown = await cli.json("tasks", "show", task_id, "--limit", "2")
+    assert shown["task"]["description"] == "At 03:00, every day, in Europe/Berlin"
+    assert len(shown["upcoming"]["fires"]) == 2
+    code, _, err = await cli("tasks", "show", task_id, "--limit", "0")
+    assert code == 1 and "limit" in err

@@ -15,6 +15,9 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from scheduling.cron import CronError, _parsed, next_cron_fire, parse_cron
+from scheduling.spec import DstPolicy
+
+DEFAULT_DST = DstPolicy()
 
 BERLIN = ZoneInfo("Europe/Berlin")
 SPRING = {2026: (3, 29), 2027: (3, 28)}
@@ -27,7 +30,7 @@ def fires(
     """Every fire in (after, until]."""
     found = []
     cursor = after
-    while (cursor := next_cron_fire(expression, zone, cursor)) <= until:
+    while (cursor := next_cron_fire(expression, zone, cursor, DEFAULT_DST)) <= until:
         found.append(cursor)
     return found
 
@@ -116,8 +119,8 @@ def test_next_fire_from_inside_the_repeated_hour() -> None:
     # 02:50 CEST, first pass: the next half hour is 02:00 CET on the second pass, an hour later
     # in wall time but only ten minutes later in real time.
     after = datetime(2026, 10, 25, 0, 50, tzinfo=UTC)
-    assert next_cron_fire("0,30 * * * *", BERLIN, after) == datetime(2026, 10, 25, 1, 0, tzinfo=UTC)
-    assert next_cron_fire("30 2 * * *", BERLIN, after) == datetime(2026, 10, 26, 1, 30, tzinfo=UTC)
+    assert next_cron_fire("0,30 * * * *", BERLIN, after, DEFAULT_DST) == datetime(2026, 10, 25, 1, 0, tzinfo=UTC)
+    assert next_cron_fire("30 2 * * *", BERLIN, after, DEFAULT_DST) == datetime(2026, 10, 26, 1, 30, tzinfo=UTC)
 
 
 def test_daily_cron_keeps_local_wall_time_across_the_change() -> None:
@@ -134,34 +137,34 @@ def test_daily_cron_keeps_local_wall_time_across_the_change() -> None:
 
 def test_next_fire_is_strictly_after() -> None:
     at_ten = datetime(2026, 6, 1, 8, tzinfo=UTC)  # 10:00 CEST
-    assert next_cron_fire("0 10 * * *", BERLIN, at_ten) == at_ten + timedelta(days=1)
-    assert next_cron_fire("0 10 * * *", BERLIN, at_ten - timedelta(microseconds=1)) == at_ten
+    assert next_cron_fire("0 10 * * *", BERLIN, at_ten, DEFAULT_DST) == at_ten + timedelta(days=1)
+    assert next_cron_fire("0 10 * * *", BERLIN, at_ten - timedelta(microseconds=1), DEFAULT_DST) == at_ten
 
 
 def test_walks_of_one_expression_do_not_move_each_other() -> None:
     # The parse of an expression is shared by every call (and every workflow thread): a later
     # walk must not start where an earlier one stopped, whatever their order.
     june, july = datetime(2026, 6, 1, tzinfo=UTC), datetime(2026, 7, 1, tzinfo=UTC)
-    assert next_cron_fire("0 10 * * *", BERLIN, july) == datetime(2026, 7, 1, 8, tzinfo=UTC)
-    assert next_cron_fire("0 10 * * *", BERLIN, june) == datetime(2026, 6, 1, 8, tzinfo=UTC)
-    assert next_cron_fire("0 10 * * *", ZoneInfo("UTC"), june) == datetime(2026, 6, 1, 10, tzinfo=UTC)
+    assert next_cron_fire("0 10 * * *", BERLIN, july, DEFAULT_DST) == datetime(2026, 7, 1, 8, tzinfo=UTC)
+    assert next_cron_fire("0 10 * * *", BERLIN, june, DEFAULT_DST) == datetime(2026, 6, 1, 8, tzinfo=UTC)
+    assert next_cron_fire("0 10 * * *", ZoneInfo("UTC"), june, DEFAULT_DST) == datetime(2026, 6, 1, 10, tzinfo=UTC)
     assert fires("0 10 * * *", june, june + timedelta(days=3)) == [
         datetime(2026, 6, day, 8, tzinfo=UTC) for day in (1, 2, 3)
     ]
     # The same text read with seconds first is another expression.
-    assert next_cron_fire("0 10 * * * *", ZoneInfo("UTC"), june) == datetime(2026, 6, 1, 0, 10, tzinfo=UTC)
+    assert next_cron_fire("0 10 * * * *", ZoneInfo("UTC"), june, DEFAULT_DST) == datetime(2026, 6, 1, 0, 10, tzinfo=UTC)
 
 
 def test_threads_walking_one_expression_at_once_each_get_their_own_fires() -> None:
     # Workflow activations run on several threads and share the parse of an expression.
     starts = [datetime(2026, 1, 1, tzinfo=UTC) + timedelta(hours=7 * i) for i in range(400)]
-    expected = [next_cron_fire("*/7 9-17 * * 1-5", BERLIN, start) for start in starts]
+    expected = [next_cron_fire("*/7 9-17 * * 1-5", BERLIN, start, DEFAULT_DST) for start in starts]
     interval = sys.getswitchinterval()
     sys.setswitchinterval(1e-6)  # hand the interpreter lock over as often as it can be
     try:
         with ThreadPoolExecutor(8) as pool:
             for _ in range(5):
-                got = list(pool.map(lambda start: next_cron_fire("*/7 9-17 * * 1-5", BERLIN, start), starts))
+                got = list(pool.map(lambda start: next_cron_fire("*/7 9-17 * * 1-5", BERLIN, start, DEFAULT_DST), starts))
                 assert got == expected
     finally:
         sys.setswitchinterval(interval)
@@ -175,7 +178,7 @@ def test_walks_leave_the_shared_parse_as_it_was() -> None:
                                 parsed.nearest_weekday, parsed.cur))
         after = datetime(2026, 1, 1, tzinfo=UTC)
         for _ in range(30):
-            after = next_cron_fire(expression, BERLIN, after)
+            after = next_cron_fire(expression, BERLIN, after, DEFAULT_DST)
         assert (parsed.expanded, parsed.nth_weekday_of_month, parsed.expressions,
                 parsed.nearest_weekday, parsed.cur) == before, expression
 
@@ -188,13 +191,13 @@ def test_expressions_that_name_no_real_date_are_refused(expression: str) -> None
 
 def test_six_fields_have_seconds_first() -> None:
     after = datetime(2026, 6, 1, 8, 0, 5, tzinfo=UTC)
-    assert next_cron_fire("*/15 * * * * *", ZoneInfo("UTC"), after) == after.replace(second=15)
+    assert next_cron_fire("*/15 * * * * *", ZoneInfo("UTC"), after, DEFAULT_DST) == after.replace(second=15)
     assert parse_cron("*/15 * * * * *") == 6
     assert parse_cron("0 10 * * *") == 5
 
 
 def test_leap_day_cron_finds_the_next_leap_year() -> None:
-    found = next_cron_fire("0 0 29 2 *", ZoneInfo("UTC"), datetime(2026, 3, 1, tzinfo=UTC))
+    found = next_cron_fire("0 0 29 2 *", ZoneInfo("UTC"), datetime(2026, 3, 1, tzinfo=UTC), DEFAULT_DST)
     assert found == datetime(2028, 2, 29, tzinfo=UTC)
 
 

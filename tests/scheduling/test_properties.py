@@ -12,7 +12,9 @@ from pydantic import ValidationError
 
 from scheduling.cron import CronError, next_cron_fire, parse_cron
 from scheduling.fire import next_fire
-from scheduling.spec import TaskSpec
+from scheduling.spec import DstPolicy, TaskSpec
+
+DEFAULT_DST = DstPolicy()
 
 ZONES = ["UTC", "Europe/Berlin", "America/New_York", "Asia/Kolkata", "Australia/Lord_Howe"]
 moments = st.datetimes(min_value=datetime(2000, 1, 1), max_value=datetime(2090, 1, 1),
@@ -54,7 +56,7 @@ weekday = st.one_of(st.just("*"), st.integers(0, 6).map(str), st.just("1-5"))
 @given(m=minute, h=hour, d=day, w=weekday, zone=st.sampled_from(ZONES), after=moments)
 def test_next_cron_fire_is_later_and_on_the_schedule(m: str, h: str, d: str, w: str, zone: str, after: datetime) -> None:
     expression = f"{m} {h} {d} * {w}"
-    fire = next_cron_fire(expression, ZoneInfo(zone), after)
+    fire = next_cron_fire(expression, ZoneInfo(zone), after, DEFAULT_DST)
     assert fire > after and fire.tzinfo is not None
     tz = ZoneInfo(zone)
     wall = fire.astimezone(tz).replace(tzinfo=None)

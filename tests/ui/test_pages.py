@@ -114,3 +114,11 @@ async def test_user_data_is_escaped_and_no_script_may_run(stack: Stack, seeded: 
             assert "<script" not in answer.text
             assert "default-src 'none'" in answer.headers["content-security-policy"]
             assert answer.headers["cache-control"] == "no-store"
+
+
+async def test_task_page_shows_the_schedule_in_words_and_the_upcoming_fires(stack: Stack, seeded: dict[str, Any]) -> None:
+    async with sign_in(stack.base_url, stack.keys["t1"]) as browser:
+        page = (await browser.get(f"/ui/tasks/{seeded['cron']['task_id']}")).text
+    assert "<dt>In words</dt><dd>At 03:00, every day, in Europe/Berlin</dd>" in page
+    upcoming = page.split('<table id="upcoming">', 1)[1].split("</table>", 1)[0]
+    assert upcoming.count("T03:00:00+0") == 5  # the next five fires, in Berlin time

@@ -1,0 +1,125 @@
+"""Previews: the fires of a task that is not saved, of a change before it is made, and of a saved
+task, each validated exactly as create or update would validate it and saving nothing."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from pydantic import BaseModel, Field, ValidationError
+
+from api.database import in_thread
+from api.errors import InvalidTask, TaskConflict
+from api.service import Principal, TaskService, _first_error
+from api.validation import TenantUsage, validate_new_task
+from scheduling import policy
+from scheduling.preview import (
+    PreviewFire,
+    describe,
+    herd_warning,
+    schedule_warnings,
+    upcoming,
+    upcoming_of_new,
+)
+from scheduling.spec import TaskChanges, TaskSpec
+from scheduling.status import FINAL_STATUSES, TaskStatus
+from store.quotas import quota_for
+from store.upcoming import tasks_running_next_at
+from workflows.state import TaskState
+
+
+class PreviewOut(BaseModel):
+    """A schedule in words, its upcoming fires and what to know before saving it."""
+
+    description: str = Field(examples=["At 10:00, every day, in Europe/Berlin"])
+    fires: list[PreviewFire]
+    warnings: list[str]
+    before: PreviewOut | None = Field(
+        default=None, description="for a change of a saved task: its fires as it is now")
+
+
+class Previews:
+    """Previews through the task service's own validation, quota and store."""
+
+    def __init__(self, service: TaskService) -> None:
+        self.service = service
+
+    async def of_new(
+        self, who: Principal, spec: TaskSpec, usage: TenantUsage, *, limit: int, body_size: int,
+    ) -> PreviewOut:
+        """The fires ``spec`` would have if it were created now (4xx as create would answer)."""
+        now = datetime.now(UTC)
+        await validate_new_task(spec, usage, self.service.rules, now=now, body_size=body_size)
+        fires = upcoming_of_new(spec, now, limit)
+        return await self._out(who.tenant_id, spec, fires, besides=None)
+
+    async def of_change(
+        self, who: Principal, task_id: str, changes: TaskChanges, *, limit: int, body_size: int,
+    ) -> PreviewOut:
+        """The upcoming fires of a saved task before and after ``changes`` (4xx as update)."""
+        # The service's own reads and refusals: a change is previewed on update's terms.
+        row = await self.service._row(who, task_id)
+        self.service._refuse_final(row)
+        spec = TaskSpec.model_validate(row.spec)
+        try:
+            new_spec = changes.apply_to(spec)
+        except ValidationError as exc:  # as update answers it
+            if any(error["loc"] for error in exc.errors()):
+                raise InvalidTask(_first_error(exc)) from exc
+            raise TaskConflict(f"the change does not fit task {task_id}: {_first_error(exc)}") from exc
+        quota = await in_thread(quota_for, self.service.engine, row.tenant_id,
+                                self.service.quota_defaults)
+        now = datetime.now(UTC)
+        await validate_new_task(new_spec, TenantUsage(quota), self.service.rules, now=now,
+                                body_size=body_size, before=spec)
+        state = await self.service.temporal.state(task_id)
+        before = self._fires(state, limit)
+        # The change as the workflow makes it: the policy engine's re-plan of the schedule.
+        change = policy.change_schedule(state.position(), policy.Flight(), new_spec, now)
+        after = upcoming(new_spec, task_id=task_id, first=change.next_fire_at, anchor=change.anchor,
+                         limit=limit, runs_left=_runs_left(state, new_spec))
+        out = await self._out(row.tenant_id, new_spec, after, besides=task_id)
+        out.before = await self._out(row.tenant_id, spec, before, besides=task_id)
+        return out
+
+    async def of_task(self, who: Principal, task_id: str, *, limit: int) -> PreviewOut:
+        """A saved task's upcoming fires, from where its workflow stands."""
+        row = await self.service._row(who, task_id)
+        spec = TaskSpec.model_validate(row.spec)
+        if TaskStatus(row.status) in FINAL_STATUSES:
+            return PreviewOut(description=describe(spec), fires=[],
+                              warnings=[f"the task has ended ({row.status}): it fires no more"])
+        state = await self.service.temporal.state(task_id)
+        out = await self._out(row.tenant_id, state.spec, self._fires(state, limit), besides=task_id)
+        if state.paused:
+            out.warnings.append("the task is paused: fires that fall before it is resumed do not run")
+        return out
+
+    @staticmethod
+    def _fires(state: TaskState, limit: int) -> list[PreviewFire]:
+        first = state.next_fire_at
+        # A run sent ahead waits on its worker for its instant: its fire has left next_fire_at
+        # but is still to come (only the newest fire taken is ever sent ahead).
+        taken = state.latest_taken
+        if taken is not None and state.position().instant(taken) in state.waiting:
+            first = taken
+        return upcoming(state.spec, task_id=state.task_id, first=first, anchor=state.anchor,
+                        limit=limit, runs_left=_runs_left(state, state.spec))
+
+    async def _out(self, tenant_id: str, spec: TaskSpec, fires: list[PreviewFire], *,
+                   besides: str | None) -> PreviewOut:
+        warnings = schedule_warnings(spec, fires)
+        instants = [fire.instant or fire.scheduled_at for fire in fires if fire.skipped is None]
+        others = await in_thread(tasks_running_next_at, self.service.engine, tenant_id, instants,
+                                 besides=besides)
+        herd = herd_warning(others, spec)
+        if herd is not None:
+            warnings.append(herd)
+        return PreviewOut(description=describe(spec), fires=fires, warnings=warnings)
+
+
+def _runs_left(state: TaskState, spec: TaskSpec) -> int | None:
+    """Scheduled runs ``max_runs`` still allows the task, beyond those it has run."""
+    if spec.max_runs is None:
+        return None
+    return max(0, spec.max_runs - state.executed)
+
