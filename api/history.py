@@ -4,6 +4,8 @@ of them (an update like any other, named ``rollback`` in the history)."""
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -53,6 +55,54 @@ async def rollback(service: TaskService, who: Principal, task_id: str, version: 
         who, task_id, changes, body_size=len(body), idempotency_key=idempotency_key,
         origin=origin, request={"rollback": task_id, "version": version},
     )
+
+
+@dataclass(frozen=True)
+class Change:
+    """One field of the spec that differs between two versions (dotted for nested ones)."""
+
+    field: str
+    before: str
+    after: str
+
+
+@dataclass(frozen=True)
+class VersionDiff:
+    """A version as the task page shows it: the changes from the version before it (None for
+    the oldest on the page, unless it is the first)."""
+
+    version: VersionOut
+    changes: list[Change] | None
+
+
+def version_diffs(versions: list[VersionOut]) -> list[VersionDiff]:
+    """Each version (newest first) with what changed since the one before it."""
+    shown = []
+    for n, version in enumerate(versions):
+        before = versions[n + 1].spec if n + 1 < len(versions) else ({} if version.version == 1 else None)
+        shown.append(VersionDiff(version, None if before is None else spec_diff(before, version.spec)))
+    return shown
+
+
+def spec_diff(before: dict[str, Any], after: dict[str, Any]) -> list[Change]:
+    """The fields whose values differ, in order, with both values as JSON text."""
+    old, new = _flat(before), _flat(after)
+    return [Change(name, _text(old.get(name)), _text(new.get(name)))
+            for name in sorted(old.keys() | new.keys()) if old.get(name) != new.get(name)]
+
+
+def _flat(spec: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for key, value in spec.items():
+        if isinstance(value, dict) and value:
+            flat.update(_flat(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def _text(value: Any) -> str:
+    return "—" if value is None else json.dumps(value, ensure_ascii=False)
 
 
 async def _page(service: TaskService, task: TaskOut, limit: int, cursor: str | None, *,
