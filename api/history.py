@@ -69,7 +69,7 @@ class Change:
 @dataclass(frozen=True)
 class VersionDiff:
     """A version as the task page shows it: the changes from the version before it (None for
-    the oldest on the page, unless it is the first)."""
+    the oldest on the page: the first version, or one whose predecessor is on a later page)."""
 
     version: VersionOut
     changes: list[Change] | None
@@ -79,7 +79,7 @@ def version_diffs(versions: list[VersionOut]) -> list[VersionDiff]:
     """Each version (newest first) with what changed since the one before it."""
     shown = []
     for n, version in enumerate(versions):
-        before = versions[n + 1].spec if n + 1 < len(versions) else ({} if version.version == 1 else None)
+        before = versions[n + 1].spec if n + 1 < len(versions) else None
         shown.append(VersionDiff(version, None if before is None else spec_diff(before, version.spec)))
     return shown
 

@@ -19,6 +19,7 @@ from urllib.parse import quote
 
 import httpx
 
+from api.history import spec_diff
 from cli.terminal import shown
 
 DEFAULT_URL = "http://127.0.0.1:8000"
@@ -203,6 +204,23 @@ def _tasks_executions(api: OpsClient, a: argparse.Namespace) -> tuple[Any, str]:
     return page, _with_cursor(_runs_table(page), page)
 
 
+def _versions_table(page: dict[str, Any]) -> str:
+    items = page["items"]
+    rows = []
+    for n, v in enumerate(items):
+        before = items[n + 1]["spec"] if n + 1 < len(items) else None
+        changes = ("first version" if v["version"] == 1 else "-") if before is None else ", ".join(
+            f"{c.field}: {c.before} -> {c.after}" for c in spec_diff(before, v["spec"])) or "no change"
+        rows.append([str(v["version"]), _when(v["at"]), v["action"], v["actor"], changes])
+    return _table(["VERSION", "AT", "ACTION", "BY", "CHANGES"], rows, width=120) if rows else "no versions"
+
+
+def _tasks_history(api: OpsClient, a: argparse.Namespace) -> tuple[Any, str]:
+    page = api.call("GET", f"/tasks/{quote(a.task_id, safe='')}/versions",
+                    params=_query(limit=a.limit, cursor=a.cursor))
+    return page, _with_cursor(_versions_table(page), page)
+
+
 def _dead_letters_list(api: OpsClient, a: argparse.Namespace) -> tuple[Any, str]:
     page = api.call("GET", "/dead-letters", params=_query(limit=a.limit, cursor=a.cursor))
     return page, _with_cursor(_runs_table(page, with_task=True), page)
@@ -245,12 +263,13 @@ def add_commands(commands: Any) -> None:
         ("resume", _tasks_signal("resume"), "resume a paused task"),
         ("trigger", _tasks_signal("trigger"), "run a task's job now"),
         ("executions", _tasks_executions, "a task's run history, newest first"),
+        ("history", _tasks_history, "a task's spec versions and what changed, newest first"),
     ]:
         sub = leaf(group, name, run, help_)
         sub.add_argument("task_id")
         if name in ("cancel", "pause"):
             sub.add_argument("--reason")
-        if name == "executions":
+        if name in ("executions", "history"):
             paging(sub)
 
     dead = commands.add_parser("dead-letters", help="runs that failed for good")
