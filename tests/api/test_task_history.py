@@ -12,6 +12,7 @@ from store.keys import find_active_key
 from store.quotas import set_quota
 from tests.api.conftest import ON_BOTH_DATABASES, Stack
 from tests.api.test_e2e import wait_for_status
+from tests.target import TargetServer
 from workflows.task import TaskWorkflow
 
 pytestmark = ON_BOTH_DATABASES
@@ -161,3 +162,25 @@ async def test_a_restored_spec_is_validated_like_any_update(stack: Stack) -> Non
         assert allowed.status_code == 202, allowed.text
         assert allowed.json()["schedule"]["interval_seconds"] == 600
         assert allowed.json()["spec_version"] == 3
+
+
+async def test_a_replayed_dead_letter_is_recorded_with_its_actor(stack: Stack, target: TargetServer) -> None:
+    async with stack.client() as api:
+        created = await api.post("/task/create", json={
+            "task_name": "failing", "schedule_type": "cron", "cron": DAILY, "timezone": "UTC",
+            "job_details": {"type": "http", "url": target.url("/status/404")},
+        })
+        assert created.status_code == 201, created.text
+        task_id = created.json()["task_id"]
+        assert (await api.post(f"/tasks/{task_id}/trigger")).status_code == 202
+        deadline = asyncio.get_running_loop().time() + 15
+        while not (runs := (await api.get(f"/tasks/{task_id}/executions")).json()["items"]) or \
+                runs[0]["dead_letter"] != "open":
+            assert asyncio.get_running_loop().time() < deadline, runs
+            await asyncio.sleep(0.1)
+        replayed = await api.post(f"/dead-letters/{runs[0]['id']}/replay")
+        assert replayed.status_code == 202, replayed.text
+        events = await events_until(api, task_id, 3)
+    assert [(e["action"], e["actor"]) for e in events] == [
+        ("replay", key_id(stack)), ("trigger", key_id(stack)), ("create", key_id(stack))]
+    assert events[0]["detail"] == {"execution_id": runs[0]["id"]}
