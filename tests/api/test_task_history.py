@@ -184,3 +184,19 @@ async def test_a_replayed_dead_letter_is_recorded_with_its_actor(stack: Stack, t
     assert [(e["action"], e["actor"]) for e in events] == [
         ("replay", key_id(stack)), ("trigger", key_id(stack)), ("create", key_id(stack))]
     assert events[0]["detail"] == {"execution_id": runs[0]["id"]}
+
+
+async def test_the_circuit_breakers_pause_is_recorded_as_the_schedulers(stack: Stack, target: TargetServer) -> None:
+    async with stack.client() as api:
+        created = await api.post("/task/recurring", json={
+            "task_name": "breaker-history", "schedule_type": "interval", "interval_seconds": 1,
+            "job_details": {"type": "http", "url": target.url("/status/404")},
+            "retry_policy": {"max_attempts": 1}, "max_consecutive_failures": 2,
+        })
+        assert created.status_code == 201, created.text
+        task_id = created.json()["task_id"]
+        await wait_for_status(api, task_id, {"PAUSED"}, timeout=40)
+        events = await events_until(api, task_id, 2)
+        assert (await api.patch("/task/cancel", json={"task_id": task_id})).status_code == 202
+    assert [(e["action"], e["actor"]) for e in events] == [("pause", "scheduler"), ("create", key_id(stack))]
+    assert "2 consecutive failed runs" in events[0]["detail"]["reason"]
