@@ -9,6 +9,7 @@ from temporalio import activity
 from activities.payloads import RECORD, Record
 from scheduling.status import workflow_id
 from store.batch import BatchWriter
+from store.events import with_events
 from store.models import ExecutionRecord, TaskSnapshot
 from store.tasks import write_record
 
@@ -27,8 +28,10 @@ class BookkeepingActivities:
     @activity.defn(name=RECORD)
     async def record(self, record: Record) -> None:
         """Upsert execution rows by id and the task row (an older snapshot never overwrites a
-        newer one), in one transaction: a retried write records each run once."""
-        await self._writer.submit(write_record(self._engine, record.executions, record.snapshot))
+        newer one) and append the task's events, in one transaction: a retried write records
+        each run and each event once."""
+        await self._writer.submit(with_events(
+            write_record(self._engine, record.executions, record.snapshot), record.events))
         if record.snapshot is not None:
             _log_task_state(record.snapshot)
         for execution in record.executions:

@@ -88,7 +88,7 @@ def _record(job_input: JobInput, **fields: Any) -> ExecutionRecord:
     return ExecutionRecord(
         id=job_input.execution_id, task_id=job_input.task_id, tenant_id=job_input.tenant_id,
         scheduled_at=job_input.scheduled_at, instant=job_input.instant, trigger=job_input.trigger,
-        **fields,
+        spec_version=job_input.spec_version, **fields,
     )
 
 

@@ -11,7 +11,7 @@ from temporalio.exceptions import ApplicationError
 
 from scheduling.spec import HandlerJob, HttpJob, WorkflowJob
 from scheduling.status import JobFailure, Trigger
-from store.models import ExecutionRecord, TaskSnapshot
+from store.models import ExecutionRecord, TaskEventRecord, TaskSnapshot
 
 RUN_JOB = "run_job"
 RECORD = "record"
@@ -39,6 +39,7 @@ class JobInput(BaseModel):
         "policy.aimed_instant), whether or not it was sent ahead: its lateness counts from it")
     sent_at: datetime | None = Field(default=None, description="when the workflow sent it")
     trigger: Trigger = Trigger.SCHEDULE
+    spec_version: int | None = Field(default=None, description="the task's spec version it runs under")
     run_timeout_seconds: float = 3600.0
     late_after_seconds: float | None = Field(
         default=None, description="an attempt that would start this long after its instant "
@@ -108,10 +109,12 @@ def job_failure(
 
 
 class Record(BaseModel):
-    """Execution rows and the task row after them, written in one transaction."""
+    """Execution rows, the task row after them and the task's new events, written in one
+    transaction."""
 
     executions: list[ExecutionRecord] = Field(default_factory=list)
     snapshot: TaskSnapshot | None = None
+    events: list[TaskEventRecord] = Field(default_factory=list)
 
 
 class Notification(BaseModel):

@@ -17,7 +17,7 @@ from api.errors import install_error_handlers
 from api.guards import BodyGuard
 from api.metrics import ApiMetrics, MetricsMiddleware
 from api.ratelimit import AuthFailureLimiter, TenantRateLimiter
-from api.routes import dead_letters, health, preview, signing, tasks, ui
+from api.routes import dead_letters, health, history, preview, signing, tasks, ui
 from api.routes.docs import install_docs
 from api.service import TaskService
 from api.signing import SigningService
@@ -109,6 +109,7 @@ def create_app(
     install_error_handlers(app)
     app.include_router(tasks.router)
     app.include_router(preview.router)
+    app.include_router(history.router)
     app.include_router(dead_letters.router)
     app.include_router(signing.router)
     app.include_router(health.router)

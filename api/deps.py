@@ -110,7 +110,7 @@ async def get_principal(request: Request, credentials: CredentialsDep) -> Princi
     row = await admitted_key(request, key)
     if row is None:
         raise _unknown_key()
-    return Principal(tenant_id=row.tenant_id, is_admin=row.is_admin)
+    return Principal(tenant_id=row.tenant_id, is_admin=row.is_admin, key_id=row.id)
 
 
 @dataclass(frozen=True)
@@ -131,7 +131,8 @@ async def get_creator(request: Request, credentials: CredentialsDep) -> Creator:
     if found is None:
         raise _unknown_key()
     row, quota, active = found
-    return Creator(Principal(tenant_id=row.tenant_id, is_admin=row.is_admin), TenantUsage(quota, active))
+    return Creator(Principal(tenant_id=row.tenant_id, is_admin=row.is_admin, key_id=row.id),
+                   TenantUsage(quota, active))
 
 
 TenantDep = Annotated[Principal, Depends(get_principal)]

@@ -61,6 +61,7 @@ TASK_EXAMPLE: dict[str, Any] = {
                  "status": "COMPLETED", "scheduled_at": "2026-11-30T09:00:00Z"},
     "run_count": 12, "success_count": 12, "failure_count": 0, "skipped_count": 0,
     "consecutive_failures": 0, "next_probe_at": None, "created_at": "2026-11-18T08:12:40Z", "updated_at": "2026-11-30T09:00:01Z",
+    "spec_version": 2,
 }
 
 EXECUTION_EXAMPLE: dict[str, Any] = {
@@ -70,7 +71,22 @@ EXECUTION_EXAMPLE: dict[str, Any] = {
     "started_at": "2026-11-30T09:00:00.004Z", "finished_at": "2026-11-30T09:00:00.210Z",
     "http_status": 200, "response_snippet": "{\"ok\": true}", "error": None,
     "instant": "2026-11-30T09:00:00.000Z", "jitter_ms": 0.0,
-    "lateness_ms": 4.0, "drifted": False, "dead_letter": None,
+    "lateness_ms": 4.0, "drifted": False, "dead_letter": None, "spec_version": 2,
+}
+
+EVENT_EXAMPLE: dict[str, Any] = {
+    "id": "5b0c2e7c9f2d4e2a9a51d3c0b8f1a7e4:0194a2b7-6c1d-7c3e-9f7a-2b1c0d9e8f7a:00002",
+    "task_id": "5b0c2e7c9f2d4e2a9a51d3c0b8f1a7e4", "at": "2026-11-20T14:03:11Z",
+    "actor": "k_3f9a1c", "action": "update", "spec_version": 2,
+    "spec": {"task_name": "daily-report", "schedule_type": "cron", "cron": "30 9 * * *",
+             "timezone": "Europe/Berlin"},
+    "detail": None,
+}
+
+VERSION_EXAMPLE: dict[str, Any] = {
+    "version": 2, "at": "2026-11-20T14:03:11Z", "actor": "k_3f9a1c", "action": "update",
+    "spec": {"task_name": "daily-report", "schedule_type": "cron", "cron": "30 9 * * *",
+             "timezone": "Europe/Berlin"},
 }
 
 PREVIEW_EXAMPLE: dict[str, Any] = {

@@ -19,7 +19,7 @@ from pydantic import (
 from pydantic.fields import FieldInfo
 
 from api.cursors import NextCursor
-from api.examples import EXECUTION_EXAMPLE, TASK_EXAMPLE
+from api.examples import EVENT_EXAMPLE, EXECUTION_EXAMPLE, TASK_EXAMPLE, VERSION_EXAMPLE
 from scheduling.bounds import INSTANT_RANGE, MAX_INTERVAL_SECONDS, MaxRuns, Text, in_range
 from scheduling.partial import admits_null, optional_fields
 from scheduling.preview import describe_stored
@@ -32,7 +32,7 @@ from scheduling.spec import (
     TaskSpec,
 )
 from scheduling.status import ResumeMissed
-from store.models import Task, TaskExecution, TaskFields, TaskSnapshot
+from store.models import Task, TaskEvent, TaskExecution, TaskFields, TaskSnapshot
 
 
 # The create and update bodies describe to clients exactly what TaskSpec accepts; the API then
@@ -221,6 +221,8 @@ class TaskOut(BaseModel):
         "(trigger probe) is due (auto_resume_after_seconds)")
     created_at: datetime
     updated_at: datetime | None = None
+    spec_version: int = Field(default=1, description="1 at create, one more with every change of "
+                              "the spec (update, rollback): GET /tasks/{id}/versions lists them")
 
     @classmethod
     def of(cls, row: Task | TaskSnapshot) -> TaskOut:
@@ -279,6 +281,7 @@ class ExecutionOut(BaseModel):
     dead_letter: str | None = Field(
         default=None, description="open (replayable), replayed or dismissed, for failed runs"
     )
+    spec_version: int | None = Field(default=None, description="the task's spec version it ran under")
 
     @model_validator(mode="after")
     def _jitter(self) -> ExecutionOut:
@@ -313,6 +316,69 @@ class ExecutionPage(BaseModel):
 
     items: list[ExecutionOut]
     next_cursor: NextCursor
+
+
+class EventOut(BaseModel):
+    """One change of a task: who made it, when, and for a change of the spec the spec after."""
+
+    model_config = ConfigDict(from_attributes=True, json_schema_extra={"examples": [EVENT_EXAMPLE]})
+
+    id: str
+    task_id: str
+    at: datetime
+    actor: str = Field(description="the API key id, `temporal signal`, `reconciler` or `scheduler`")
+    action: str = Field(description="create, update, rollback, pause, resume, cancel, trigger, "
+                        "replay, restart, marked, ...")
+    spec_version: int = Field(description="the task's spec version after the change")
+    spec: dict[str, Any] | None = Field(default=None, description="the spec after a change of it")
+    detail: dict[str, Any] | None = None
+
+    @classmethod
+    def from_row(cls, row: TaskEvent) -> EventOut:
+        return cls.model_validate(row)
+
+
+class EventPage(BaseModel):
+    """One page of a task's events, newest first."""
+
+    model_config = ConfigDict(json_schema_extra={"examples": [{"items": [EVENT_EXAMPLE], "next_cursor": None}]})
+
+    items: list[EventOut]
+    next_cursor: NextCursor
+
+
+class VersionOut(BaseModel):
+    """One version of a task's spec."""
+
+    model_config = ConfigDict(json_schema_extra={"examples": [VERSION_EXAMPLE]})
+
+    version: int
+    at: datetime
+    actor: str
+    action: str = Field(description="create, update or rollback")
+    spec: dict[str, Any]
+
+    @classmethod
+    def from_row(cls, row: TaskEvent) -> VersionOut:
+        return cls(version=row.spec_version, at=row.at, actor=row.actor, action=row.action,
+                   spec=row.spec or {})
+
+
+class VersionPage(BaseModel):
+    """One page of a task's spec versions, newest first."""
+
+    model_config = ConfigDict(json_schema_extra={"examples": [{"items": [VERSION_EXAMPLE], "next_cursor": None}]})
+
+    items: list[VersionOut]
+    next_cursor: NextCursor
+
+
+class RollbackRequest(BaseModel):
+    """Restore the spec of one of the task's versions."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{"version": 1}]})
+
+    version: int = Field(ge=1, le=2**31 - 1, description="a version GET /tasks/{id}/versions lists")
 
 
 class Health(BaseModel):

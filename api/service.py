@@ -50,6 +50,7 @@ from store.tasks import (
     set_dead_letter,
     write_snapshot,
 )
+from workflows.events import Origin
 from workflows.state import TaskState, TaskWorkflowInput
 
 log = structlog.get_logger("task_scheduler.api")
@@ -62,6 +63,7 @@ class Principal:
 
     tenant_id: str
     is_admin: bool = False
+    key_id: str | None = None  # the actor of the changes it makes, in the task's history
 
 
 class TaskService:
@@ -120,7 +122,7 @@ class TaskService:
                                          create_request(spec, recurring_only), task_id)
         snapshot = _first_snapshot(task_id, who.tenant_id, spec, now)
         started = await self.temporal.start_task(
-            task_id=task_id, tenant_id=who.tenant_id, spec=spec, created_at=now
+            task_id=task_id, tenant_id=who.tenant_id, spec=spec, created_at=now, actor=who.key_id
         )
         if not started:
             # Same key, same body: the task exists already (or is being created right now).
@@ -206,19 +208,24 @@ class TaskService:
     # ------------------------------------------------------------- changes
     async def update(
         self, who: Principal, task_id: str, changes: TaskChanges, *, body_size: int = 0,
-        idempotency_key: str | None = None,
+        idempotency_key: str | None = None, origin: Origin | None = None,
+        request: dict[str, Any] | None = None,
     ) -> TaskOut:
         """Validate the change against the current task and the tenant's quota, then apply it
-        in the workflow (once per Idempotency-Key)."""
-        request = {"update": task_id, "changes": changes.model_dump(mode="json", exclude_unset=True)}
+        in the workflow (once per Idempotency-Key). ``origin`` names it in the task's history
+        (default: an update by the caller's key); ``request`` is what the key stands for."""
+        request = request or {"update": task_id,
+                              "changes": changes.model_dump(mode="json", exclude_unset=True)}
+        origin = origin or Origin(actor=who.key_id)
         return await self._once(
             who, idempotency_key, request, task_id,
-            lambda request_id: self._update(who, task_id, changes, body_size=body_size, request_id=request_id),
+            lambda request_id: self._update(who, task_id, changes, body_size=body_size,
+                                            request_id=request_id, origin=origin),
         )
 
     async def _update(
         self, who: Principal, task_id: str, changes: TaskChanges, *, body_size: int,
-        request_id: str | None,
+        request_id: str | None, origin: Origin,
     ) -> TaskOut:
         row = await self._row(who, task_id)
         self._refuse_final(row)
@@ -235,7 +242,7 @@ class TaskService:
         quota = await in_thread(quota_for, self.engine, row.tenant_id, self.quota_defaults)
         await validate_new_task(new_spec, TenantUsage(quota), self.rules, now=datetime.now(UTC),
                                 body_size=body_size, before=spec)
-        return self._out(await self.temporal.update(task_id, changes, request_id=request_id))
+        return self._out(await self.temporal.update(task_id, changes, origin, request_id=request_id))
 
     async def cancel(
         self, who: Principal, task_id: str, task_name: str | None, reason: str | None, *,
@@ -260,7 +267,7 @@ class TaskService:
             )
         self._refuse_final(row)
         self.active_counts.forget(who.tenant_id)
-        return self._out(await self.temporal.cancel(task_id, reason, request_id=request_id))
+        return self._out(await self.temporal.cancel(task_id, reason, who.key_id, request_id=request_id))
 
     async def pause(
         self, who: Principal, task_id: str, reason: str | None, *, idempotency_key: str | None = None
@@ -268,7 +275,7 @@ class TaskService:
         """Pause a task."""
         async def act(request_id: str | None) -> TaskOut:
             self._refuse_final(await self._row(who, task_id))
-            return self._out(await self.temporal.pause(task_id, reason, request_id=request_id))
+            return self._out(await self.temporal.pause(task_id, reason, who.key_id, request_id=request_id))
 
         request = {"pause": task_id, "reason": reason}
         return await self._once(who, idempotency_key, request, task_id, act)
@@ -278,7 +285,8 @@ class TaskService:
         """Resume a paused task; ``missed`` decides the fires that came during the pause."""
         async def act(request_id: str | None) -> TaskOut:
             self._refuse_final(await self._row(who, task_id))
-            return self._out(await self.temporal.resume(task_id, missed, request_id=request_id))
+            return self._out(await self.temporal.resume(task_id, missed, who.key_id,
+                                                        request_id=request_id))
 
         # A plain resume is the request it always was: a key kept from before still matches.
         request = {"resume": task_id} | ({} if missed is ResumeMissed.SKIP else {"missed": missed.value})
@@ -288,7 +296,7 @@ class TaskService:
         """Run a task's job now, outside its schedule."""
         async def act(request_id: str | None) -> TaskOut:
             self._refuse_final(await self._row(who, task_id))
-            return self._out(await self.temporal.trigger(task_id, request_id=request_id))
+            return self._out(await self.temporal.trigger(task_id, who.key_id, request_id=request_id))
 
         return await self._once(who, idempotency_key, {"trigger": task_id}, task_id, act)
 
@@ -330,9 +338,11 @@ class TaskService:
             raise TaskConflict(f"dead letter {execution_id} is being replayed already")
         try:
             if task.status in (TaskStatus.COMPLETED, TaskStatus.FAILED):
-                await self.temporal.replay_ended(task, execution_id, row.scheduled_at, request_id=request_id)
+                await self.temporal.replay_ended(task, execution_id, row.scheduled_at, who.key_id,
+                                                 request_id=request_id)
             else:
-                await self.temporal.replay(row.task_id, execution_id, row.scheduled_at, request_id=request_id)
+                await self.temporal.replay(row.task_id, execution_id, row.scheduled_at, who.key_id,
+                                           request_id=request_id)
         except Exception:
             await in_thread(set_dead_letter, self.engine, execution_id, state=DeadLetter.OPEN, expect=DeadLetter.REPLAYED)
             raise

@@ -28,6 +28,7 @@ from scheduling.policy import Run
 from scheduling.spec import TaskChanges, TaskSpec
 from scheduling.status import ResumeMissed, Trigger, workflow_id
 from store.models import Task
+from workflows.events import Origin, SpecChange
 from workflows.starter import start_task_workflow, start_with_update, state_from_row
 from workflows.state import ReplayRequest, TaskState
 from workflows.task import TaskWorkflow
@@ -80,47 +81,55 @@ class TemporalGateway:
         self._heartbeats: bool | None = None
 
     async def start_task(
-        self, *, task_id: str, tenant_id: str, spec: TaskSpec, created_at: datetime
+        self, *, task_id: str, tenant_id: str, spec: TaskSpec, created_at: datetime,
+        actor: str | None = None,
     ) -> bool:
         """Start the task's workflow (id derived from the task id); False if it exists."""
         async with _temporal_errors(task_id):
             return await start_task_workflow(
                 self.client, task_queue=self.task_queue, task_id=task_id, tenant_id=tenant_id,
-                spec=spec, created_at=created_at,
+                spec=spec, created_at=created_at, actor=actor,
             )
 
-    async def update(self, task_id: str, changes: TaskChanges, *, request_id: str | None = None) -> TaskState:
-        """Apply changes through the workflow's validated update."""
-        return await self._update(task_id, TaskWorkflow.update_task, changes, request_id=request_id)
-
-    async def cancel(self, task_id: str, reason: str | None, *, request_id: str | None = None) -> TaskState:
-        """Cancel the task (a running job is cancelled through its heartbeats)."""
-        return await self._update(task_id, TaskWorkflow.cancel_update, reason, request_id=request_id)
-
-    async def pause(self, task_id: str, reason: str | None, *, request_id: str | None = None) -> TaskState:
-        """Pause the task."""
-        return await self._update(task_id, TaskWorkflow.pause_update, reason, request_id=request_id)
-
-    async def resume(self, task_id: str, missed: ResumeMissed = ResumeMissed.SKIP, *,
+    # Every change names its actor (the caller's API key id): the task's history records it.
+    async def update(self, task_id: str, changes: TaskChanges, origin: Origin, *,
                      request_id: str | None = None) -> TaskState:
-        """Resume the task; ``missed`` decides the fires that came during the pause."""
-        # The default travels as no argument: the update a workflow of any version knows.
-        args = () if missed is ResumeMissed.SKIP else (missed,)
-        return await self._update(task_id, TaskWorkflow.resume_update, *args, request_id=request_id)
+        """Apply changes through the workflow's validated update."""
+        return await self._update(task_id, TaskWorkflow.change_task,
+                                  SpecChange(changes=changes, origin=origin), request_id=request_id)
 
-    async def trigger(self, task_id: str, *, request_id: str | None = None) -> TaskState:
+    async def cancel(self, task_id: str, reason: str | None, actor: str | None = None, *,
+                     request_id: str | None = None) -> TaskState:
+        """Cancel the task (a running job is cancelled through its heartbeats)."""
+        return await self._update(task_id, TaskWorkflow.cancel_update, reason, actor, request_id=request_id)
+
+    async def pause(self, task_id: str, reason: str | None, actor: str | None = None, *,
+                    request_id: str | None = None) -> TaskState:
+        """Pause the task."""
+        return await self._update(task_id, TaskWorkflow.pause_update, reason, actor, request_id=request_id)
+
+    async def resume(self, task_id: str, missed: ResumeMissed = ResumeMissed.SKIP,
+                     actor: str | None = None, *, request_id: str | None = None) -> TaskState:
+        """Resume the task; ``missed`` decides the fires that came during the pause."""
+        return await self._update(task_id, TaskWorkflow.resume_update, missed, actor,
+                                  request_id=request_id)
+
+    async def trigger(self, task_id: str, actor: str | None = None, *,
+                      request_id: str | None = None) -> TaskState:
         """Run the task's job now."""
-        return await self._update(task_id, TaskWorkflow.trigger_update, request_id=request_id)
+        return await self._update(task_id, TaskWorkflow.trigger_update, actor, request_id=request_id)
 
     async def replay(
-        self, task_id: str, execution_id: str, scheduled_at: datetime, *, request_id: str | None = None
+        self, task_id: str, execution_id: str, scheduled_at: datetime, actor: str | None = None, *,
+        request_id: str | None = None,
     ) -> TaskState:
         """Run a dead-lettered execution again."""
-        request = ReplayRequest(execution_id=execution_id, scheduled_at=scheduled_at)
+        request = ReplayRequest(execution_id=execution_id, scheduled_at=scheduled_at, actor=actor)
         return await self._update(task_id, TaskWorkflow.replay_update, request, request_id=request_id)
 
     async def replay_ended(
-        self, row: Task, execution_id: str, scheduled_at: datetime, *, request_id: str | None = None
+        self, row: Task, execution_id: str, scheduled_at: datetime, actor: str | None = None, *,
+        request_id: str | None = None,
     ) -> None:
         """Replay a dead letter of a task whose workflow has ended: a new run of the task's
         workflow does just that run, then ends by the same rules. The run is started with the
@@ -133,7 +142,7 @@ class TemporalGateway:
         state = state_from_row(row, next_fire_at=None, queue=[replay], reason="replaying a dead letter")
         start = start_with_update(task_queue=self.task_queue, task_id=row.id, tenant_id=row.tenant_id,
                                   spec=state.spec, created_at=row.created_at, state=state)
-        request = ReplayRequest(execution_id=execution_id, scheduled_at=scheduled_at)
+        request = ReplayRequest(execution_id=execution_id, scheduled_at=scheduled_at, actor=actor)
         async with _temporal_errors(row.id):
             _ = await self.client.execute_update_with_start_workflow(
                 TaskWorkflow.replay_update, request, start_workflow_operation=start,
@@ -156,7 +165,7 @@ class TemporalGateway:
         # same ``request_id``, so a retry after a timeout cannot apply the change twice.
         async with _temporal_errors(task_id):
             result: TaskState = await handle.execute_update(
-                update, *args, id=_update_id(update, request_id), rpc_timeout=UPDATE_TIMEOUT
+                update, args=list(args), id=_update_id(update, request_id), rpc_timeout=UPDATE_TIMEOUT
             )
             return result
 

@@ -19,6 +19,7 @@ from urllib.parse import quote
 
 import httpx
 
+from api.history import spec_diff
 from cli.terminal import shown
 from scheduling.status import ResumeMissed
 
@@ -228,6 +229,23 @@ def _tasks_executions(api: OpsClient, a: argparse.Namespace) -> tuple[Any, str]:
     return page, _with_cursor(_runs_table(page), page)
 
 
+def _versions_table(page: dict[str, Any]) -> str:
+    items = page["items"]
+    rows = []
+    for n, v in enumerate(items):
+        before = items[n + 1]["spec"] if n + 1 < len(items) else None
+        changes = ("first version" if v["version"] == 1 else "-") if before is None else ", ".join(
+            f"{c.field}: {c.before} -> {c.after}" for c in spec_diff(before, v["spec"])) or "no change"
+        rows.append([str(v["version"]), _when(v["at"]), v["action"], v["actor"], changes])
+    return _table(["VERSION", "AT", "ACTION", "BY", "CHANGES"], rows, width=120) if rows else "no versions"
+
+
+def _tasks_history(api: OpsClient, a: argparse.Namespace) -> tuple[Any, str]:
+    page = api.call("GET", f"/tasks/{quote(a.task_id, safe='')}/versions",
+                    params=_query(limit=a.limit, cursor=a.cursor))
+    return page, _with_cursor(_versions_table(page), page)
+
+
 def _dead_letters_list(api: OpsClient, a: argparse.Namespace) -> tuple[Any, str]:
     page = api.call("GET", "/dead-letters", params=_query(limit=a.limit, cursor=a.cursor))
     return page, _with_cursor(_runs_table(page, with_task=True), page)
@@ -271,6 +289,7 @@ def add_commands(commands: Any) -> None:
         ("resume", _tasks_resume, "resume a paused task"),
         ("trigger", _tasks_signal("trigger"), "run a task's job now"),
         ("executions", _tasks_executions, "a task's run history, newest first"),
+        ("history", _tasks_history, "a task's spec versions and what changed, newest first"),
     ]:
         sub = leaf(group, name, run, help_)
         sub.add_argument("task_id")
@@ -280,7 +299,7 @@ def add_commands(commands: Any) -> None:
             sub.add_argument("--missed", choices=[m.value for m in ResumeMissed],
                              help="the fires of the pause: skip records them skipped (default), "
                              "policy lets the missed-run policy decide them")
-        if name == "executions":
+        if name in ("executions", "history"):
             paging(sub)
         if name == "show":
             sub.add_argument("--limit", type=int, default=10, help="upcoming fires to list (1-1000)")

@@ -67,6 +67,7 @@ class TaskFields(SQLModel):
     consecutive_failures: int = 0
     next_probe_at: datetime | None = _ts(default=None)
     state_version: int = Field(default=0, sa_type=BigInteger)
+    spec_version: int = 1  # 1 at create, one more with every change of the spec
     created_at: datetime = _ts(default_factory=utcnow)
     updated_at: datetime = _ts(default_factory=utcnow)
 
@@ -122,6 +123,7 @@ class ExecutionFields(SQLModel):
     lateness_ms: float | None = None  # started_at minus instant
     drifted: bool = False
     dead_letter: str | None = _text(16, default=None, index=True)
+    spec_version: int | None = None  # the task's spec version the run ran under
 
 
 class TaskExecution(ExecutionFields, table=True):
@@ -183,10 +185,40 @@ class TenantQuota(SQLModel, table=True):
     updated_at: datetime = _ts(default_factory=utcnow)
 
 
+class TaskEventFields(SQLModel):
+    """One change of a task, as its workflow records it (append-only): who, what, when, and
+    for a change of the spec the spec after it."""
+
+    id: str = _text(200, primary_key=True)
+    task_id: str = _text(64)
+    tenant_id: str = _text(128, index=True)
+    at: datetime = _ts()
+    actor: str = _text(200)
+    action: str = _text(32)
+    spec_version: int = 1
+    # SQL NULL, not JSON null, when absent: the versions are the events with a spec.
+    spec: dict[str, Any] | None = Field(
+        default=None, sa_column=Column(JSON(none_as_null=True), nullable=True))
+    detail: dict[str, Any] | None = Field(
+        default=None, sa_column=Column(JSON(none_as_null=True), nullable=True))
+
+
+class TaskEvent(TaskEventFields, table=True):
+    """A row of a task's history; its id is deterministic, so a retried write adds it once."""
+
+    __tablename__ = "task_event"
+    __table_args__ = (Index("ix_task_event_task_at", "task_id", "at", "id"),)
+
+
+class TaskEventRecord(TaskEventFields):
+    """A task event on its way from the workflow to bookkeeping."""
+
+
 # Typed handles on the tables, for core statements (upserts) that take a Table.
 TASK_TABLE: Table = Task.__table__  # type: ignore[attr-defined]
 EXECUTION_TABLE: Table = TaskExecution.__table__  # type: ignore[attr-defined]
 IDEMPOTENCY_TABLE: Table = IdempotencyRecord.__table__  # type: ignore[attr-defined]
+EVENT_TABLE: Table = TaskEvent.__table__  # type: ignore[attr-defined]
 
 
 class SigningSecret(SQLModel, table=True):

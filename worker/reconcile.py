@@ -31,9 +31,11 @@ from temporalio.service import RPCError, RPCStatusCode
 from scheduling.fire import next_fire
 from scheduling.spec import ScheduleType, TaskSpec
 from scheduling.status import workflow_id
-from store.models import Task
+from store.events import record_event
+from store.models import Task, TaskEventRecord
 from store.quotas import ACTIVE_STATUSES
 from store.tasks import mark_task, read_task, save_snapshot, scheduled_runs_executed
+from workflows.events import MARKED, RECONCILER
 from workflows.starter import start_task_workflow, state_from_row
 from workflows.state import TaskState
 
@@ -189,6 +191,7 @@ class Reconciler:
             if closed is not None:
                 status, reason = closed
                 await asyncio.to_thread(mark_task, self._engine, task_id, status=status, reason=reason)
+                await asyncio.to_thread(_record_marked, self._engine, task_id, status, reason)
                 report.marked.append(task_id)
 
     async def _restart(self, row: Task, now: datetime) -> None:
@@ -202,7 +205,7 @@ class Reconciler:
                                reason="restarted by the reconciler")
         await start_task_workflow(
             self._client, task_queue=self._task_queue, task_id=row.id, tenant_id=row.tenant_id,
-            spec=spec, created_at=row.created_at, state=state,
+            spec=spec, created_at=row.created_at, state=state, actor=RECONCILER,
         )
         log.warning("reconcile.restarted", task_id=row.id, tenant=row.tenant_id)
 
@@ -238,3 +241,14 @@ class Reconciler:
 def _iso(moment: datetime) -> str:
     """A UTC instant as a visibility query writes it."""
     return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def _record_marked(engine: Engine, task_id: str, status: str, reason: str) -> None:
+    """The task's history notes how its workflow ended without saying so (once per status)."""
+    row = read_task(engine, task_id, None)
+    if row is None:
+        return
+    record_event(engine, TaskEventRecord(
+        id=f"{task_id}:{RECONCILER.replace(' ', '-')}:{status}", task_id=task_id,
+        tenant_id=row.tenant_id, at=datetime.now(UTC), actor=RECONCILER, action=MARKED,
+        spec_version=row.spec_version, detail={"status": status, "reason": reason}))

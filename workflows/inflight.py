@@ -193,7 +193,7 @@ class RunsInFlight:
                 and f.run.trigger is Trigger.SCHEDULE]
 
     def dispatch(self, spec: TaskSpec, *, task_id: str, tenant_id: str, run: Run, run_id: str,
-                 instant: datetime, lead: timedelta) -> None:
+                 instant: datetime, lead: timedelta, spec_version: int | None = None) -> None:
         """Start the job activity of ``run``; it waits on the worker's clock for ``instant``."""
         now = workflow.now()
         wait = max(timedelta(0), instant - now)
@@ -210,6 +210,7 @@ class RunsInFlight:
                 execution_id=run_id, task_id=task_id, tenant_id=tenant_id,
                 scheduled_at=run.scheduled_at, instant=aimed, job=spec.job_details,
                 not_before=instant if wait else None, sent_at=now, trigger=run.trigger,
+                spec_version=spec_version,
                 run_timeout_seconds=spec.run_timeout_seconds,
                 late_after_seconds=late.total_seconds() if late is not None else None,
             ),
@@ -232,7 +233,7 @@ class RunsInFlight:
         self._flying[key] = _Flying(run=run, run_id=run_id, instant=instant, handle=handle)
         record = ExecutionRecord(id=run_id, task_id=task_id, tenant_id=tenant_id,
                                  scheduled_at=run.scheduled_at, instant=aimed, trigger=run.trigger.value,
-                                 status=ExecutionStatus.RUNNING)
+                                 status=ExecutionStatus.RUNNING, spec_version=spec_version)
         task = asyncio.create_task(self._await(key, record, run, handle, retry.max_attempts))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)

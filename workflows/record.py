@@ -18,9 +18,10 @@ with workflow.unsafe.imports_passed_through():
     from scheduling import policy
     from scheduling.spec import NotifyEvent
     from scheduling.status import ExecutionStatus, SkipReason, Trigger, execution_id
-    from store.models import ExecutionRecord, TaskSnapshot
+    from store.models import ExecutionRecord, TaskEventRecord, TaskSnapshot
     from workflows import attributes
     from workflows.describe import describe_schedule
+    from workflows.events import actor_of
     from workflows.state import TaskState
 
 BOOKKEEPING_TIMEOUT = timedelta(seconds=30)
@@ -48,6 +49,10 @@ class TaskRecord:
         self._latest: TaskSnapshot | None = None  # the task row for the writer behind
         self._writer: asyncio.Task[None] | None = None
         self._deliveries: set[asyncio.Task[None]] = set()
+        # Workflows started before the task history record no events (set by the workflow).
+        self.events_on = False
+        self._events: list[TaskEventRecord] = []
+        self._event_count = 0
 
     def add(self, record: ExecutionRecord) -> None:
         """An execution row to write with the next ``write``; counted in the metrics."""
@@ -93,22 +98,40 @@ class TaskRecord:
         self.add(ExecutionRecord(
             id=run_id or execution_id(state.task_id, fire), task_id=state.task_id,
             tenant_id=state.tenant_id, scheduled_at=fire, status=ExecutionStatus.SKIPPED,
-            reason=reason.value, finished_at=workflow.now(), trigger=trigger))
+            reason=reason.value, finished_at=workflow.now(), trigger=trigger,
+            spec_version=state.spec_version))
+
+    def event(self, action: str, actor: str | None, *, detail: dict[str, Any] | None = None,
+              spec: bool = False) -> None:
+        """Append a change of the task to its history, written with the next write: who made
+        it (an API key id; None: a plain Temporal message) and, with ``spec``, the spec after
+        it. The id is the workflow run's and the event's count in it: replays and retried
+        writes add it once."""
+        if not self.events_on:
+            return
+        state = self._state
+        self._event_count += 1
+        self._events.append(TaskEventRecord(
+            id=f"{state.task_id}:{workflow.info().run_id}:{self._event_count:05d}",
+            task_id=state.task_id, tenant_id=state.tenant_id, at=workflow.now(),
+            actor=actor_of(actor), action=action, spec_version=state.spec_version,
+            spec=state.spec.model_dump(mode="json") if spec else None, detail=detail))
 
     async def write(self, next_instant: datetime | None) -> None:
         """Write the pending execution rows and the task row, if either has anything new."""
         snapshot = self._versioned(self._snapshot(next_instant))
         executions, self._pending = self._pending, []
-        if snapshot is None and not executions:
+        events, self._events = self._events, []
+        if snapshot is None and not executions and not events:
             return
-        await self._record(Record(executions=executions, snapshot=snapshot))
+        await self._record(Record(executions=executions, snapshot=snapshot, events=events))
 
     def write_behind(self, next_instant: datetime | None) -> None:
         """Like ``write``, but never waits: one writer coroutine writes the pending rows and
         the newest task row, again and again until nothing is left (``idle``). The task's
         state changes at once while the database refuses writes; its rows catch up."""
         self._latest = self._versioned(self._snapshot(next_instant)) or self._latest
-        if (self._latest is not None or self._pending) and self.idle():
+        if (self._latest is not None or self._pending or self._events) and self.idle():
             self._writer = asyncio.create_task(self._write_behind())
 
     def idle(self) -> bool:
@@ -116,9 +139,9 @@ class TaskRecord:
         return self._writer is None or self._writer.done()
 
     async def _write_behind(self) -> None:
-        while self._latest is not None or self._pending:
-            record = Record(executions=self._pending, snapshot=self._latest)
-            self._pending, self._latest = [], None
+        while self._latest is not None or self._pending or self._events:
+            record = Record(executions=self._pending, snapshot=self._latest, events=self._events)
+            self._pending, self._latest, self._events = [], None, []
             await self._record(record, local_retry_threshold=BACKOFF_ON_TIMER)
 
     async def _record(self, record: Record, **options: Any) -> None:

@@ -31,13 +31,14 @@ async def start_task_workflow(
     created_at: datetime,
     state: TaskState | None = None,
     reuse_closed_id: bool = False,
+    actor: str | None = None,
 ) -> bool:
     """Start the task's workflow at once; False when a workflow with that id exists or existed."""
     try:
         await client.start_workflow(
             "TaskWorkflow",
             TaskWorkflowInput(task_id=task_id, tenant_id=tenant_id, spec=spec, created_at=created_at,
-                              state=state),
+                              state=state, actor=actor),
             id_reuse_policy=(
                 WorkflowIDReusePolicy.ALLOW_DUPLICATE
                 if reuse_closed_id
@@ -109,5 +110,5 @@ def state_from_row(
         status_reason=row.status_reason if paused else reason,
         success_count=row.success_count, failure_count=row.failure_count,
         cancelled_count=max(0, row.run_count - row.success_count - row.failure_count),
-        skipped_count=row.skipped_count, queue=queue or [],
+        skipped_count=row.skipped_count, queue=queue or [], spec_version=row.spec_version,
     )

@@ -28,6 +28,7 @@ class ReplayRequest(BaseModel):
 
     execution_id: str
     scheduled_at: datetime
+    actor: str | None = Field(default=None, description="who asked (the API key's id)")
 
 
 class LastRun(BaseModel):
@@ -82,6 +83,7 @@ class TaskState(BaseModel):
         default_factory=list, description="webhook deliveries not yet done (resent after a "
         "continue-as-new)")
     continued_as_new: int = 0
+    spec_version: int = Field(default=1, description="1 at create, one more with every spec change")
     wake_lag_seconds: float = Field(
         default=0.0, description="how late the last timer fired: the dispatch lead grows with it"
     )
@@ -237,6 +239,8 @@ class TaskWorkflowInput(BaseModel):
     spec: TaskSpec
     created_at: datetime
     state: TaskState | None = None
+    actor: str | None = Field(default=None, description="who started it: the API key's id "
+                              "for a create, the reconciler for a restart")
     # Runtime options are the workflow worker's (RunOptions, asked once per workflow run); the
     # starters of older workflows froze them here, and the runs recorded so replay with them.
     history_limit: int | None = Field(default=None, description="set by older starters only")

@@ -43,6 +43,19 @@ with workflow.unsafe.imports_passed_through():
     from store.models import ExecutionRecord
     from workflows.breaker import Healed, SelfHealing
     from workflows.describe import describe_schedule
+    from workflows.events import (
+        CANCEL,
+        CREATE,
+        PAUSE,
+        REPLAY,
+        RESTART,
+        RESUME,
+        SCHEDULER,
+        TEMPORAL_SIGNAL,
+        TRIGGER,
+        Origin,
+        SpecChange,
+    )
     from workflows.inflight import RESCHEDULED, UNTAKEN, Ended, RunsInFlight
     from workflows.record import TaskRecord
     from workflows.state import ReplayRequest, TaskState, TaskWorkflowInput
@@ -68,6 +81,9 @@ WORKER_OPTIONS = "worker-options"
 # Workflows from here on probe an auto-paused task after its cool-down and resume it when the
 # probe succeeds (auto_resume_after_seconds, docs/scheduling.md).
 SELF_HEALING = "self-healing-breaker"
+# Workflows from here on record every change of the task in its history (workflows/events.py).
+TASK_EVENTS = "task-events"
+CHANGE_TASK = "change_task"
 
 
 @workflow.defn(name="TaskWorkflow")
@@ -91,6 +107,11 @@ class TaskWorkflow:
         self._paused_first = workflow.patched(PAUSED_SHOWS_PAUSED)
         self._healing = SelfHealing(self._state, enabled=workflow.patched(SELF_HEALING))
         self._record = TaskRecord(self._state)
+        self._record.events_on = workflow.patched(TASK_EVENTS)
+        if start.state is None:
+            self._record.event(CREATE, start.actor, spec=True)
+        elif start.actor is not None:
+            self._record.event(RESTART, start.actor, detail={"reason": self._state.status_reason})
         self._lock = asyncio.Lock()
         self._wake = False
 
@@ -120,6 +141,8 @@ class TaskWorkflow:
             # Cancelled through Temporal itself (`temporal workflow cancel`): stop the runs,
             # record the end, then end as cancelled.
             self._state.status_reason = "workflow cancelled through Temporal"
+            if not self._state.cancel_requested:
+                self._record.event(CANCEL, TEMPORAL_SIGNAL, detail={"reason": self._state.status_reason})
             if self._due_first and self._state.cancelled_at is None:
                 self._state.cancelled_at = workflow.now()
             await self._stop()
@@ -230,7 +253,8 @@ class TaskWorkflow:
         state = self._state
         run_id = run.execution_id or execution_id(state.task_id, run.scheduled_at, run.trigger)
         self._runs.dispatch(state.spec, task_id=state.task_id, tenant_id=state.tenant_id, run=run,
-                            run_id=run_id, instant=instant or workflow.now(), lead=self._lead())
+                            run_id=run_id, instant=instant or workflow.now(), lead=self._lead(),
+                            spec_version=state.spec_version)
         self._note_runs()
 
     def _absorb_ended(self) -> None:
@@ -401,42 +425,43 @@ class TaskWorkflow:
         return self._state
 
     @workflow.signal(name="cancel")
-    async def cancel_signal(self, reason: str | None = None) -> None:
+    async def cancel_signal(self, reason: str | None = None, actor: str | None = None) -> None:
         """Cancel the task; a running job is cancelled through its heartbeats."""
         if self._runs.reported:
-            self._request_cancel(reason)  # at once, even while a pass waits on the database
+            self._request_cancel(reason, actor)  # at once, even while a pass waits on the database
             return
         async with self._lock:
-            self._request_cancel(reason)
+            self._request_cancel(reason, actor)
 
     @workflow.signal(name="pause")
-    async def pause_signal(self, reason: str | None = None) -> None:
+    async def pause_signal(self, reason: str | None = None, actor: str | None = None) -> None:
         """Stop starting runs until resumed."""
         async with self._lock:
-            self._pause(reason)
+            self._pause(reason, actor or TEMPORAL_SIGNAL)
 
     @workflow.signal(name="resume")
-    async def resume_signal(self, missed: ResumeMissed | None = None) -> None:
+    async def resume_signal(self, missed: ResumeMissed | None = None,
+                            actor: str | None = None) -> None:
         """Start runs again; the fires inside the pause SKIPPED paused, or decided by the
         missed-run policy (``missed`` policy)."""
         async with self._lock:
-            self._resume(missed or ResumeMissed.SKIP)
+            self._resume(missed or ResumeMissed.SKIP, actor)
 
     @workflow.signal(name="trigger")
-    async def trigger_signal(self) -> None:
+    async def trigger_signal(self, actor: str | None = None) -> None:
         """Run the job now, outside the schedule."""
         async with self._lock:
-            self._trigger()
+            self._trigger(actor)
 
     @workflow.update(name="cancel_task")
-    async def cancel_update(self, reason: str | None = None) -> TaskState:
+    async def cancel_update(self, reason: str | None = None, actor: str | None = None) -> TaskState:
         """Cancel the task and answer with its state."""
         if self._runs.reported:
             # Answer once the task has ended: every run has, none starts after this returns,
             # and the answer lists the runs whose job had started (cancelled through their
             # heartbeats, or ended first: a waiting run hears of the cancel at its next
             # heartbeat).
-            self._request_cancel(reason)
+            self._request_cancel(reason, actor)
             try:
                 await workflow.wait_condition(lambda: self._state.status in FINAL_STATUSES,
                                               timeout=CANCEL_SETTLE)
@@ -444,30 +469,31 @@ class TaskWorkflow:
                 pass  # still going (a silent worker): the answer lists them as running
             return self._state
         async with self._lock:
-            self._request_cancel(reason)
+            self._request_cancel(reason, actor)
             return self._state
 
     @workflow.update(name="pause_task")
-    async def pause_update(self, reason: str | None = None) -> TaskState:
+    async def pause_update(self, reason: str | None = None, actor: str | None = None) -> TaskState:
         """Pause the task and answer with its state."""
         async with self._lock:
-            self._pause(reason)
+            self._pause(reason, actor or TEMPORAL_SIGNAL)
             await self._write()
             return self._state
 
     @workflow.update(name="resume_task")
-    async def resume_update(self, missed: ResumeMissed | None = None) -> TaskState:
+    async def resume_update(self, missed: ResumeMissed | None = None,
+                            actor: str | None = None) -> TaskState:
         """Resume the task and answer with its state (``missed`` as for the signal)."""
         async with self._lock:
-            self._resume(missed or ResumeMissed.SKIP)
+            self._resume(missed or ResumeMissed.SKIP, actor)
             await self._write()
             return self._state
 
     @workflow.update(name="trigger_task")
-    async def trigger_update(self) -> TaskState:
+    async def trigger_update(self, actor: str | None = None) -> TaskState:
         """Queue a run now and answer with the task's state."""
         async with self._lock:
-            self._trigger()
+            self._trigger(actor)
             return self._state
 
     @workflow.update(name="replay_run")
@@ -475,6 +501,7 @@ class TaskWorkflow:
         """Run a dead-lettered run again, under its own execution id."""
         async with self._lock:
             self._state.add_replay(request)
+            self._record.event(REPLAY, request.actor, detail={"execution_id": request.execution_id})
             self._make_way()
             self._wake = True
             return self._state
@@ -482,6 +509,14 @@ class TaskWorkflow:
     @workflow.update(name="update_task")
     async def update_task(self, changes: TaskChanges) -> TaskState:
         """Change the task; the sleeping workflow decides again at once."""
+        return await self._change(changes, Origin())
+
+    @workflow.update(name=CHANGE_TASK)
+    async def change_task(self, change: SpecChange) -> TaskState:
+        """``update_task`` as the API sends it: with who asked, and as what (a rollback)."""
+        return await self._change(change.changes, change.origin)
+
+    async def _change(self, changes: TaskChanges, origin: Origin) -> TaskState:
         async with self._lock:
             state = self._state
             new_spec = changes.apply_to(state.spec)
@@ -500,7 +535,11 @@ class TaskWorkflow:
                     self._runs.outdate()
             change = policy.change_schedule(state.position(), self._runs.flight(workflow.now()),
                                             new_spec, workflow.now())
+            spec_changed = new_spec != state.spec
             state.spec = new_spec
+            if spec_changed:
+                state.spec_version += 1
+            self._record.event(origin.action, origin.actor, detail=origin.detail, spec=spec_changed)
             state.next_fire_at, state.anchor, state.queue = change.next_fire_at, change.anchor, change.queue
             if change.retimed:
                 state.latest_taken = None
@@ -511,19 +550,19 @@ class TaskWorkflow:
             return state
 
     @cancel_update.validator
-    def _validate_cancel(self, reason: str | None = None) -> None:
+    def _validate_cancel(self, reason: str | None = None, actor: str | None = None) -> None:
         self._refuse_if_final("cancelled")
 
     @pause_update.validator
-    def _validate_pause(self, reason: str | None = None) -> None:
+    def _validate_pause(self, reason: str | None = None, actor: str | None = None) -> None:
         self._refuse_if_final("paused")
 
     @resume_update.validator
-    def _validate_resume(self, missed: ResumeMissed | None = None) -> None:
+    def _validate_resume(self, missed: ResumeMissed | None = None, actor: str | None = None) -> None:
         self._refuse_if_final("resumed")
 
     @trigger_update.validator
-    def _validate_trigger(self) -> None:
+    def _validate_trigger(self, actor: str | None = None) -> None:
         self._refuse_if_final("triggered")
 
     @replay_update.validator
@@ -537,29 +576,41 @@ class TaskWorkflow:
         self._refuse_if_final("updated")
         check_timing(changes.apply_to(self._state.spec), workflow.now())
 
+    @change_task.validator
+    def _validate_change(self, change: SpecChange) -> None:
+        self._validate_update(change.changes)
+
     def _refuse_if_final(self, verb: str) -> None:
         if (why := self._state.closed_to(verb)) is not None:
             raise ApplicationError(why, type="TaskFinished", non_retryable=True)
 
-    def _request_cancel(self, reason: str | None) -> None:
+    def _request_cancel(self, reason: str | None, actor: str | None = None) -> None:
+        first = not self._state.cancel_requested
         if self._state.request_cancel(reason, workflow.now() if self._runs.reported else None):
+            if first:
+                self._record.event(CANCEL, actor, detail={"reason": self._state.status_reason})
             if self._runs.reported:
                 self._runs.cancel_all()
             self._wake = True
 
-    def _pause(self, reason: str | None) -> None:
+    def _pause(self, reason: str | None, actor: str = SCHEDULER) -> None:
         if self._state.pause(reason, workflow.now() if self._runs.reported else None):
+            self._record.event(PAUSE, actor, detail={"reason": self._state.status_reason})
             self._runs.withdraw("paused")
             self._refresh_status()
             self._wake = True
 
-    def _resume(self, missed: ResumeMissed) -> None:
+    def _resume(self, missed: ResumeMissed, actor: str | None = None) -> None:
+        missed = ResumeMissed(missed)  # a union's member arrives decoded as its plain value
         if self._state.resume(workflow.now(), missed):
+            self._record.event(RESUME, actor,
+                               detail=None if missed is ResumeMissed.SKIP else {"missed": missed.value})
             self._refresh_status()
             self._wake = True
 
-    def _trigger(self) -> None:
+    def _trigger(self, actor: str | None = None) -> None:
         if self._state.add_manual_run(workflow.now()):
+            self._record.event(TRIGGER, actor, detail={"execution_id": self._state.queue[-1].execution_id})
             self._make_way()
             self._wake = True
 

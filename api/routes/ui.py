@@ -20,6 +20,7 @@ from jinja2 import Environment, FileSystemLoader
 
 from api.deps import ServiceDep, admitted_key
 from api.errors import ApiError, RateLimited, TaskNotFound
+from api.history import task_versions, version_diffs
 from api.preview import PreviewOut, Previews
 from api.schemas import ExecutionOut, TaskOut
 from api.service import Principal, TaskService
@@ -288,7 +289,7 @@ async def task_page(
     task_id: Annotated[str, Path(min_length=1, max_length=64)],
     cursor: Annotated[str | None, Query(max_length=500)] = None,
 ) -> Response:
-    """A task, its lateness chart and its run history."""
+    """A task, its lateness chart, its run history and its spec versions."""
     if viewer is None:
         return to_login()
     try:
@@ -296,6 +297,8 @@ async def task_page(
     except TaskNotFound:
         return page(request, "not_found.html", {"viewer": viewer, "task_id": task_id}, 404)
     runs = await service.executions(viewer, task_id, limit=HISTORY_PAGE, cursor=cursor)
+    versions = await task_versions(service, viewer, task_id, limit=HISTORY_PAGE, cursor=None)
     context = {"viewer": viewer, "task": task, "runs": runs, "chart": lateness_chart(runs.items),
-               "upcoming": await _upcoming(service, viewer, task_id)}
+               "upcoming": await _upcoming(service, viewer, task_id),
+               "versions": version_diffs(versions.items)}
     return page(request, "task.html", context)

@@ -43,6 +43,7 @@ from tests.workflows.helpers import (
     task_state,
     until,
 )
+from workflows.events import Origin, SpecChange
 from workflows.starter import start_task_workflow
 from workflows.state import ReplayRequest, TaskState
 from workflows.task import TaskWorkflow
@@ -313,6 +314,27 @@ async def resume_policy(env: WorkflowEnvironment, engine: Engine) -> TaskHandle:
         await handle.execute_update(TaskWorkflow.resume_update, ResumeMissed.POLICY)
         state = await handle.result()
     assert (state.success_count, state.skipped_count) == (2, 3), state
+    return handle
+
+
+@scenario
+async def task_history(env: WorkflowEnvironment, engine: Engine) -> TaskHandle:
+    # Every kind of message, from the API (with its key's id) and plain: the events they write.
+    async with new_worker(env.client, engine) as worker:
+        task = spec(schedule_type="interval", interval_seconds=1800)
+        handle = await start_task(env, worker.task_queue, task)
+        await handle.execute_update(TaskWorkflow.change_task, SpecChange(
+            changes=TaskChanges(interval_seconds=3600), origin=Origin(actor="k1")))
+        await handle.signal(TaskWorkflow.pause_signal, "by hand")
+        await handle.execute_update(TaskWorkflow.resume_update, args=[None, "k1"])
+        await handle.execute_update(TaskWorkflow.trigger_update, "k1")
+        await env.sleep(timedelta(minutes=90))
+        await handle.execute_update(TaskWorkflow.change_task, SpecChange(
+            changes=TaskChanges(interval_seconds=1800), origin=Origin(actor="k1", action="rollback",
+                                                                      detail={"version": 1})))
+        await handle.signal(TaskWorkflow.cancel_signal, "done")
+        state = await handle.result()
+    assert (state.spec_version, state.success_count) == (3, 2), state
     return handle
 
 

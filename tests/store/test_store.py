@@ -144,8 +144,8 @@ def test_rows_versioned_before_0006_lose_to_the_next_write_of_their_run(any_engi
     with any_engine.begin() as connection:
         command.downgrade(alembic_config(connection), "0005")
     # the old encoding: ms times 10**6 plus the run's own count
-    save_snapshot(any_engine, snapshot("m", version=ms * 1_000_000 + 40, status="RUNNING"))
-    save_snapshot(any_engine, snapshot("n", version=(ms + 5) * 1_000_000 + 2))
+    insert_as_at_0005(any_engine, snapshot("m", version=ms * 1_000_000 + 40, status="RUNNING"))
+    insert_as_at_0005(any_engine, snapshot("n", version=(ms + 5) * 1_000_000 + 2))
     migrate(any_engine)
     with any_engine.connect() as connection:
         rows = connection.execute(text("SELECT id, state_version FROM task")).tuples()
@@ -163,6 +163,19 @@ def test_rows_versioned_before_0006_lose_to_the_next_write_of_their_run(any_engi
     save_snapshot(any_engine, snapshot("m", version=state_version(run, 42), status="PAUSED"))
     row = read_task(any_engine, "m", "t1")
     assert row is not None and row.status == "PAUSED"
+
+
+def insert_as_at_0005(engine: Engine, row: TaskSnapshot) -> None:
+    """A new task row as the schema of revision 0005 holds it (no column added since)."""
+    from sqlalchemy import column, table
+
+    from store.models import TASK_TABLE
+
+    values = row.model_dump(exclude={"spec_version"})
+    values["id"] = values.pop("task_id")
+    then = table("task", *(column(name, TASK_TABLE.c[name].type) for name in values))
+    with engine.begin() as connection:
+        connection.execute(then.insert().values(**values))
 
 
 def test_dead_letters_listed_and_moved(any_engine: Engine) -> None:

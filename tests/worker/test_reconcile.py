@@ -11,6 +11,7 @@ from temporalio.client import WorkflowExecutionStatus
 from temporalio.testing import WorkflowEnvironment
 
 from scheduling.status import workflow_id
+from store.events import list_events
 from store.models import ExecutionRecord, Task, TaskSnapshot
 from store.tasks import list_executions, read_task, save_snapshot
 from tests.conftest import new_worker
@@ -44,6 +45,8 @@ async def test_row_without_workflow_is_restarted_and_runs(dev_env: WorkflowEnvir
         assert [r.status for r in runs] == ["COMPLETED"]
         again = await reconciler.reconcile_once()  # idempotent: nothing left to repair
         assert task_id not in again.restarted and task_id not in again.marked
+    events, _ = list_events(sqlite_engine, task_id=task_id, tenant_id="t1", limit=10)
+    assert [(e.action, e.actor) for e in events] == [("restart", "reconciler")]
 
 
 async def test_terminated_workflow_marks_row_and_lost_row_is_rewritten(
@@ -69,6 +72,9 @@ async def test_terminated_workflow_marks_row_and_lost_row_is_rewritten(
     assert ids[0] in report.marked
     marked = read_task(sqlite_engine, ids[0], "t1")
     assert marked is not None and marked.status == "CANCELLED" and "terminated" in (marked.status_reason or "")
+    events, _ = list_events(sqlite_engine, task_id=ids[0], tenant_id="t1", limit=10)
+    assert [(e.action, e.actor) for e in events] == [("marked", "reconciler"), ("create", "temporal signal")]
+    assert events[0].detail == {"status": "CANCELLED", "reason": "workflow terminated in Temporal"}
     assert ids[1] in report.rows_written
     rewritten = read_task(sqlite_engine, ids[1], "t1")
     assert rewritten is not None and rewritten.name == "orphan" and rewritten.status == "PENDING"

@@ -1,0 +1,47 @@
+"""The words of a task's history: who changed it, and how a change names itself.
+
+A task's events are written by its workflow, the one place every change reaches: through the
+API (the actor is the API key's id, sent with the message), a plain Temporal signal or update
+(sent without one: ``temporal signal``), or the scheduler itself. ``TaskRecord.event`` records
+one; pure models, imported by the workflow and the API."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from scheduling.spec import TaskChanges
+
+# The actor of a message that named none: an operator's plain Temporal signal or update.
+TEMPORAL_SIGNAL = "temporal signal"
+# The actor of the reconciler's repairs.
+RECONCILER = "reconciler"
+# The actor of what the task's own policies do (the circuit breaker's pause).
+SCHEDULER = "scheduler"
+
+# The actions of a task's history (other parts of the scheduler add their own words).
+CREATE, UPDATE, ROLLBACK = "create", "update", "rollback"
+PAUSE, RESUME, CANCEL, TRIGGER, REPLAY = "pause", "resume", "cancel", "trigger", "replay"
+RESTART, MARKED = "restart", "marked"
+
+
+class Origin(BaseModel):
+    """Who sent a change of the spec, and as what: the API sends its key's id; a rollback
+    names the version it restores."""
+
+    actor: str | None = None
+    action: str = UPDATE
+    detail: dict[str, Any] | None = Field(default=None, description="e.g. the version restored")
+
+
+def actor_of(actor: str | None) -> str:
+    """The actor a message names, or ``temporal signal`` for one that names none."""
+    return actor or TEMPORAL_SIGNAL
+
+
+class SpecChange(BaseModel):
+    """A change of the spec as the API sends it: the changes, and who asked as what."""
+
+    changes: TaskChanges
+    origin: Origin = Field(default_factory=Origin)
