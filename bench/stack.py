@@ -108,6 +108,7 @@ class Stack:
     port: int = 0
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     logs: list[Path] = field(default_factory=list)
+    commands: dict[str, tuple[list[str], dict[str, str]]] = field(default_factory=dict)
 
     @property
     def address(self) -> str:
@@ -123,7 +124,8 @@ class Stack:
         """Start a child process whose output goes to a log file in the stack directory."""
         log = self.directory / f"{role}.log"
         self.logs.append(log)
-        with log.open("wb") as out:
+        self.commands[role] = (command, env or {})
+        with log.open("ab") as out:
             process = subprocess.Popen(
                 command, env={**os.environ, **(env or {})}, stdout=out, stderr=subprocess.STDOUT,
                 start_new_session=True,
@@ -158,6 +160,16 @@ class Stack:
             role = name.split("-")[0]
             found[role] = found.get(role, 0.0) + cpu_seconds(process)
         return found
+
+    def halt(self, roles: list[str]) -> None:
+        """Stop these roles' processes (SIGTERM, then SIGKILL), to start them again later."""
+        for role in roles:
+            stop_process(self.processes[role])
+
+    def restart(self, roles: list[str]) -> None:
+        """Start these roles again with the command and environment they first ran with."""
+        for role in roles:
+            self.spawn(role, *self.commands[role])
 
     def check_alive(self) -> list[str]:
         """Roles whose process has exited."""

@@ -167,12 +167,14 @@ def test_rows_versioned_before_0006_lose_to_the_next_write_of_their_run(any_engi
 
 def insert_as_at_0005(engine: Engine, row: TaskSnapshot) -> None:
     """A new task row as the schema of revision 0005 holds it (no column added since)."""
-    from sqlalchemy import column, table
+    from sqlalchemy import column, inspect, table
 
     from store.models import TASK_TABLE
 
-    values = row.model_dump(exclude={"spec_version"})
+    values = row.model_dump()
     values["id"] = values.pop("task_id")
+    there = {c["name"] for c in inspect(engine).get_columns("task")}
+    values = {name: value for name, value in values.items() if name in there}
     then = table("task", *(column(name, TASK_TABLE.c[name].type) for name in values))
     with engine.begin() as connection:
         connection.execute(then.insert().values(**values))
