@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
+from enum import StrEnum
 from types import NoneType
 from typing import TYPE_CHECKING, Annotated, Any, Literal, get_origin
 
@@ -29,7 +30,7 @@ from scheduling.spec import (
     TaskChanges,
     TaskSpec,
 )
-from store.models import Task, TaskExecution, TaskFields, TaskSnapshot
+from store.models import ALARM_COLUMNS, Task, TaskExecution, TaskFields, TaskSnapshot
 
 
 # The create and update bodies describe to clients exactly what TaskSpec accepts; the API then
@@ -202,6 +203,10 @@ class TaskOut(BaseModel):
     consecutive_failures: int
     created_at: datetime
     updated_at: datetime | None = None
+    overdue_since: datetime | None = Field(
+        default=None, description="set while a run is overdue: when the alarm was raised")
+    overdue_run_at: datetime | None = Field(
+        default=None, description="the instant of the overdue run, while it is overdue")
 
     @classmethod
     def of(cls, row: Task | TaskSnapshot) -> TaskOut:
@@ -215,12 +220,20 @@ class TaskOut(BaseModel):
                               scheduled_at=row.last_run_at)
         # Every other field is the row's column of the same name: a new one needs no line here.
         same = {name: getattr(row, name) for name in _STORED_AS_SHOWN}
+        # The alarm is the table's alone (the overdue check writes it, never a snapshot).
+        alarm = {name: getattr(row, name, None) for name in ALARM_COLUMNS}
         return cls(task_id=row.id, task_name=row.name, schedule=schedule, job_details=job,
-                   last_run=last, **same)
+                   last_run=last, **same, **alarm)
 
 
 # The fields of a shown task that are its row's columns under the same name.
 _STORED_AS_SHOWN = tuple(sorted(TaskOut.model_fields.keys() & TaskFields.model_fields.keys()))
+
+
+class TaskFilter(StrEnum):
+    """What the task list may be filtered by beside a status."""
+
+    OVERDUE = "overdue"  # a run of the task is overdue now
 
 
 class TaskPage(BaseModel):

@@ -39,6 +39,7 @@ from scheduling.bounds import (
     MaxCatchupRuns,
     MaxConsecutiveFailures,
     MaxRuns,
+    OverdueAfterSeconds,
     RunTimeoutSeconds,
     Text,
 )
@@ -256,6 +257,7 @@ class NotifyEvent(StrEnum):
     DRIFT = "drift"
     AUTO_PAUSED = "auto_paused"
     COMPLETED = "completed"
+    OVERDUE = "overdue"  # run.overdue, then run.recovered: told by the API, not the workflow
 
 
 class NotifySpec(_Strict):
@@ -264,7 +266,7 @@ class NotifySpec(_Strict):
     url: Text = Field(max_length=2048, examples=["https://example.com/hooks/scheduler"])
     events: list[NotifyEvent] = Field(
         default_factory=lambda: [NotifyEvent.FAILED, NotifyEvent.DEAD_LETTERED,
-                                 NotifyEvent.DRIFT, NotifyEvent.AUTO_PAUSED]
+                                 NotifyEvent.DRIFT, NotifyEvent.AUTO_PAUSED, NotifyEvent.OVERDUE]
     )
 
     @field_validator("url")
@@ -296,6 +298,10 @@ class PolicyFields(_Strict):
     )
     drift_threshold_seconds: DriftThresholdSeconds | None = Field(
         default=None, description="a run starting later than this is flagged and notified"
+    )
+    overdue_after_seconds: OverdueAfterSeconds | None = Field(
+        default=None, description="a run not started this long after its instant raises "
+        "run.overdue; default: the service's setting",
     )
     max_consecutive_failures: MaxConsecutiveFailures | None = Field(
         default=5,
