@@ -40,6 +40,7 @@ with workflow.unsafe.imports_passed_through():
         execution_id,
     )
     from store.models import ExecutionRecord
+    from workflows import spans
     from workflows.describe import describe_schedule
     from workflows.inflight import RESCHEDULED, UNTAKEN, Ended, RunsInFlight
     from workflows.record import TaskRecord
@@ -222,8 +223,13 @@ class TaskWorkflow:
     def _start(self, run: Run, *, instant: datetime | None = None) -> None:
         state = self._state
         run_id = run.execution_id or execution_id(state.task_id, run.scheduled_at, run.trigger)
-        self._runs.dispatch(state.spec, task_id=state.task_id, tenant_id=state.tenant_id, run=run,
-                            run_id=run_id, instant=instant or workflow.now(), lead=self._lead())
+        decision = "catchup" if run.trigger is Trigger.CATCHUP else "run"
+        span = spans.decided(state.spec, decision, task_id=state.task_id, fire=run.scheduled_at,
+                             run_id=run_id, trigger=run.trigger)
+        with spans.current(span):  # the job's spans are children of the decision's
+            self._runs.dispatch(state.spec, task_id=state.task_id, tenant_id=state.tenant_id,
+                                run=run, run_id=run_id, instant=instant or workflow.now(),
+                                lead=self._lead())
         self._note_runs()
 
     def _absorb_ended(self) -> None:
@@ -238,6 +244,8 @@ class TaskWorkflow:
     def _not_run(self, ended: Ended) -> None:
         state = self._state
         fire = ended.run.scheduled_at
+        spans.decided(state.spec, "withdraw", task_id=state.task_id, fire=fire, run_id=ended.run_id,
+                      reason=ended.reason, trigger=ended.run.trigger)
         reported = self._runs.reported
         outdated = reported and ended.reason == RESCHEDULED
         if ((ended.run.trigger.scheduled or not reported)
