@@ -1,8 +1,8 @@
-"""Run a task whose fires overlap through API, workflow and jobs with tracing on, on a worker
-that keeps no workflow in its cache (every workflow task replays the history); print the spans.
+"""Run a task through API, workflow and jobs with tracing on, on a worker that keeps no
+workflow in its cache (every workflow task replays the history); print the spans and runs.
 
 Used by test_decision_spans.py in a child process, since a tracer provider is set once per
-process. Usage: python -m tests.config.decision_probe <temporal address>
+process. Usage: python -m tests.config.decision_probe <temporal address> <scenario>
 """
 
 from __future__ import annotations
@@ -12,12 +12,13 @@ import json
 import sys
 import tempfile
 import uuid
-from typing import Any
+from datetime import UTC, datetime, timedelta
 
 import httpx
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from activities.options import RunOptions
 from config.temporal import connect
 from config.tracing import setup_tracing
 from store.engine import make_engine, migrate
@@ -27,7 +28,47 @@ from tests.conftest import new_worker
 from tests.target import TargetServer
 
 
-async def main(address: str) -> None:
+async def overlapping(api: httpx.AsyncClient, target: TargetServer) -> str:
+    """Fires every second, a job of 2.5 s: runs, and fires skipped by the overlap policy."""
+    created = await api.post("/task/create", json={
+        "task_name": "overlapping", "schedule_type": "interval", "interval_seconds": 1,
+        "job_details": {"type": "http", "url": target.url("/slow/2.5")},
+    })
+    assert created.status_code == 201, created.text
+    task_id: str = created.json()["task_id"]
+    await until(api, task_id, {"COMPLETED", "SKIPPED"})
+    return task_id
+
+
+async def paused(api: httpx.AsyncClient, target: TargetServer) -> str:
+    """A run sent ahead of its instant, withdrawn by a pause; its fire, inside the pause, is
+    skipped once the pause outlasts the schedule."""
+    run_at = datetime.now(UTC) + timedelta(seconds=8)  # a pause withdraws it 3 s ahead at the latest
+    created = await api.post("/task/create", json={
+        "task_name": "paused", "schedule_type": "once", "run_at": run_at.isoformat(),
+        "job_details": {"type": "http", "url": target.url("/job")},
+    })
+    assert created.status_code == 201, created.text
+    task_id: str = created.json()["task_id"]
+    await asyncio.sleep(1)  # the run is sent ahead (the worker's lead is longer)
+    assert (await api.post(f"/tasks/{task_id}/pause")).status_code == 202
+    await until(api, task_id, {"SKIPPED"})
+    return task_id
+
+
+async def until(api: httpx.AsyncClient, task_id: str, statuses: set[str]) -> None:
+    for _ in range(300):
+        runs = (await api.get(f"/tasks/{task_id}/executions")).json()["items"]
+        if statuses <= {r["status"] for r in runs}:
+            return
+        await asyncio.sleep(0.1)
+
+
+SCENARIOS = {"overlapping": (overlapping, 0.0), "paused": (paused, 30.0)}
+
+
+async def main(address: str, scenario: str) -> None:
+    act, lead = SCENARIOS[scenario]
     memory = InMemorySpanExporter()
     assert setup_tracing("probe", None, processors=[SimpleSpanProcessor(memory)])
     client = await connect(address, "default", tracing=True)
@@ -44,27 +85,14 @@ async def main(address: str) -> None:
 
         env = Env()
         env.client = client  # type: ignore[attr-defined]
-        async with new_worker(client, engine, task_queue=queue, max_cached_workflows=0):
+        async with new_worker(client, engine, task_queue=queue, max_cached_workflows=0,
+                              run_options=RunOptions(lead_seconds=lead)):
             async with serve_api(env, engine, temporal_task_queue=queue) as url:  # type: ignore[arg-type]
                 async with httpx.AsyncClient(base_url=url, headers={"Authorization": f"Bearer {key}"},
                                              timeout=30) as api:
-                    created = await api.post("/task/create", json={
-                        "task_name": "overlapping", "schedule_type": "interval",
-                        "interval_seconds": 1,
-                        "job_details": {"type": "http", "url": target.url("/slow/2.5")},
-                    })
-                    assert created.status_code == 201, created.text
-                    task_id = created.json()["task_id"]
-                    runs: list[dict[str, Any]] = []
-                    for _ in range(300):
-                        page = await api.get(f"/tasks/{task_id}/executions")
-                        runs = page.json()["items"]
-                        statuses = {r["status"] for r in runs}
-                        if {"COMPLETED", "SKIPPED"} <= statuses:
-                            break
-                        await asyncio.sleep(0.1)
+                    task_id = await act(api, target)
                     cancelled = await api.patch("/task/cancel", json={"task_id": task_id})
-                    assert cancelled.status_code == 202, cancelled.text
+                    assert cancelled.status_code in (202, 409), cancelled.text
                     runs = (await api.get(f"/tasks/{task_id}/executions")).json()["items"]
         engine.dispose()
     await target.stop()
@@ -79,4 +107,4 @@ async def main(address: str) -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main(sys.argv[1]))
+    asyncio.run(main(sys.argv[1], sys.argv[2]))
