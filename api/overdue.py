@@ -75,16 +75,19 @@ class OverdueCheck:
             await asyncio.sleep(self._settings.check_seconds)
 
     def _tell(self, alarm: Alarm, event: str, detail: str | None, now: datetime) -> None:
+        """Deliver the event in the background, if the task's webhook asked for it."""
         raw = alarm.spec.get("notify")
         if not isinstance(raw, dict):
             return
         notify = NotifySpec.model_validate(raw)
         if NotifyEvent.OVERDUE not in notify.events:
             return
+        # The run's id is its scheduled time's; without jitter that is the instant watched.
+        run_id = None if alarm.spec.get("jitter_seconds") else execution_id(alarm.task_id, alarm.run_at)
         note = Notification(
             url=notify.url, event=event, task_id=alarm.task_id, tenant_id=alarm.tenant_id,
-            task_name=alarm.name, execution_id=execution_id(alarm.task_id, alarm.run_at),
-            detail=detail, at=now,
+            task_name=alarm.name, execution_id=run_id,
+            detail=f"run at {alarm.run_at.isoformat()}: {detail}", at=now,
         )
         delivery = asyncio.create_task(self._deliver(note))
         self._deliveries.add(delivery)
@@ -95,7 +98,7 @@ class OverdueCheck:
             try:
                 await self._notify.notify(note)
                 return
-            except Exception as exc:  # noqa: BLE001 - a webhook's failure never stops the check
+            except Exception as exc:  # a webhook's failure never stops the check
                 log.warning("overdue.notify_failed", task_id=note.task_id, notify_event=note.event,
                             attempt=attempt + 1, error=str(exc))
             await asyncio.sleep(BACKOFF_SECONDS * 2**attempt)

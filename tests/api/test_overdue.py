@@ -17,6 +17,7 @@ import httpx
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
+from scheduling.status import execution_id
 from store.engine import make_engine
 from store.keys import create_key
 from tests.api.conftest import database_url, serve_api
@@ -102,6 +103,8 @@ async def test_stopped_workers_raise_the_alarm_and_their_return_clears_it(
         await until(alarm, timeout=4 + OVERDUE_AFTER + CHECK_SECONDS + SLACK_SECONDS)
         [note] = hooks("run.overdue")
         assert note["task_id"] == task["task_id"] and note["tenant_id"] == "t1"
+        run_id = execution_id(task["task_id"], datetime.fromisoformat(task["next_run_at"]))
+        assert note["execution_id"] == run_id
         assert datetime.fromisoformat(note["at"]) >= instant + timedelta(seconds=OVERDUE_AFTER)
         assert not [r for r in target.received if r.path == "/job"]  # the job did not run
 
@@ -122,7 +125,11 @@ async def test_stopped_workers_raise_the_alarm_and_their_return_clears_it(
 
         await until(recovered, timeout=60)
         [back] = hooks("run.recovered")
-        assert back["task_id"] == task["task_id"] and back["detail"]
+        assert back["task_id"] == task["task_id"] and back["execution_id"] == run_id
+        # The detail says how the run came: started, or its fire decided (a skip, with why).
+        [run] = (await api.get(f"/tasks/{task['task_id']}/executions")).json()["items"]
+        came = f"skipped: {run['reason']}" if run["status"] == "SKIPPED" else "started"
+        assert back["detail"].endswith(came), (back, run)
         assert await overdue_ids(api) == []
         assert (await api.get(f"/tasks/{task['task_id']}")).json()["overdue_since"] is None
         assert len(hooks("run.overdue")) == 1  # one alarm per run
