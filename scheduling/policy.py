@@ -614,3 +614,10 @@ def breaker_trips(spec: TaskSpec, consecutive_failures: int) -> str | None:
         return None
     return (f"auto-paused after {consecutive_failures} consecutive failed runs "
             f"(max_consecutive_failures={limit})")
+
+
+def overdue_after(spec: dict[str, object], default_seconds: float) -> timedelta:
+    """How long a run may not have started past its instant before it is overdue: the task's
+    own ``overdue_after_seconds`` (from its stored spec), else the service's default."""
+    own = spec.get("overdue_after_seconds")
+    return timedelta(seconds=float(own) if isinstance(own, int | float) else default_seconds)

@@ -9,6 +9,7 @@ from typing import Any
 
 from sqlalchemy import Engine, Exists, and_, exists, func, or_, select, update
 
+from scheduling.policy import overdue_after
 from scheduling.status import ExecutionStatus, TaskStatus
 from store.models import EXECUTION_TABLE, TASK_TABLE
 
@@ -29,11 +30,6 @@ class Alarm:
     run_at: datetime
     since: datetime | None = None
     outcome: str | None = None  # how a cleared alarm ended: started, skipped: <reason>, paused...
-
-
-def _after(spec: dict[str, object], default_seconds: float) -> timedelta:
-    value = spec.get("overdue_after_seconds")
-    return timedelta(seconds=float(value) if isinstance(value, int | float) else default_seconds)
 
 
 def _came(run_at: Any) -> Exists:
@@ -61,7 +57,7 @@ def overdue_runs(engine: Engine, now: datetime, default_seconds: float,
     with engine.connect() as connection:
         rows = connection.execute(query).all()
     return [Alarm(r.id, r.tenant_id, r.name, r.spec, r.next_run_at) for r in rows
-            if r.next_run_at + _after(r.spec, default_seconds) <= now]
+            if r.next_run_at + overdue_after(r.spec, default_seconds) <= now]
 
 
 def raise_alarm(engine: Engine, alarm: Alarm, now: datetime) -> bool:
