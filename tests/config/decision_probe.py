@@ -12,6 +12,8 @@ import json
 import sys
 import tempfile
 import uuid
+from collections.abc import Awaitable, Callable
+from contextlib import AsyncExitStack
 from datetime import UTC, datetime, timedelta
 
 import httpx
@@ -27,9 +29,12 @@ from tests.api.conftest import serve_api
 from tests.conftest import new_worker
 from tests.target import TargetServer
 
+Workers = Callable[[], Awaitable[None]]
 
-async def overlapping(api: httpx.AsyncClient, target: TargetServer) -> str:
+
+async def overlapping(api: httpx.AsyncClient, target: TargetServer, workers: Workers) -> str:
     """Fires every second, a job of 2.5 s: runs, and fires skipped by the overlap policy."""
+    await workers()
     created = await api.post("/task/create", json={
         "task_name": "overlapping", "schedule_type": "interval", "interval_seconds": 1,
         "job_details": {"type": "http", "url": target.url("/slow/2.5")},
@@ -40,9 +45,10 @@ async def overlapping(api: httpx.AsyncClient, target: TargetServer) -> str:
     return task_id
 
 
-async def paused(api: httpx.AsyncClient, target: TargetServer) -> str:
+async def paused(api: httpx.AsyncClient, target: TargetServer, workers: Workers) -> str:
     """A run sent ahead of its instant, withdrawn by a pause; its fire, inside the pause, is
     skipped once the pause outlasts the schedule."""
+    await workers()
     run_at = datetime.now(UTC) + timedelta(seconds=8)  # a pause withdraws it 3 s ahead at the latest
     created = await api.post("/task/create", json={
         "task_name": "paused", "schedule_type": "once", "run_at": run_at.isoformat(),
@@ -56,6 +62,24 @@ async def paused(api: httpx.AsyncClient, target: TargetServer) -> str:
     return task_id
 
 
+async def caught_up(api: httpx.AsyncClient, target: TargetServer, workers: Workers) -> str:
+    """Fires every second while no worker runs; a high-priority task catches them up."""
+    created = await api.post("/task/create", json={
+        "task_name": "catching-up", "schedule_type": "interval", "interval_seconds": 1,
+        "priority": "high", "job_details": {"type": "http", "url": target.url("/job")},
+    })
+    assert created.status_code == 201, created.text
+    task_id: str = created.json()["task_id"]
+    await asyncio.sleep(3.5)
+    await workers()
+    for _ in range(300):
+        runs = (await api.get(f"/tasks/{task_id}/executions")).json()["items"]
+        if sum(r["trigger"] == "catchup" and r["status"] == "COMPLETED" for r in runs) >= 2:
+            break
+        await asyncio.sleep(0.1)
+    return task_id
+
+
 async def until(api: httpx.AsyncClient, task_id: str, statuses: set[str]) -> None:
     for _ in range(300):
         runs = (await api.get(f"/tasks/{task_id}/executions")).json()["items"]
@@ -64,7 +88,8 @@ async def until(api: httpx.AsyncClient, task_id: str, statuses: set[str]) -> Non
         await asyncio.sleep(0.1)
 
 
-SCENARIOS = {"overlapping": (overlapping, 0.0), "paused": (paused, 30.0)}
+SCENARIOS = {"overlapping": (overlapping, 0.0), "paused": (paused, 30.0),
+             "caught_up": (caught_up, 0.0)}
 
 
 async def main(address: str, scenario: str) -> None:
@@ -85,12 +110,17 @@ async def main(address: str, scenario: str) -> None:
 
         env = Env()
         env.client = client  # type: ignore[attr-defined]
-        async with new_worker(client, engine, task_queue=queue, max_cached_workflows=0,
-                              run_options=RunOptions(lead_seconds=lead)):
+        async with AsyncExitStack() as running:
+
+            async def workers() -> None:
+                await running.enter_async_context(new_worker(
+                    client, engine, task_queue=queue, max_cached_workflows=0,
+                    run_options=RunOptions(lead_seconds=lead)))
+
             async with serve_api(env, engine, temporal_task_queue=queue) as url:  # type: ignore[arg-type]
                 async with httpx.AsyncClient(base_url=url, headers={"Authorization": f"Bearer {key}"},
                                              timeout=30) as api:
-                    task_id = await act(api, target)
+                    task_id = await act(api, target, workers)
                     cancelled = await api.patch("/task/cancel", json={"task_id": task_id})
                     assert cancelled.status_code in (202, 409), cancelled.text
                     runs = (await api.get(f"/tasks/{task_id}/executions")).json()["items"]
@@ -102,7 +132,8 @@ async def main(address: str, scenario: str) -> None:
          "span_id": format(s.context.span_id, "016x"), "attributes": dict(s.attributes or {})}
         for s in memory.get_finished_spans()
     ]
-    rows = [{"id": r["id"], "status": r["status"], "reason": r["reason"]} for r in runs]
+    rows = [{"id": r["id"], "status": r["status"], "reason": r["reason"], "trigger": r["trigger"]}
+            for r in runs]
     print(json.dumps({"spans": spans, "executions": rows}))
 
 

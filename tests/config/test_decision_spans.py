@@ -80,3 +80,16 @@ def test_a_run_withdrawn_by_a_pause_shows_the_withdrawal_then_the_skip(
     assert withdrawn["attributes"]["scheduler.reason"] == "paused"
     assert skipped["name"] == "FireDecision:skip"
     assert skipped["attributes"]["scheduler.rule"] == "the task was paused"
+
+
+def test_fires_missed_while_no_worker_ran_are_caught_up_by_the_missed_run_policy(
+    dev_env: WorkflowEnvironment,
+) -> None:
+    spans, rows = probe(dev_env, "caught_up")
+    caught_up = [r for r in rows if r["trigger"] == "catchup" and r["status"] == "COMPLETED"]
+    assert len(caught_up) >= 2, rows
+    for row in caught_up:
+        [decision] = decisions_of(spans, row)
+        assert decision["name"] == "FireDecision:catchup"
+        assert decision["attributes"]["scheduler.rule"] == "missed_run_policy=catchup"
+        assert_parent_of_job(spans, decision)
