@@ -74,12 +74,12 @@ def create_app(
         )
         app.state.auth_failures = AuthFailureLimiter(settings.rate_limit.storage,
                                                      settings.rate_limit.auth_failures)
-        # What startup made (modules, the app, its clients) lives as long as the process: keep
-        # it out of the collector's full passes, which otherwise walk all of it and stall a
-        # request now and then.
         # The overdue check tells webhooks itself: when it matters, the workers may be down.
         http = guarded_client(egress, max_connections=settings.http_max_connections)
         box = SecretBox(settings.signing.key.get_secret_value())
+        # What startup made (modules, the app, its clients) lives as long as the process: keep
+        # it out of the collector's full passes, which otherwise walk all of it and stall a
+        # request now and then.
         gc.collect()
         gc.freeze()
         try:

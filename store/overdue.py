@@ -47,10 +47,14 @@ def overdue_runs(engine: Engine, now: datetime, default_seconds: float,
     """Tasks without an alarm whose next run has neither started nor been decided within its
     overdue bound (``least_seconds`` is the smallest bound any task may have)."""
     task = TASK_TABLE
+    # Past the default bound, or past the least one with a bound of its own: a backlog of runs
+    # late by less than the default never hides a task whose own bound is shorter.
+    own = task.c.spec["overdue_after_seconds"].as_float()
+    due = or_(task.c.next_run_at <= now - timedelta(seconds=default_seconds),
+              and_(own.is_not(None), task.c.next_run_at <= now - timedelta(seconds=least_seconds)))
     query = (
         select(task.c.id, task.c.tenant_id, task.c.name, task.c.spec, task.c.next_run_at)
-        .where(task.c.overdue_since.is_(None), task.c.status.not_in(AT_REST),
-               task.c.next_run_at <= now - timedelta(seconds=least_seconds),
+        .where(task.c.overdue_since.is_(None), task.c.status.not_in(AT_REST), due,
                ~_came(task.c.next_run_at))
         .order_by(task.c.next_run_at).limit(BATCH)
     )

@@ -9,7 +9,7 @@ from typing import Any
 from sqlalchemy import Engine
 
 from store.models import ExecutionRecord, TaskSnapshot
-from store.overdue import clear_alarm, overdue_runs, raise_alarm, recovered_runs
+from store.overdue import BATCH, clear_alarm, overdue_runs, raise_alarm, recovered_runs
 from store.tasks import list_tasks, read_task, save_snapshot
 from tests.store.writes import jobs_worker_started, workflow_rows
 
@@ -86,3 +86,12 @@ def test_an_alarm_clears_when_its_task_is_paused_or_moves_on(any_engine: Engine)
     save_snapshot(any_engine, task("moved", due=NOW + timedelta(minutes=10)).model_copy(update={"state_version": 2}))
     outcomes = {a.task_id: a.outcome for a in recovered_runs(any_engine)}
     assert outcomes == {"paused": "paused", "moved": "rescheduled"}
+
+
+def test_a_backlog_within_the_default_bound_hides_no_task_with_a_shorter_own_bound(
+    any_engine: Engine,
+) -> None:
+    for n in range(BATCH + 5):  # late, but by less than the default bound: not overdue
+        save_snapshot(any_engine, task(f"backlog-{n:04d}", due=NOW - timedelta(seconds=50)))
+    save_snapshot(any_engine, task("short", due=NOW - timedelta(seconds=20), overdue_after_seconds=5))
+    assert overdue_ids(any_engine) == ["short"]
