@@ -12,10 +12,12 @@ from sqlalchemy import Engine
 from temporalio.client import Client
 
 from activities.handlers import load_handlers
+from activities.signing import Signer
 from api.deps import storable_params
 from api.errors import install_error_handlers
 from api.guards import BodyGuard
 from api.metrics import ApiMetrics, MetricsMiddleware
+from api.overdue import overdue_check
 from api.ratelimit import AuthFailureLimiter, TenantRateLimiter
 from api.routes import dead_letters, health, history, preview, signing, tasks, ui
 from api.routes.docs import install_docs
@@ -25,7 +27,7 @@ from api.temporal import TemporalGateway
 from config.settings import Settings
 from config.temporal import connect
 from config.tracing import setup_tracing
-from outbound.egress import EgressPolicy
+from outbound.egress import EgressPolicy, guarded_client
 from store.engine import make_engine, migrate
 from store.quotas import Quota
 from store.signing import SecretBox
@@ -55,11 +57,12 @@ def create_app(
         # lazy: start even while Temporal is down; requests then answer 503
         temporal = client or await connect(settings.temporal.address, settings.temporal.namespace,
                                            tracing=tracing, lazy=True)
+        egress = EgressPolicy.from_list(settings.egress_allow_list, own_ports=settings.own_ports)
         app.state.service = TaskService(
             db,
             TemporalGateway(temporal, settings.temporal.task_queue),
             load_handlers().keys(),
-            EgressPolicy.from_list(settings.egress_allow_list, own_ports=settings.own_ports),
+            egress,
             Quota.from_settings(settings.quota),
             workflow_jobs=workflow_job_rules(settings),
         )
@@ -71,13 +74,17 @@ def create_app(
         )
         app.state.auth_failures = AuthFailureLimiter(settings.rate_limit.storage,
                                                      settings.rate_limit.auth_failures)
+        # The overdue check tells webhooks itself: when it matters, the workers may be down.
+        http = guarded_client(egress, max_connections=settings.http_max_connections)
+        box = SecretBox(settings.signing.key.get_secret_value())
         # What startup made (modules, the app, its clients) lives as long as the process: keep
         # it out of the collector's full passes, which otherwise walk all of it and stall a
         # request now and then.
         gc.collect()
         gc.freeze()
         try:
-            yield
+            async with http, overdue_check(db, settings.overdue, http, Signer(db, box)):
+                yield
         finally:
             gc.unfreeze()
             await app.state.service.aclose()

@@ -141,6 +141,11 @@ def _count_families(counts: ServiceCounts) -> Iterator[Metric]:
         "Runs that exhausted their retries, neither replayed nor dismissed",
         value=counts.dead_letters_open,
     )
+    yield GaugeMetricFamily(
+        "scheduler_overdue_runs",
+        "Tasks whose run has neither started nor been decided within its overdue bound",
+        value=counts.overdue_runs,
+    )
 
 
 def _queue_families(queues: list[QueueReading]) -> Iterator[Metric]:

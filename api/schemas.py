@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
+from enum import StrEnum
 from types import NoneType
 from typing import TYPE_CHECKING, Annotated, Any, Literal, get_origin
 
@@ -32,7 +33,7 @@ from scheduling.spec import (
     TaskSpec,
 )
 from scheduling.status import ResumeMissed
-from store.models import Task, TaskEvent, TaskExecution, TaskFields, TaskSnapshot
+from store.models import ALARM_COLUMNS, Task, TaskEvent, TaskExecution, TaskFields, TaskSnapshot
 
 
 # The create and update bodies describe to clients exactly what TaskSpec accepts; the API then
@@ -223,6 +224,10 @@ class TaskOut(BaseModel):
     updated_at: datetime | None = None
     spec_version: int = Field(default=1, description="1 at create, one more with every change of "
                               "the spec (update, rollback): GET /tasks/{id}/versions lists them")
+    overdue_since: datetime | None = Field(
+        default=None, description="set while a run is overdue: when the alarm was raised")
+    overdue_run_at: datetime | None = Field(
+        default=None, description="the instant of the overdue run, while it is overdue")
 
     @classmethod
     def of(cls, row: Task | TaskSnapshot) -> TaskOut:
@@ -236,12 +241,20 @@ class TaskOut(BaseModel):
                               scheduled_at=row.last_run_at)
         # Every other field is the row's column of the same name: a new one needs no line here.
         same = {name: getattr(row, name) for name in _STORED_AS_SHOWN}
+        # The alarm is the table's alone (the overdue check writes it, never a snapshot).
+        alarm = {name: getattr(row, name, None) for name in ALARM_COLUMNS}
         return cls(task_id=row.id, task_name=row.name, schedule=schedule, job_details=job,
-                   description=describe_stored(row.spec), last_run=last, **same)
+                   description=describe_stored(row.spec), last_run=last, **same, **alarm)
 
 
 # The fields of a shown task that are its row's columns under the same name.
 _STORED_AS_SHOWN = tuple(sorted(TaskOut.model_fields.keys() & TaskFields.model_fields.keys()))
+
+
+class TaskFilter(StrEnum):
+    """What the task list may be filtered by beside a status."""
+
+    OVERDUE = "overdue"  # a run of the task is overdue now
 
 
 class TaskPage(BaseModel):

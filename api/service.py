@@ -178,14 +178,15 @@ class TaskService:
 
     async def list(
         self, who: Principal, *, limit: int, cursor: str | None, status: str | None,
-        name: str | None, all_tenants: bool,
+        name: str | None, all_tenants: bool, overdue: bool = False,
     ) -> TaskPage:
-        """Tasks newest first with a cursor for the next page."""
+        """Tasks newest first with a cursor for the next page; ``overdue``: only those with a
+        run overdue now."""
         tenant = None if (all_tenants and who.is_admin) else who.tenant_id
         try:
             rows, next_cursor = await in_thread(
                 list_tasks, self.engine, tenant_id=tenant, limit=limit,
-                cursor=cursor, status=status, name=name,
+                cursor=cursor, status=status, name=name, overdue=overdue,
             )
         except ValueError as exc:
             raise InvalidTask(f"cursor: {exc}", field="cursor") from exc

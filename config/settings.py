@@ -217,6 +217,25 @@ class ReconcileSettings(BaseModel):
                                 description="how far back the full pass looks")
 
 
+# The bounds of the time a run may be late before it is overdue: a task's own
+# ``overdue_after_seconds`` and the default setting both take them.
+OVERDUE_AFTER_MIN_SECONDS = 1.0
+OVERDUE_AFTER_MAX_SECONDS = 7 * 86400.0
+
+
+class OverdueSettings(BaseModel):
+    after_seconds: float = Field(
+        default=300.0, ge=OVERDUE_AFTER_MIN_SECONDS, le=OVERDUE_AFTER_MAX_SECONDS,
+        json_schema_extra=key(API),
+        description="a run not started this long after its instant is overdue (a task's "
+        "`overdue_after_seconds` overrides it): the API raises `run.overdue`",
+    )
+    check_seconds: float = Field(
+        default=15.0, gt=0, le=3600,
+        description="how often the API looks for overdue runs and for their recovery",
+    )
+
+
 # Encrypts the signing secrets at rest outside production only: a Fernet key anyone can read.
 DEV_SIGNING_KEY = "dGFzay1zY2hlZHVsZXIgZGV2ZWxvcG1lbnQga2V5ISE="
 
@@ -285,6 +304,7 @@ class Settings(BaseSettings):
     dispatch: DispatchSettings = DispatchSettings()
     reconcile: ReconcileSettings = ReconcileSettings()
     signing: SigningSettings = SigningSettings()
+    overdue: OverdueSettings = OverdueSettings()
 
     @model_validator(mode="after")
     def _refuse_dev_secrets_outside_dev(self) -> Settings:

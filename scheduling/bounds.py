@@ -11,6 +11,8 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, BeforeValidator, Field, StringConstraints
 
+from config.settings import OVERDUE_AFTER_MAX_SECONDS, OVERDUE_AFTER_MIN_SECONDS
+
 # PostgreSQL refuses NUL in text and JSON; a lone surrogate cannot be encoded as UTF-8 at all
 # (pydantic refuses those in every str field, the pattern the NUL).
 TEXT_PATTERN = r"^[^\x00]*$"
@@ -35,6 +37,8 @@ DriftThresholdSeconds = Annotated[float, Field(strict=True, gt=0, le=MAX_WINDOW_
 JitterSeconds = Annotated[float, Field(strict=True, ge=0, le=3600)]
 HeartbeatTimeoutSeconds = Annotated[float, Field(strict=True, ge=1, le=3600)]
 RunTimeoutSeconds = Annotated[float, Field(strict=True, gt=0, le=MAX_RUN_SECONDS)]
+OverdueAfterSeconds = Annotated[float, Field(strict=True, ge=OVERDUE_AFTER_MIN_SECONDS,
+                                             le=OVERDUE_AFTER_MAX_SECONDS)]
 
 
 def count_not_text(value: Any) -> Any:

@@ -668,3 +668,10 @@ def resume_held(missed: ResumeMissed, now: datetime) -> datetime | None:
     if missed is ResumeMissed.POLICY:
         return None
     return now
+
+
+def overdue_after(spec: dict[str, object], default_seconds: float) -> timedelta:
+    """How long a run may not have started past its instant before it is overdue: the task's
+    own ``overdue_after_seconds`` (from its stored spec), else the service's default."""
+    own = spec.get("overdue_after_seconds")
+    return timedelta(seconds=float(own) if isinstance(own, int | float) else default_seconds)

@@ -39,6 +39,7 @@ from scheduling.bounds import (
     MaxCatchupRuns,
     MaxConsecutiveFailures,
     MaxRuns,
+    OverdueAfterSeconds,
     RunTimeoutSeconds,
     Text,
 )
@@ -283,6 +284,7 @@ class NotifyEvent(StrEnum):
     PROBE_FAILED = "probe_failed"
     AUTO_RESUMED = "auto_resumed"
     COMPLETED = "completed"
+    OVERDUE = "overdue"  # run.overdue, then run.recovered: told by the API, not the workflow
 
 
 class NotifySpec(_Strict):
@@ -292,7 +294,7 @@ class NotifySpec(_Strict):
     events: list[NotifyEvent] = Field(
         default_factory=lambda: [NotifyEvent.FAILED, NotifyEvent.DEAD_LETTERED,
                                  NotifyEvent.DRIFT, NotifyEvent.AUTO_PAUSED,
-                                 NotifyEvent.PROBE_FAILED, NotifyEvent.AUTO_RESUMED]
+                                 NotifyEvent.PROBE_FAILED, NotifyEvent.AUTO_RESUMED, NotifyEvent.OVERDUE]
     )
 
     @field_validator("url")
@@ -324,6 +326,10 @@ class PolicyFields(_Strict):
     )
     drift_threshold_seconds: DriftThresholdSeconds | None = Field(
         default=None, description="a run starting later than this is flagged and notified"
+    )
+    overdue_after_seconds: OverdueAfterSeconds | None = Field(
+        default=None, description="a run not started this long after its instant raises "
+        "run.overdue; default: the service's setting",
     )
     max_consecutive_failures: MaxConsecutiveFailures | None = Field(
         default=5,

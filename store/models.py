@@ -85,9 +85,19 @@ class Task(TaskFields, table=True):
         Index("ix_task_tenant_name_created", "tenant_id", "name", "created_at", "id"),
         Index("ix_task_created", "created_at", "id"),
         Index("ix_task_tenant_status", "tenant_id", "status"),
+        Index("ix_task_next_run_at", "next_run_at"),
+        Index("ix_task_overdue", "overdue_since"),
     )
 
     id: str = Field(primary_key=True, max_length=64)
+    # The alarm of a run that did not come (ALARM_COLUMNS): written only by the API's overdue
+    # check, never by a snapshot, which does not carry them; its claim and clearing are one UPDATE.
+    overdue_since: datetime | None = _ts(default=None)
+    overdue_run_at: datetime | None = _ts(default=None)
+
+
+# The task row's columns that are not the workflow's: the overdue check's alarm.
+ALARM_COLUMNS = ("overdue_since", "overdue_run_at")
 
 
 class TaskSnapshot(TaskFields):

@@ -41,6 +41,7 @@ class ServiceCounts:
     executions: dict[tuple[str, str], int] = field(default_factory=dict)  # by (status, skip reason)
     lateness: dict[str, Lateness] = field(default_factory=dict)  # by trigger
     dead_letters_open: int = 0
+    overdue_runs: int = 0  # tasks whose run is overdue now
 
 
 def task_counts(session: Session) -> dict[str, int]:
@@ -87,6 +88,12 @@ def open_dead_letters(session: Session) -> int:
     return int(session.execute(query).scalar_one())
 
 
+def overdue_tasks(session: Session) -> int:
+    """Tasks with a run overdue now (their alarm raised and not yet cleared)."""
+    query = select(func.count()).select_from(Task).where(col(Task.overdue_since).is_not(None))
+    return int(session.execute(query).scalar_one())
+
+
 def read_service_counts(engine: Engine) -> ServiceCounts:
     """Every count above, read in one session."""
     with Session(engine) as session:
@@ -96,4 +103,5 @@ def read_service_counts(engine: Engine) -> ServiceCounts:
             executions=executions,
             lateness=lateness,
             dead_letters_open=open_dead_letters(session),
+            overdue_runs=overdue_tasks(session),
         )

@@ -258,23 +258,28 @@ def list_tasks(
     cursor: str | None = None,
     status: str | None = None,
     name: str | None = None,
+    overdue: bool = False,
 ) -> tuple[Sequence[Task], str | None]:
     """Tasks newest first (plain rows, as ``read_task``), and the cursor of the next page
-    (None at the end)."""
+    (None at the end); ``overdue``: only the tasks with a run overdue now."""
     params: dict[str, Any] = {"tenant_id": tenant_id, "status": status, "name": name,
                               "limit": limit + 1}
     if cursor is not None:
         params["after"], params["after_id"] = decode_cursor(cursor)
-    query = _task_page(tenant_id is not None, status is not None, name is not None, cursor is not None)
+    query = _task_page(tenant_id is not None, status is not None, name is not None, cursor is not None,
+                       overdue)
     with engine.connect() as connection:
         rows = cast(list[Task], connection.execute(query, params).all())
     return rows[:limit], _next_cursor(rows, limit, lambda r: (r.created_at, r.id))
 
 
 @functools.cache
-def _task_page(by_tenant: bool, by_status: bool, by_name: bool, after: bool) -> Select[Any]:
+def _task_page(by_tenant: bool, by_status: bool, by_name: bool, after: bool,
+               overdue: bool = False) -> Select[Any]:
     table = TASK_TABLE
     query = core_select(table)
+    if overdue:
+        query = query.where(table.c.overdue_since.is_not(None))
     if by_tenant:
         query = query.where(table.c.tenant_id == bindparam("tenant_id"))
     if by_status:

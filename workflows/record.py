@@ -19,7 +19,7 @@ with workflow.unsafe.imports_passed_through():
     from scheduling.spec import NotifyEvent
     from scheduling.status import ExecutionStatus, SkipReason, Trigger, execution_id
     from store.models import ExecutionRecord, TaskEventRecord, TaskSnapshot
-    from workflows import attributes
+    from workflows import attributes, spans
     from workflows.describe import describe_schedule
     from workflows.events import actor_of
     from workflows.state import TaskState
@@ -95,8 +95,11 @@ class TaskRecord:
         """Record a fire (or a run someone asked for) that did not run, and why."""
         state = self._state
         state.skipped_count += 1
+        run_id = run_id or execution_id(state.task_id, fire)
+        spans.decided(state.spec, "skip", task_id=state.task_id, fire=fire, run_id=run_id,
+                      reason=reason.value, trigger=trigger)
         self.add(ExecutionRecord(
-            id=run_id or execution_id(state.task_id, fire), task_id=state.task_id,
+            id=run_id, task_id=state.task_id,
             tenant_id=state.tenant_id, scheduled_at=fire, status=ExecutionStatus.SKIPPED,
             reason=reason.value, finished_at=workflow.now(), trigger=trigger,
             spec_version=state.spec_version))

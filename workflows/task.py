@@ -41,6 +41,7 @@ with workflow.unsafe.imports_passed_through():
         execution_id,
     )
     from store.models import ExecutionRecord
+    from workflows import spans
     from workflows.breaker import Healed, SelfHealing
     from workflows.describe import describe_schedule
     from workflows.events import (
@@ -252,9 +253,13 @@ class TaskWorkflow:
     def _start(self, run: Run, *, instant: datetime | None = None) -> None:
         state = self._state
         run_id = run.execution_id or execution_id(state.task_id, run.scheduled_at, run.trigger)
-        self._runs.dispatch(state.spec, task_id=state.task_id, tenant_id=state.tenant_id, run=run,
-                            run_id=run_id, instant=instant or workflow.now(), lead=self._lead(),
-                            spec_version=state.spec_version)
+        decision = "catchup" if run.trigger is Trigger.CATCHUP else "run"
+        span = spans.decided(state.spec, decision, task_id=state.task_id, fire=run.scheduled_at,
+                             run_id=run_id, trigger=run.trigger)
+        with spans.current(span):  # the job's spans are children of the decision's
+            self._runs.dispatch(state.spec, task_id=state.task_id, tenant_id=state.tenant_id,
+                                run=run, run_id=run_id, instant=instant or workflow.now(),
+                                lead=self._lead(), spec_version=state.spec_version)
         self._note_runs()
 
     def _absorb_ended(self) -> None:
@@ -269,6 +274,8 @@ class TaskWorkflow:
     def _not_run(self, ended: Ended) -> None:
         state = self._state
         fire = ended.run.scheduled_at
+        spans.decided(state.spec, "withdraw", task_id=state.task_id, fire=fire, run_id=ended.run_id,
+                      reason=ended.reason, trigger=ended.run.trigger)
         reported = self._runs.reported
         if self._healing.owns(ended.run_id) and ended.reason not in GIVE_BACK:
             self._probe_ended(None)  # withdrawn or refused: it proves nothing, try again later

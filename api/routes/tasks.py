@@ -29,6 +29,7 @@ from api.schemas import (
     ResumeRequest,
     TaskCancel,
     TaskCreate,
+    TaskFilter,
     TaskOut,
     TaskPage,
     TaskUpdate,
@@ -132,14 +133,17 @@ async def list_tasks(
     service: ServiceDep,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     cursor: CursorQuery = None,
-    status: Annotated[TaskStatus | None, Query()] = None,
+    status: Annotated[TaskStatus | TaskFilter | None, Query(
+        description="a task status, or `overdue`: the tasks with a run overdue now")] = None,
     name: Annotated[Text | None, Query(max_length=200)] = None,
     all_tenants: Annotated[bool, Query(description="admin keys only")] = False,
 ) -> TaskPage:
-    """Tasks newest first, filtered by status or name, with a cursor for the next page."""
+    """Tasks newest first, filtered by status (or overdue) or name, with a cursor for the next
+    page."""
+    overdue = status == TaskFilter.OVERDUE
     return await service.list(
-        who, limit=limit, cursor=cursor, status=status.value if status else None, name=name,
-        all_tenants=all_tenants,
+        who, limit=limit, cursor=cursor, status=None if overdue or status is None else str(status),
+        name=name, all_tenants=all_tenants, overdue=overdue,
     )
 
 

@@ -275,9 +275,12 @@ async def tasks_page(
     if viewer is None:
         return to_login()
     chosen = status_filter.upper() if status_filter.upper() in TaskStatus.__members__ else None
+    overdue = status_filter.lower() == "overdue"
     tasks = await service.list(
-        viewer, limit=50, cursor=cursor, status=chosen, name=None, all_tenants=False
+        viewer, limit=50, cursor=cursor, status=chosen, name=None, all_tenants=False,
+        overdue=overdue,
     )
+    chosen = "overdue" if overdue else chosen
     return page(request, "tasks.html", {"viewer": viewer, "page": tasks, "chosen": chosen})
 
 

@@ -1,0 +1,129 @@
+"""The alarm of a run that did not come: which tasks have a run overdue, which alarms may clear,
+and the conditional writes that raise and clear them (one replica wins each)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import Engine, Exists, and_, exists, func, or_, select, update
+
+from scheduling.policy import overdue_after
+from scheduling.status import ExecutionStatus, TaskStatus
+from store.models import EXECUTION_TABLE, TASK_TABLE
+
+# A task in these states has no run to wait for: it is never overdue.
+AT_REST = (TaskStatus.PAUSED, TaskStatus.CANCELLED, TaskStatus.COMPLETED, TaskStatus.FAILED)
+# The most tasks one pass looks at: a pass stays short whatever the backlog; the next takes more.
+BATCH = 500
+
+
+@dataclass(frozen=True)
+class Alarm:
+    """A task whose run at ``run_at`` is (or was) overdue."""
+
+    task_id: str
+    tenant_id: str
+    name: str
+    spec: dict[str, object]
+    run_at: datetime
+    since: datetime | None = None
+    outcome: str | None = None  # how a cleared alarm ended: started, skipped: <reason>, paused...
+
+
+def _came(run_at: Any) -> Exists:
+    """The run of the task's ``run_at`` instant has started, or its fire was decided."""
+    execution = EXECUTION_TABLE
+    return exists().where(
+        execution.c.task_id == TASK_TABLE.c.id,
+        or_(execution.c.scheduled_at == run_at, execution.c.instant == run_at),
+        or_(execution.c.started_at.is_not(None), execution.c.status != ExecutionStatus.RUNNING),
+    )
+
+
+def overdue_runs(engine: Engine, now: datetime, default_seconds: float,
+                 least_seconds: float) -> list[Alarm]:
+    """Tasks without an alarm whose next run has neither started nor been decided within its
+    overdue bound (``least_seconds`` is the smallest bound any task may have)."""
+    task = TASK_TABLE
+    # Past the default bound, or past the least one with a bound of its own: a backlog of runs
+    # late by less than the default never hides a task whose own bound is shorter.
+    own = task.c.spec["overdue_after_seconds"].as_float()
+    due = or_(task.c.next_run_at <= now - timedelta(seconds=default_seconds),
+              and_(own.is_not(None), task.c.next_run_at <= now - timedelta(seconds=least_seconds)))
+    query = (
+        select(task.c.id, task.c.tenant_id, task.c.name, task.c.spec, task.c.next_run_at)
+        .where(task.c.overdue_since.is_(None), task.c.status.not_in(AT_REST), due,
+               ~_came(task.c.next_run_at))
+        .order_by(task.c.next_run_at).limit(BATCH)
+    )
+    with engine.connect() as connection:
+        rows = connection.execute(query).all()
+    return [Alarm(r.id, r.tenant_id, r.name, r.spec, r.next_run_at) for r in rows
+            if r.next_run_at + overdue_after(r.spec, default_seconds) <= now]
+
+
+def raise_alarm(engine: Engine, alarm: Alarm, now: datetime) -> bool:
+    """Mark the task overdue unless another replica did, or its run came meanwhile; True when
+    this call raised it (and so tells)."""
+    task = TASK_TABLE
+    with engine.begin() as connection:
+        result = connection.execute(
+            update(task)
+            .where(task.c.id == alarm.task_id, task.c.overdue_since.is_(None),
+                   task.c.next_run_at == alarm.run_at, task.c.status.not_in(AT_REST),
+                   ~_came(alarm.run_at))
+            .values(overdue_since=now, overdue_run_at=alarm.run_at)
+        )
+    return bool(result.rowcount)
+
+
+def recovered_runs(engine: Engine) -> list[Alarm]:
+    """Alarms whose run has started or been decided, or whose task came to rest or moved on."""
+    task, execution = TASK_TABLE, EXECUTION_TABLE
+    run_at = task.c.overdue_run_at
+    came = _came(run_at)
+    moved = or_(task.c.status.in_(AT_REST), task.c.next_run_at.is_(None),
+                task.c.next_run_at != run_at)
+    # What became of the run, for the notification: its row's status and reason, if any.
+    fate = (
+        select(func.min(execution.c.status + ":" + func.coalesce(execution.c.reason, "")))
+        .where(execution.c.task_id == task.c.id,
+               or_(execution.c.scheduled_at == run_at, execution.c.instant == run_at))
+        .scalar_subquery()
+    )
+    query = (
+        select(task.c.id, task.c.tenant_id, task.c.name, task.c.spec, run_at,
+               task.c.overdue_since, task.c.status, fate.label("fate"))
+        .where(task.c.overdue_since.is_not(None), or_(came, moved))
+        .limit(BATCH)
+    )
+    with engine.connect() as connection:
+        rows = connection.execute(query).all()
+    return [Alarm(r.id, r.tenant_id, r.name, r.spec, r.overdue_run_at, r.overdue_since,
+                  _outcome(r.status, r.fate)) for r in rows]
+
+
+def _outcome(status: str, fate: str | None) -> str:
+    if fate:
+        run_status, _, reason = fate.partition(":")
+        if run_status == ExecutionStatus.SKIPPED:
+            return f"skipped: {reason}" if reason else "skipped"
+        return "started"
+    if status in AT_REST:
+        return status.lower()
+    return "rescheduled"
+
+
+def clear_alarm(engine: Engine, alarm: Alarm) -> bool:
+    """Clear the alarm unless another replica did; True when this call cleared it (and tells)."""
+    task = TASK_TABLE
+    with engine.begin() as connection:
+        result = connection.execute(
+            update(task)
+            .where(and_(task.c.id == alarm.task_id, task.c.overdue_since == alarm.since))
+            .values(overdue_since=None, overdue_run_at=None)
+        )
+    return bool(result.rowcount)
+
