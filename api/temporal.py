@@ -29,7 +29,7 @@ from scheduling.spec import TaskChanges, TaskSpec
 from scheduling.status import Trigger, workflow_id
 from store.models import Task
 from workflows.starter import start_task_workflow, start_with_update, state_from_row
-from workflows.state import ReplayRequest, TaskState
+from workflows.state import BackfillRequest, ReplayRequest, TaskState
 from workflows.task import TaskWorkflow
 
 UPDATE_TIMEOUT = timedelta(seconds=20)
@@ -51,7 +51,7 @@ async def _temporal_errors(task_id: str | None = None) -> AsyncIterator[None]:
     except WorkflowUpdateFailedError as exc:
         cause = exc.cause
         message = str(cause) if cause else str(exc)
-        if isinstance(cause, ApplicationError) and cause.type == "TaskFinished":
+        if isinstance(cause, ApplicationError) and cause.type in ("TaskFinished", "BackfillRefused"):
             raise TaskConflict(message) from exc
         raise InvalidTask(message) from exc
     except RPCError as exc:
@@ -108,6 +108,17 @@ class TemporalGateway:
     async def trigger(self, task_id: str, *, request_id: str | None = None) -> TaskState:
         """Run the task's job now."""
         return await self._update(task_id, TaskWorkflow.trigger_update, request_id=request_id)
+
+    async def backfill(self, task_id: str, request: BackfillRequest, *,
+                       request_id: str | None = None) -> TaskState:
+        """Start a backfill of past instants in the task's workflow (409 while one runs)."""
+        return await self._update(task_id, TaskWorkflow.backfill_update, request, request_id=request_id)
+
+    async def state(self, task_id: str) -> TaskState:
+        """The task's state, as its workflow answers the ``state`` query."""
+        async with _temporal_errors(task_id):
+            handle = self.client.get_workflow_handle_for(TaskWorkflow.run, workflow_id(task_id))
+            return await handle.query(TaskWorkflow.query_state)
 
     async def replay(
         self, task_id: str, execution_id: str, scheduled_at: datetime, *, request_id: str | None = None

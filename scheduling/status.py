@@ -28,12 +28,14 @@ class ExecutionStatus(StrEnum):
 
 
 class Trigger(StrEnum):
-    """What asked for a run: its schedule, the missed-run policy, a user, or a replay."""
+    """What asked for a run: its schedule, the missed-run policy, a user, a replay, or a
+    backfill of past instants (not counted against max_runs)."""
 
     SCHEDULE = "schedule"
     CATCHUP = "catchup"
     MANUAL = "manual"
     REPLAY = "replay"
+    BACKFILL = "backfill"
 
     @property
     def scheduled(self) -> bool:

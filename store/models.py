@@ -68,6 +68,8 @@ class TaskFields(SQLModel):
     state_version: int = Field(default=0, sa_type=BigInteger)
     created_at: datetime = _ts(default_factory=utcnow)
     updated_at: datetime = _ts(default_factory=utcnow)
+    # The latest backfill's progress (mode, range, total, started, left, status).
+    backfill: dict[str, Any] | None = Field(default=None, sa_type=JSON, nullable=True)
 
 
 class Task(TaskFields, table=True):

@@ -43,7 +43,13 @@ with workflow.unsafe.imports_passed_through():
     from workflows.describe import describe_schedule
     from workflows.inflight import RESCHEDULED, UNTAKEN, Ended, RunsInFlight
     from workflows.record import TaskRecord
-    from workflows.state import ReplayRequest, TaskState, TaskWorkflowInput
+    from workflows.state import (
+        Backfill,
+        BackfillRequest,
+        ReplayRequest,
+        TaskState,
+        TaskWorkflowInput,
+    )
 
 # A timer may fire a few milliseconds before the wake it was set for: this slack keeps that
 # from costing a second, tiny timer before the dispatch.
@@ -63,6 +69,9 @@ CANCEL_SETTLE = timedelta(seconds=10)
 # Workflow runs from here on take the lead and the history limit from their worker, asked once
 # per run (after each continue-as-new too), instead of from their input (docs/upgrades.md).
 WORKER_OPTIONS = "worker-options"
+# Workflows from here on take backfills: past instants run again, one at a time, when no
+# other run of the task is in flight or queued (docs/scheduling.md, "Backfill").
+BACKFILLS = "backfills"
 
 
 @workflow.defn(name="TaskWorkflow")
@@ -84,6 +93,7 @@ class TaskWorkflow:
         # Asked here too, not where it is used: after the run options' local activity, a
         # replay without a cache can ask before it has seen the marker (TMPRL1100).
         self._paused_first = workflow.patched(PAUSED_SHOWS_PAUSED)
+        self._backfills = workflow.patched(BACKFILLS)
         self._record = TaskRecord(self._state)
         self._lock = asyncio.Lock()
         self._wake = False
@@ -142,7 +152,8 @@ class TaskWorkflow:
             self._decide_due()  # while paused, the fires due before the pause (policy.decide_due)
         self._start_queued()
         self._dispatch_ahead()
-        if policy.schedule_done(state.position(), self._runs.flight(now)):
+        self._start_backfill()
+        if policy.schedule_done(state.position(), self._runs.flight(now)) and not self._backfilling():
             last = state.last_run.status if state.last_run else None
             status, reason = policy.final_status(state.spec, last)
             self._state.finish(status, state.status_reason or reason)
@@ -219,6 +230,29 @@ class TaskWorkflow:
         state.next_fire_at = policy.bounded(state.next_fire_at, state.position(),
                                             self._runs.flight(now))
 
+    def _start_backfill(self) -> None:
+        """Start the backfill's next instant once nothing else of the task is in flight or
+        queued; a fire that comes meanwhile meets the overlap policy like any other."""
+        backfill, state = self._state.backfill, self._state
+        if (backfill is None or not backfill.running or state.paused or self._draining()
+                or state.queue or self._runs.flight(workflow.now()).total):
+            return
+        backfill.current = None
+        while backfill.pending:
+            item = backfill.pending.pop(0)
+            run_id = execution_id(state.task_id, item.scheduled_at)
+            if run_id in self._runs.ids():
+                continue  # running already, under the same id
+            backfill.started += 1
+            backfill.current = item
+            self._start(Run(scheduled_at=item.scheduled_at, trigger=Trigger.BACKFILL,
+                            execution_id=run_id))
+            return
+        backfill.status = "done"
+
+    def _backfilling(self) -> bool:
+        return self._state.backfill is not None and self._state.backfill.running
+
     def _start(self, run: Run, *, instant: datetime | None = None) -> None:
         state = self._state
         run_id = run.execution_id or execution_id(state.task_id, run.scheduled_at, run.trigger)
@@ -237,6 +271,8 @@ class TaskWorkflow:
 
     def _not_run(self, ended: Ended) -> None:
         state = self._state
+        if ended.run.trigger is Trigger.BACKFILL:
+            return  # nothing ran: the instant's row stays as it was
         fire = ended.run.scheduled_at
         reported = self._runs.reported
         outdated = reported and ended.reason == RESCHEDULED
@@ -260,6 +296,9 @@ class TaskWorkflow:
 
     def _ran(self, ended: Ended, record: ExecutionRecord) -> None:
         state, trigger, now = self._state, ended.run.trigger, workflow.now()
+        backfill = state.backfill
+        if trigger is Trigger.BACKFILL and backfill is not None and backfill.current is not None:
+            record.reason = backfill.current.earlier  # the row keeps what it said before
         self._record.finished(record, trigger)
         state.count(record, trigger, rerun=trigger is Trigger.REPLAY and self._runs.reported)
         if state.cancel_requested:
@@ -275,6 +314,8 @@ class TaskWorkflow:
         """Cancel every run and queued run, record them, and end the task CANCELLED."""
         state = self._state
         self._runs.cancel_all()
+        if state.backfill is not None:
+            state.backfill.stop("cancelled")
         await self._runs.settled()
         self._absorb_ended()
         await self._close_pause()
@@ -451,6 +492,17 @@ class TaskWorkflow:
             self._wake = True
             return self._state
 
+    @workflow.update(name="backfill")
+    async def backfill_update(self, request: BackfillRequest) -> TaskState:
+        """Run past instants of the schedule again, oldest first, one at a time."""
+        async with self._lock:
+            self._state.backfill = Backfill(
+                mode=request.mode, start=request.start, end=request.end,
+                total=len(request.instants), asked_at=workflow.now(), pending=request.instants)
+            self._wake = True
+            await self._write()
+            return self._state
+
     @workflow.update(name="update_task")
     async def update_task(self, changes: TaskChanges) -> TaskState:
         """Change the task; the sleeping workflow decides again at once."""
@@ -504,6 +556,20 @@ class TaskWorkflow:
         if not request.execution_id.startswith(f"{self._state.task_id}:"):
             raise ApplicationError("that execution is not one of this task's", non_retryable=True)
 
+    @backfill_update.validator
+    def _validate_backfill(self, request: BackfillRequest) -> None:
+        self._refuse_if_final("backfilled")
+        if not self._backfills:
+            raise ApplicationError("this task's workflow is older than backfills; it takes them "
+                                   "after its next continue-as-new", type="BackfillRefused",
+                                   non_retryable=True)
+        if self._state.paused:
+            raise ApplicationError("task is paused: resume it to backfill", type="BackfillRefused",
+                                   non_retryable=True)
+        if self._backfilling():
+            raise ApplicationError("a backfill of this task is running already",
+                                   type="BackfillRefused", non_retryable=True)
+
     @update_task.validator
     def _validate_update(self, changes: TaskChanges) -> None:
         self._refuse_if_final("updated")
@@ -515,12 +581,16 @@ class TaskWorkflow:
 
     def _request_cancel(self, reason: str | None) -> None:
         if self._state.request_cancel(reason, workflow.now() if self._runs.reported else None):
+            if self._state.backfill is not None:
+                self._state.backfill.stop("cancelled")
             if self._runs.reported:
                 self._runs.cancel_all()
             self._wake = True
 
     def _pause(self, reason: str | None) -> None:
         if self._state.pause(reason, workflow.now() if self._runs.reported else None):
+            if self._state.backfill is not None:
+                self._state.backfill.stop("paused")
             self._runs.withdraw("paused")
             self._refresh_status()
             self._wake = True
