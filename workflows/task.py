@@ -151,8 +151,8 @@ class TaskWorkflow:
         if not state.paused or self._runs.reported:
             self._decide_due()  # while paused, the fires due before the pause (policy.decide_due)
         self._start_queued()
+        self._start_backfill()  # before the dispatch ahead, which would hold it off for good
         self._dispatch_ahead()
-        self._start_backfill()
         if policy.schedule_done(state.position(), self._runs.flight(now)) and not self._backfilling():
             last = state.last_run.status if state.last_run else None
             status, reason = policy.final_status(state.spec, last)

@@ -43,7 +43,7 @@ from tests.workflows.helpers import (
     until,
 )
 from workflows.starter import start_task_workflow
-from workflows.state import ReplayRequest, TaskState
+from workflows.state import BackfillItem, BackfillRequest, ReplayRequest, TaskState
 from workflows.task import TaskWorkflow
 
 HERE = Path(__file__).parent
@@ -271,6 +271,26 @@ async def dead_letter(env: WorkflowEnvironment, engine: Engine) -> TaskHandle:
             execution_id=last.execution_id, scheduled_at=last.scheduled_at))
         state = await handle.result()
     assert state.failure_count == 3, state
+    return handle
+
+
+@scenario
+async def backfill(env: WorkflowEnvironment, engine: Engine) -> TaskHandle:
+    # Three past instants run again (trigger backfill, not counted against max_runs), then
+    # the schedule's one run.
+    async with new_worker(env.client, engine) as worker:
+        task = spec(schedule_type="interval", interval_seconds=600, max_runs=1)
+        handle = await start_task(env, worker.task_queue, task)
+        now = await env.get_current_time()
+        past = [now - k * 10 * MINUTE for k in (3, 2, 1)]
+        await handle.execute_update(TaskWorkflow.backfill_update, BackfillRequest(
+            mode="missing", start=past[0], end=now, instants=[
+                BackfillItem(scheduled_at=at, earlier="backfilled; before: SKIPPED (missed)")
+                for at in past]))
+        await env.sleep(11 * MINUTE)
+        state = await handle.result()
+    assert (state.success_count, state.executed) == (4, 1), state
+    assert state.backfill is not None and state.backfill.status == "done", state.backfill
     return handle
 
 
