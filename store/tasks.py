@@ -155,6 +155,10 @@ def _upsert(connection: Connection, table: Table, upsert: Upsert) -> None:
 def _snapshot_upsert(engine: Engine, snapshot: TaskSnapshot) -> Upsert:
     values = snapshot.model_dump()
     values["id"] = values.pop("task_id")
+    if values["backfill"] is None:
+        # Never backfilled: no column to write (a backfill's progress is never unset), so a
+        # database not yet migrated to 0016 takes the rows of the tasks that never backfill.
+        del values["backfill"]
     return _snapshot_statement(engine.dialect.name, tuple(values)), values
 
 
