@@ -11,7 +11,14 @@ from api.database import in_thread
 from api.errors import InvalidTask, TaskConflict
 from api.schemas import BackfillIn, BackfillInstantOut, BackfillOut
 from api.temporal import TemporalGateway
-from scheduling.backfill import BackfillAction, BadRange, action, earlier_result, instants_between
+from scheduling.backfill import (
+    BackfillAction,
+    BadRange,
+    NoPastInstants,
+    action,
+    earlier_result,
+    instants_between,
+)
 from scheduling.spec import TaskSpec
 from scheduling.status import FINAL_STATUSES, TaskStatus, execution_id
 from store.backfill import rows_by_id
@@ -30,6 +37,8 @@ async def backfill(engine: Engine, temporal: TemporalGateway, task: Task, body: 
     anchor = task.created_at if _needs_no_anchor(spec) else (await temporal.state(task.id)).anchor
     try:
         fires = instants_between(spec, anchor, body.start, body.end, datetime.now(UTC))
+    except NoPastInstants as exc:
+        raise TaskConflict(str(exc)) from exc  # the range is fine; the task has none
     except BadRange as exc:
         raise InvalidTask(str(exc)) from exc
     ids = [execution_id(task.id, fire) for fire in fires]

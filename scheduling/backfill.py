@@ -37,6 +37,10 @@ class BadRange(ValueError):
     """A range that cannot be backfilled; the message says why."""
 
 
+class NoPastInstants(BadRange):
+    """The task's schedule has no instants to backfill, whatever the range."""
+
+
 def instants_between(spec: TaskSpec, anchor: datetime, start: datetime, end: datetime,
                      now: datetime) -> list[datetime]:
     """The fires of the task's schedule in [start, end), oldest first, computed as the
@@ -47,12 +51,15 @@ def instants_between(spec: TaskSpec, anchor: datetime, start: datetime, end: dat
     if end > now:
         raise BadRange("end must not be in the future: a backfill runs past instants only")
     if is_fixed_delay(spec):
-        raise BadRange("a fixed_delay schedule plans each fire after the run before it: "
+        raise NoPastInstants("a fixed_delay schedule plans each fire after the run before it: "
                        "it has no past instants to backfill")
     if spec.schedule_type is ScheduleType.ONCE:
         return [spec.run_at] if spec.run_at is not None and start <= spec.run_at < end else []
+    after = start - timedelta(microseconds=1)
+    if spec.schedule_type is ScheduleType.INTERVAL and spec.start_date is None:
+        after = max(after, anchor)  # counted from the anchor: its first fire is one step after
     fires: list[datetime] = []
-    fire = next_fire(spec, anchor=anchor, after=start - timedelta(microseconds=1))
+    fire = next_fire(spec, anchor=anchor, after=after)
     while fire is not None and fire < end:
         if len(fires) == MAX_BACKFILL_INSTANTS:
             raise BadRange(f"the range holds more than {MAX_BACKFILL_INSTANTS} instants of the "

@@ -245,7 +245,7 @@ async def test_bad_ranges_and_tasks_get_a_4xx(stack: Stack, target: TargetServer
             "task_name": "d", "schedule_type": "interval", "interval_seconds": 60,
             "interval_mode": "fixed_delay", "job_details": {"type": "http", "url": target.url("/never")}})
         fixed = await api.post(f"/tasks/{delay.json()['task_id']}/backfill", json=RANGE)
-        assert fixed.status_code == 422 and "fixed_delay" in fixed.text, fixed.text
+        assert fixed.status_code == 409 and "fixed_delay" in fixed.text, fixed.text
         assert (await api.post("/tasks/nosuchtask/backfill", json=RANGE)).status_code == 404
         async with stack.client("t2") as other:
             assert (await other.post(path, json={**RANGE, "dry_run": True})).status_code == 404
@@ -253,3 +253,29 @@ async def test_bad_ranges_and_tasks_get_a_4xx(stack: Stack, target: TargetServer
         ended = await api.post(path, json=RANGE)
         assert ended.status_code == 409, ended.text
     assert _keys(target, "/never") == []
+
+
+async def test_instants_are_the_ones_the_workflow_fired(stack: Stack, target: TargetServer) -> None:
+    # A fixed-rate interval counts from its workflow's anchor: the backfill's instants of a range
+    # are exactly the fires whose rows the workflow wrote, under the same ids.
+    async with stack.client() as api:
+        created = await api.post("/task/create", json={
+            "task_name": "every-second", "schedule_type": "interval", "interval_seconds": 1,
+            "job_details": {"type": "http", "url": target.url("/tick")}})
+        assert created.status_code == 201, created.text
+        task = created.json()
+        origin = datetime.fromisoformat(task["created_at"])
+
+        async def past_the_range() -> bool:  # a run after the range has started
+            rows, _ = list_executions(stack.engine, task_id=task["task_id"], limit=50)
+            return any(r.scheduled_at >= origin + timedelta(seconds=4) for r in rows)
+        await _until(past_the_range)
+        answer = await api.post(f"/tasks/{task['task_id']}/backfill", json={
+            "start": iso(origin), "end": iso(origin + timedelta(seconds=3.5)), "mode": "all",
+            "dry_run": True})
+        await api.patch("/task/cancel", json={"task_id": task["task_id"]})
+    assert answer.status_code == 200, answer.text
+    rows, _ = list_executions(stack.engine, task_id=task["task_id"], limit=50)
+    fired = sorted(r.id for r in rows if r.scheduled_at < origin + timedelta(seconds=3.5))
+    assert sorted(i["execution_id"] for i in answer.json()["instants"]) == fired
+    assert len(fired) == 3

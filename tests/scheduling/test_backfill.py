@@ -49,6 +49,15 @@ def test_fixed_rate_instants_stay_on_the_anchored_grid() -> None:
     assert fires == [T0 + timedelta(minutes=m) for m in (10, 20, 30)]
 
 
+def test_an_interval_without_start_date_first_fires_one_step_after_its_anchor() -> None:
+    task = spec(schedule_type="interval", interval_seconds=600)
+    fires = instants_between(task, T0, T0 - timedelta(hours=1), T0 + timedelta(minutes=25), NOW)
+    assert fires == [T0 + timedelta(minutes=10), T0 + timedelta(minutes=20)]
+    dated = spec(schedule_type="interval", interval_seconds=600, start_date=T0)
+    assert instants_between(dated, T0 + timedelta(days=1), T0, T0 + timedelta(minutes=15), NOW) == [
+        T0, T0 + timedelta(minutes=10)]
+
+
 def test_once_has_its_run_at_in_range_or_nothing() -> None:
     task = spec(schedule_type="once", run_at=T0)
     assert instants_between(task, T0, T0 - timedelta(hours=1), T0 + timedelta(hours=1), NOW) == [T0]
@@ -68,7 +77,7 @@ def test_bad_ranges_are_refused(start: datetime, end: datetime, message: str) ->
 
 def test_more_than_the_limit_is_refused_and_the_limit_itself_is_not() -> None:
     task = spec(schedule_type="interval", interval_seconds=60)
-    limit = T0 + timedelta(minutes=MAX_BACKFILL_INSTANTS)
+    limit = T0 + timedelta(minutes=MAX_BACKFILL_INSTANTS + 1)  # the first fire is T0 + 1 min
     assert len(instants_between(task, T0, T0, limit, NOW)) == MAX_BACKFILL_INSTANTS
     with pytest.raises(BadRange, match="more than 1000"):
         instants_between(task, T0, T0, limit + timedelta(minutes=1), NOW)
