@@ -13,7 +13,7 @@ from activities.handlers import HandlerContext
 from activities.options import RunOptions
 from scheduling.status import TaskStatus
 from tests.conftest import new_worker
-from tests.workflows.helpers import executions, handler_job, spec, start_task, task_state, until
+from tests.workflows.helpers import executions, handler_job, spec, start_task
 from workflows.state import BackfillItem, BackfillRequest
 from workflows.task import TaskWorkflow
 
@@ -45,17 +45,12 @@ async def test_every_instant_runs_once_oldest_first_across_continue_as_new(
         now = await time_env.get_current_time()
         past = [now - timedelta(minutes=10 * k) for k in range(12, 0, -1)]
         await handle.execute_update(TaskWorkflow.backfill_update, request(past))
-
-        async def done() -> bool:
-            backfill = (await task_state(handle)).backfill
-            return backfill is not None and backfill.status == "done"
-        await until(done)
-        midway = await task_state(handle)
-        state = await handle.result()  # its one scheduled run, an hour on
-    assert midway.continued_as_new > 0, "the history limit never continued the task as new"
-    assert midway.status is TaskStatus.PENDING and midway.executed == 0
-    assert recorder.runs[:12] == past  # oldest first, each once
+        state = await handle.result()  # after its one scheduled run, an hour on
+    assert state.continued_as_new > 0, "the history limit never continued the task as new"
+    assert recorder.runs[:12] == past  # oldest first, each once, before the schedule's run
+    assert len(recorder.runs) == 13
     assert state.status is TaskStatus.COMPLETED and state.executed == 1
+    assert state.backfill is not None and (state.backfill.status, state.backfill.started) == ("done", 12)
     rows = executions(sqlite_engine, state.task_id)
     assert [(r.scheduled_at, r.trigger, r.status) for r in rows[:12]] == [
         (at, "backfill", "COMPLETED") for at in past]
