@@ -19,7 +19,7 @@ from scheduling.backfill import (
     earlier_result,
     instants_between,
 )
-from scheduling.spec import TaskSpec
+from scheduling.spec import ScheduleType, TaskSpec
 from scheduling.status import FINAL_STATUSES, TaskStatus, execution_id
 from store.backfill import rows_by_id
 from store.models import Task
@@ -63,4 +63,5 @@ async def backfill(engine: Engine, temporal: TemporalGateway, task: Task, body: 
 
 
 def _needs_no_anchor(spec: TaskSpec) -> bool:
-    return spec.schedule_type.value != "interval" or spec.start_date is not None
+    """Only a fixed-rate interval without start_date counts its instants from the anchor."""
+    return spec.schedule_type is not ScheduleType.INTERVAL or spec.start_date is not None
