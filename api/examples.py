@@ -103,3 +103,16 @@ PREVIEW_EXAMPLE: dict[str, Any] = {
                  "dst_policy decides what runs)"],
     "before": None,
 }
+
+BACKFILL_EXAMPLE: dict[str, Any] = {
+    "task_id": "5b0c2e7c9f2d4e2a9a51d3c0b8f1a7e4", "mode": "failed",
+    "start": "2026-11-29T00:00:00Z", "end": "2026-12-01T00:00:00Z", "dry_run": False, "to_run": 1,
+    "instants": [
+        {"scheduled_at": "2026-11-29T09:00:00Z",
+         "execution_id": "5b0c2e7c9f2d4e2a9a51d3c0b8f1a7e4:2026-11-29T09:00:00.000Z",
+         "current": "FAILED", "action": "run"},
+        {"scheduled_at": "2026-11-30T09:00:00Z",
+         "execution_id": "5b0c2e7c9f2d4e2a9a51d3c0b8f1a7e4:2026-11-30T09:00:00.000Z",
+         "current": "COMPLETED", "action": "keep"},
+    ],
+}

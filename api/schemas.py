@@ -20,7 +20,14 @@ from pydantic import (
 from pydantic.fields import FieldInfo
 
 from api.cursors import NextCursor
-from api.examples import EVENT_EXAMPLE, EXECUTION_EXAMPLE, TASK_EXAMPLE, VERSION_EXAMPLE
+from api.examples import (
+    BACKFILL_EXAMPLE,
+    EVENT_EXAMPLE,
+    EXECUTION_EXAMPLE,
+    TASK_EXAMPLE,
+    VERSION_EXAMPLE,
+)
+from scheduling.backfill import BackfillAction, BackfillMode
 from scheduling.bounds import INSTANT_RANGE, MAX_INTERVAL_SECONDS, MaxRuns, Text, in_range
 from scheduling.partial import admits_null, optional_fields
 from scheduling.preview import describe_stored
@@ -228,6 +235,9 @@ class TaskOut(BaseModel):
         default=None, description="set while a run is overdue: when the alarm was raised")
     overdue_run_at: datetime | None = Field(
         default=None, description="the instant of the overdue run, while it is overdue")
+    backfill: dict[str, Any] | None = Field(
+        default=None, description="the latest backfill: mode, start, end, total, started, left, "
+        "status (running | done | stopped) and why it stopped")
 
     @classmethod
     def of(cls, row: Task | TaskSnapshot) -> TaskOut:
@@ -426,3 +436,49 @@ def problem_responses(codes: dict[int, str]) -> dict[int | str, dict[str, Any]]:
         code: {"description": text, "content": {"application/problem+json": {"schema": inline}}}
         for code, text in codes.items()
     }
+
+
+def _aware(value: datetime) -> datetime:
+    if value.tzinfo is None:
+        raise ValueError("must carry a time zone offset, e.g. 2026-12-01T10:00:00Z")
+    return value
+
+
+PastInstant = Annotated[Instant, AfterValidator(_aware)]
+
+
+class BackfillIn(BaseModel):
+    """Run the task's schedule instants in [start, end) again (both in the past)."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
+        {"start": "2026-11-01T00:00:00Z", "end": "2026-11-08T00:00:00Z", "mode": "failed"}]})
+
+    start: PastInstant = Field(description="the first instant looked at (included)")
+    end: PastInstant = Field(description="where the range ends (excluded); not in the future")
+    mode: BackfillMode = Field(default=BackfillMode.MISSING, description=(
+        "missing: instants with no execution or a SKIPPED one; failed: FAILED or dead-lettered; "
+        "all: every instant"))
+    dry_run: bool = Field(default=False, description="answer what would run, change nothing")
+
+
+class BackfillInstantOut(BaseModel):
+    """One instant of the range and what the backfill does with it."""
+
+    scheduled_at: datetime
+    execution_id: str = Field(description="the id (and job Idempotency-Key) the instant always has")
+    current: str | None = Field(description="the status of its execution row now (null: none)")
+    action: BackfillAction = Field(description="run: runs again (trigger backfill); keep: left as it is")
+
+
+class BackfillOut(BaseModel):
+    """A backfill's instants, oldest first, and what happens to each."""
+
+    model_config = ConfigDict(json_schema_extra={"examples": [BACKFILL_EXAMPLE]})
+
+    task_id: str
+    mode: BackfillMode
+    start: datetime
+    end: datetime
+    dry_run: bool
+    to_run: int = Field(description="how many instants run")
+    instants: list[BackfillInstantOut]

@@ -16,6 +16,7 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from activities.workflow_jobs import WorkflowJobRules
+from api.backfill import backfill
 from api.database import in_thread
 from api.errors import (
     InvalidTask,
@@ -25,6 +26,8 @@ from api.errors import (
 )
 from api.idempotency import claim_create, create_request, once, task_of_key
 from api.schemas import (
+    BackfillIn,
+    BackfillOut,
     DeadLetterOut,
     DeadLetterPage,
     ExecutionOut,
@@ -300,6 +303,19 @@ class TaskService:
             return self._out(await self.temporal.trigger(task_id, who.key_id, request_id=request_id))
 
         return await self._once(who, idempotency_key, {"trigger": task_id}, task_id, act)
+
+    async def backfill(self, who: Principal, task_id: str, body: BackfillIn, *,
+                       idempotency_key: str | None = None) -> BackfillOut:
+        """Run a task's past instants again (``api/backfill.py``); once per Idempotency-Key."""
+        async def act(request_id: str | None) -> BackfillOut:
+            return await backfill(self.engine, self.temporal, await self._row(who, task_id), body,
+                                  request_id, who.key_id)
+
+        if body.dry_run:
+            return await act(None)
+        request = {"backfill": task_id, **body.model_dump(mode="json")}
+        return await once(self.engine, who.tenant_id, idempotency_key, request, act, BackfillOut,
+                          task_id=task_id)
 
     # ------------------------------------------------------------- dead letters
     async def dead_letters(self, who: Principal, *, limit: int, cursor: str | None) -> DeadLetterPage:

@@ -30,7 +30,7 @@ from scheduling.status import ResumeMissed, Trigger, workflow_id
 from store.models import Task
 from workflows.events import Origin, SpecChange
 from workflows.starter import start_task_workflow, start_with_update, state_from_row
-from workflows.state import ReplayRequest, TaskState
+from workflows.state import BackfillRequest, ReplayRequest, TaskState
 from workflows.task import TaskWorkflow
 
 UPDATE_TIMEOUT = timedelta(seconds=20)
@@ -52,7 +52,7 @@ async def _temporal_errors(task_id: str | None = None) -> AsyncIterator[None]:
     except WorkflowUpdateFailedError as exc:
         cause = exc.cause
         message = str(cause) if cause else str(exc)
-        if isinstance(cause, ApplicationError) and cause.type == "TaskFinished":
+        if isinstance(cause, ApplicationError) and cause.type in ("TaskFinished", "BackfillRefused"):
             raise TaskConflict(message) from exc
         raise InvalidTask(message) from exc
     except RPCError as exc:
@@ -118,6 +118,11 @@ class TemporalGateway:
                       request_id: str | None = None) -> TaskState:
         """Run the task's job now."""
         return await self._update(task_id, TaskWorkflow.trigger_update, actor, request_id=request_id)
+
+    async def backfill(self, task_id: str, request: BackfillRequest, *,
+                       request_id: str | None = None) -> TaskState:
+        """Start a backfill of past instants in the task's workflow (409 while one runs)."""
+        return await self._update(task_id, TaskWorkflow.backfill_update, request, request_id=request_id)
 
     async def replay(
         self, task_id: str, execution_id: str, scheduled_at: datetime, actor: str | None = None, *,

@@ -133,7 +133,17 @@ def _task_lines(task: dict[str, Any]) -> str:
                   f"{task['failure_count']} failed, {task['skipped_count']} skipped)")),
         ("created", _when(task.get("created_at"))),
     ]
+    if task.get("backfill"):
+        fields.append(("backfill", backfill_summary(task["backfill"])))
     return "\n".join(f"{k + ':':10} {shown(v)}" for k, v in fields)
+
+
+def backfill_summary(backfill: dict[str, Any]) -> str:
+    """One line for a task's latest backfill: its progress, and why it stopped."""
+    why = f" ({backfill['reason']})" if backfill.get("reason") else ""
+    return (f"{backfill['status']}{why}: {backfill['started']} of {backfill['total']} started, "
+            f"{backfill['left']} left ({backfill['mode']}, {_when(backfill['start'])} to "
+            f"{_when(backfill['end'])})")
 
 
 def _tasks_table(page: dict[str, Any]) -> str:
@@ -246,6 +256,17 @@ def _tasks_history(api: OpsClient, a: argparse.Namespace) -> tuple[Any, str]:
     return page, _with_cursor(_versions_table(page), page)
 
 
+def _tasks_backfill(api: OpsClient, a: argparse.Namespace) -> tuple[Any, str]:
+    body = _query(start=a.start, end=a.end, mode=a.mode, dry_run=a.dry_run)
+    answer = api.call("POST", f"/tasks/{quote(a.task_id, safe='')}/backfill", json=body)
+    rows = [[i["execution_id"], _when(i["scheduled_at"]), i["current"] or "-", i["action"]]
+            for i in answer["instants"]]
+    head = (f"dry run: {answer['to_run']} of {len(rows)} instants would run" if a.dry_run
+            else f"backfill accepted: {answer['to_run']} of {len(rows)} instants run")
+    table = _table(["EXECUTION", "SCHEDULED", "NOW", "ACTION"], rows, width=72) if rows else "no instants"
+    return answer, f"{head}\n{table}"
+
+
 def _dead_letters_list(api: OpsClient, a: argparse.Namespace) -> tuple[Any, str]:
     page = api.call("GET", "/dead-letters", params=_query(limit=a.limit, cursor=a.cursor))
     return page, _with_cursor(_runs_table(page, with_task=True), page)
@@ -303,6 +324,15 @@ def add_commands(commands: Any) -> None:
             paging(sub)
         if name == "show":
             sub.add_argument("--limit", type=int, default=10, help="upcoming fires to list (1-1000)")
+
+    backfill = leaf(group, "backfill", _tasks_backfill,
+                    "run a task's past instants in [--start, --end) again")
+    backfill.add_argument("task_id")
+    backfill.add_argument("--start", required=True, help="first instant looked at (RFC 3339)")
+    backfill.add_argument("--end", required=True, help="end of the range, excluded (RFC 3339)")
+    backfill.add_argument("--mode", choices=("missing", "failed", "all"),
+                          help="missing (default): never executed; failed; all")
+    backfill.add_argument("--dry-run", action="store_true", help="show what would run, change nothing")
 
     dead = commands.add_parser("dead-letters", help="runs that failed for good")
     group = dead.add_subparsers(dest="dead_letters_command", required=True)

@@ -28,14 +28,16 @@ class ExecutionStatus(StrEnum):
 
 
 class Trigger(StrEnum):
-    """What asked for a run: its schedule, the missed-run policy, a user, a replay, or the
-    circuit breaker trying whether an auto-paused task's job works again."""
+    """What asked for a run: its schedule, the missed-run policy, a user, a replay, the circuit
+    breaker trying whether an auto-paused task's job works again, or a backfill of past
+    instants (neither of the last two counted against max_runs)."""
 
     SCHEDULE = "schedule"
     CATCHUP = "catchup"
     MANUAL = "manual"
     REPLAY = "replay"
     PROBE = "probe"
+    BACKFILL = "backfill"
 
     @property
     def scheduled(self) -> bool:

@@ -70,6 +70,8 @@ class TaskFields(SQLModel):
     spec_version: int = 1  # 1 at create, one more with every change of the spec
     created_at: datetime = _ts(default_factory=utcnow)
     updated_at: datetime = _ts(default_factory=utcnow)
+    # The latest backfill's progress (mode, range, total, started, left, status).
+    backfill: dict[str, Any] | None = Field(default=None, sa_type=JSON, nullable=True)
 
 
 class Task(TaskFields, table=True):

@@ -105,6 +105,7 @@ def write_started(engine: Engine, record: ExecutionRecord) -> Callable[[Connecti
     def write(connection: Connection) -> None:
         _upsert(connection, EXECUTION_TABLE,
                 _execution_upsert(engine, record, reopen=record.trigger == Trigger.REPLAY))
+    # (A backfill's start reopens the earlier run's row: see _execution_statement.)
 
     return write
 
@@ -154,6 +155,10 @@ def _upsert(connection: Connection, table: Table, upsert: Upsert) -> None:
 def _snapshot_upsert(engine: Engine, snapshot: TaskSnapshot) -> Upsert:
     values = snapshot.model_dump()
     values["id"] = values.pop("task_id")
+    if values["backfill"] is None:
+        # Never backfilled: no column to write (a backfill's progress is never unset), so a
+        # database not yet migrated to 0016 takes the rows of the tasks that never backfill.
+        del values["backfill"]
     return _snapshot_statement(engine.dialect.name, tuple(values)), values
 
 
@@ -161,9 +166,17 @@ def _execution_upsert(engine: Engine, record: ExecutionRecord, *, reopen: bool =
                       early: bool = False) -> Upsert:
     values = record.model_dump()
     # Only fields that are known overwrite: a late RUNNING write keeps the final outcome, and a
-    # final write keeps the start time the job recorded.
-    known = tuple(k for k, v in values.items() if k not in ("id", "created_at") and v is not None)
-    return _execution_statement(engine.dialect.name, tuple(values), known, reopen, early), values
+    # final write keeps the start time the job recorded. A backfill's run replaces the earlier
+    # run's outcome whole (its reason says what the row held before).
+    rerun = record.trigger == Trigger.BACKFILL
+    known = tuple(k for k, v in values.items() if k not in ("id", "created_at")
+                  and (v is not None or (rerun and k in BACKFILL_REPLACES)))
+    return _execution_statement(engine.dialect.name, tuple(values), known, reopen, early,
+                                rerun), values
+
+
+# The outcome columns a backfill's run writes even when it has none (it clears the earlier's).
+BACKFILL_REPLACES = frozenset({"reason", "error", "http_status", "response_snippet", "dead_letter"})
 
 
 # The statements are built once per shape and executed with each write's parameters: building
@@ -201,7 +214,7 @@ def _same_owner(stmt: Any, table: Table) -> Any:
 
 @functools.cache
 def _execution_statement(dialect: str, columns: tuple[str, ...], known: tuple[str, ...],
-                         reopen: bool, early: bool) -> Any:
+                         reopen: bool, early: bool, rerun: bool = False) -> Any:
     table = EXECUTION_TABLE
     stmt = _dialect_insert(dialect, table).from_select(columns, _unless_foreign_task(dialect, columns))
     changed = {k: stmt.excluded[k] for k in known if k not in _OWNERS[table.name]}
@@ -223,6 +236,11 @@ def _execution_statement(dialect: str, columns: tuple[str, ...], known: tuple[st
     if reopen:
         resumable = or_(resumable, and_(current == ExecutionStatus.FAILED,
                                         table.c.dead_letter == DeadLetter.REPLAYED))
+    if rerun:
+        # A backfill's start reopens a row an earlier run finished (one by another trigger, or
+        # finished before this attempt started), never the row its own earlier attempt left.
+        resumable = or_(resumable, table.c.trigger != Trigger.BACKFILL,
+                        table.c.finished_at < stmt.excluded.started_at)
     return stmt.on_conflict_do_update(
         index_elements=["id"],
         set_=changed,

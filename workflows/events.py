@@ -24,6 +24,8 @@ SCHEDULER = "scheduler"
 CREATE, UPDATE, ROLLBACK = "create", "update", "rollback"
 PAUSE, RESUME, CANCEL, TRIGGER, REPLAY = "pause", "resume", "cancel", "trigger", "replay"
 RESTART, MARKED = "restart", "marked"
+BACKFILL, BACKFILL_DONE, BACKFILL_STOPPED = "backfill", "backfill_done", "backfill_stopped"
+PROBE_FAILED = "probe_failed"  # the breaker's probe failed: paused again, the cool-down doubled
 
 
 class Origin(BaseModel):

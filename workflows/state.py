@@ -31,6 +31,53 @@ class ReplayRequest(BaseModel):
     actor: str | None = Field(default=None, description="who asked (the API key's id)")
 
 
+class BackfillItem(BaseModel):
+    """One past instant a backfill runs again, and what its row said before (None: no row)."""
+
+    scheduled_at: datetime
+    earlier: str | None = None
+
+
+class BackfillRequest(BaseModel):
+    """Run these past instants of the schedule again, oldest first, trigger ``backfill``."""
+
+    mode: str
+    start: datetime
+    end: datetime
+    instants: list[BackfillItem]
+    actor: str | None = Field(default=None, description="who asked: the API key's id")
+
+
+class Backfill(BaseModel):
+    """A backfill of the task: what it was asked, how far it got, and what is left."""
+
+    mode: str
+    start: datetime
+    end: datetime
+    total: int
+    started: int = 0
+    status: str = Field(default="running", description="running | done | stopped")
+    reason: str | None = Field(default=None, description="why it stopped (paused, cancelled)")
+    asked_at: datetime
+    pending: list[BackfillItem] = Field(default_factory=list, description="not started yet")
+    current: BackfillItem | None = Field(default=None, description="the one running")
+
+    @property
+    def running(self) -> bool:
+        """Instants are left to start, or one is running."""
+        return self.status == "running"
+
+    def stop(self, reason: str) -> None:
+        """Start no more instants: the ones left keep their rows as they are."""
+        if self.running:
+            self.status, self.reason = "stopped", reason
+
+    def shown(self) -> dict[str, Any]:
+        """Its progress as the task row and every answer show it."""
+        return {**self.model_dump(mode="json", exclude={"pending", "current"}),
+                "left": len(self.pending)}
+
+
 class LastRun(BaseModel):
     """The most recent finished run."""
 
@@ -92,6 +139,7 @@ class TaskState(BaseModel):
         "cool-down (auto_resume_after_seconds)")
     probing: str | None = Field(default=None, description="the execution id of the probe queued "
                                 "or in flight")
+    backfill: Backfill | None = Field(default=None, description="the latest backfill")
 
     @property
     def run_count(self) -> int:
@@ -111,6 +159,7 @@ class TaskState(BaseModel):
             "last_execution_id": last.execution_id if last else None,
             "next_probe_at": self.probe.at if self.probe else None,
             "updated_at": updated_at,
+            "backfill": self.backfill.shown() if self.backfill else None,
         }
         # Every other column is this state's field of the same name (the ids, the counters,
         # status_reason, created_at): a new one needs no line here.

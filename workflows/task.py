@@ -45,9 +45,13 @@ with workflow.unsafe.imports_passed_through():
     from workflows.breaker import Healed, SelfHealing
     from workflows.describe import describe_schedule
     from workflows.events import (
+        BACKFILL,
+        BACKFILL_DONE,
+        BACKFILL_STOPPED,
         CANCEL,
         CREATE,
         PAUSE,
+        PROBE_FAILED,
         REPLAY,
         RESTART,
         RESUME,
@@ -59,7 +63,13 @@ with workflow.unsafe.imports_passed_through():
     )
     from workflows.inflight import RESCHEDULED, UNTAKEN, Ended, RunsInFlight
     from workflows.record import TaskRecord
-    from workflows.state import ReplayRequest, TaskState, TaskWorkflowInput
+    from workflows.state import (
+        Backfill,
+        BackfillRequest,
+        ReplayRequest,
+        TaskState,
+        TaskWorkflowInput,
+    )
 
 # A timer may fire a few milliseconds before the wake it was set for: this slack keeps that
 # from costing a second, tiny timer before the dispatch.
@@ -85,6 +95,9 @@ SELF_HEALING = "self-healing-breaker"
 # Workflows from here on record every change of the task in its history (workflows/events.py).
 TASK_EVENTS = "task-events"
 CHANGE_TASK = "change_task"
+# Workflows from here on take backfills: past instants run again, one at a time, when no
+# other run of the task is in flight or queued (docs/scheduling.md, "Backfill").
+BACKFILLS = "backfills"
 
 
 @workflow.defn(name="TaskWorkflow")
@@ -107,6 +120,7 @@ class TaskWorkflow:
         # replay without a cache can ask before it has seen the marker (TMPRL1100).
         self._paused_first = workflow.patched(PAUSED_SHOWS_PAUSED)
         self._healing = SelfHealing(self._state, enabled=workflow.patched(SELF_HEALING))
+        self._backfills = workflow.patched(BACKFILLS)
         self._record = TaskRecord(self._state)
         self._record.events_on = workflow.patched(TASK_EVENTS)
         if start.state is None:
@@ -172,8 +186,9 @@ class TaskWorkflow:
             self._decide_due()  # while paused, the fires due before the pause (policy.decide_due)
         self._healing.queue_due(now)
         self._start_queued()
+        self._start_backfill()  # before the dispatch ahead, which would hold it off for good
         self._dispatch_ahead()
-        if policy.schedule_done(state.position(), self._runs.flight(now)):
+        if policy.schedule_done(state.position(), self._runs.flight(now)) and not self._backfilling():
             last = state.last_run.status if state.last_run else None
             status, reason = policy.final_status(state.spec, last)
             self._state.finish(status, state.status_reason or reason)
@@ -250,6 +265,38 @@ class TaskWorkflow:
         state.next_fire_at = policy.bounded(state.next_fire_at, state.position(),
                                             self._runs.flight(now))
 
+    def _start_backfill(self) -> None:
+        """Start the backfill's next instant once nothing else of the task is in flight or
+        queued; a fire that comes meanwhile meets the overlap policy like any other."""
+        backfill, state = self._state.backfill, self._state
+        if (backfill is None or not backfill.running or state.paused or self._draining()
+                or state.queue or self._runs.flight(workflow.now()).total):
+            return
+        backfill.current = None
+        while backfill.pending:
+            item = backfill.pending.pop(0)
+            run_id = execution_id(state.task_id, item.scheduled_at)
+            if run_id in self._runs.ids():
+                continue  # running already, under the same id
+            backfill.started += 1
+            backfill.current = item
+            self._start(Run(scheduled_at=item.scheduled_at, trigger=Trigger.BACKFILL,
+                            execution_id=run_id))
+            return
+        backfill.status = "done"
+        self._record.event(BACKFILL_DONE, SCHEDULER, detail={"started": backfill.started})
+
+    def _stop_backfill(self, why: str) -> None:
+        """Start no more of a running backfill's instants (a pause or a cancel)."""
+        backfill = self._state.backfill
+        if backfill is not None and backfill.running:
+            backfill.stop(why)
+            self._record.event(BACKFILL_STOPPED, SCHEDULER, detail={
+                "reason": why, "started": backfill.started, "left": len(backfill.pending)})
+
+    def _backfilling(self) -> bool:
+        return self._state.backfill is not None and self._state.backfill.running
+
     def _start(self, run: Run, *, instant: datetime | None = None) -> None:
         state = self._state
         run_id = run.execution_id or execution_id(state.task_id, run.scheduled_at, run.trigger)
@@ -273,6 +320,8 @@ class TaskWorkflow:
 
     def _not_run(self, ended: Ended) -> None:
         state = self._state
+        if ended.run.trigger is Trigger.BACKFILL:
+            return  # nothing ran: the instant's row stays as it was
         fire = ended.run.scheduled_at
         spans.decided(state.spec, "withdraw", task_id=state.task_id, fire=fire, run_id=ended.run_id,
                       reason=ended.reason, trigger=ended.run.trigger)
@@ -301,6 +350,9 @@ class TaskWorkflow:
 
     def _ran(self, ended: Ended, record: ExecutionRecord) -> None:
         state, trigger, now = self._state, ended.run.trigger, workflow.now()
+        backfill = state.backfill
+        if trigger is Trigger.BACKFILL and backfill is not None and backfill.current is not None:
+            record.reason = backfill.current.earlier  # the row keeps what it said before
         self._record.finished(record, trigger)
         state.count(record, trigger, rerun=trigger is Trigger.REPLAY and self._runs.reported)
         if state.cancel_requested:
@@ -321,9 +373,11 @@ class TaskWorkflow:
         run_id = self._state.probing
         healed = self._healing.ended(outcome, workflow.now())
         if healed is Healed.RESUMED:
-            self._resume(ResumeMissed.SKIP)
+            self._resume(ResumeMissed.SKIP, SCHEDULER)
             self._record.notify(NotifyEvent.AUTO_RESUMED, run_id, "the probe run succeeded: resumed")
         elif healed is Healed.FAILED:
+            self._record.event(PROBE_FAILED, SCHEDULER, detail={"execution_id": run_id,
+                                                                "reason": self._state.status_reason})
             self._record.notify(NotifyEvent.PROBE_FAILED, run_id, self._state.status_reason)
         self._wake = True
 
@@ -331,6 +385,7 @@ class TaskWorkflow:
         """Cancel every run and queued run, record them, and end the task CANCELLED."""
         state = self._state
         self._runs.cancel_all()
+        self._stop_backfill("cancelled")
         await self._runs.settled()
         self._absorb_ended()
         await self._close_pause()
@@ -513,6 +568,20 @@ class TaskWorkflow:
             self._wake = True
             return self._state
 
+    @workflow.update(name="backfill")
+    async def backfill_update(self, request: BackfillRequest) -> TaskState:
+        """Run past instants of the schedule again, oldest first, one at a time."""
+        async with self._lock:
+            self._state.backfill = Backfill(
+                mode=request.mode, start=request.start, end=request.end,
+                total=len(request.instants), asked_at=workflow.now(), pending=request.instants)
+            self._record.event(BACKFILL, request.actor, detail={
+                "mode": request.mode, "start": request.start.isoformat(),
+                "end": request.end.isoformat(), "instants": len(request.instants)})
+            self._wake = True
+            await self._write()
+            return self._state
+
     @workflow.update(name="update_task")
     async def update_task(self, changes: TaskChanges) -> TaskState:
         """Change the task; the sleeping workflow decides again at once."""
@@ -578,6 +647,20 @@ class TaskWorkflow:
         if not request.execution_id.startswith(f"{self._state.task_id}:"):
             raise ApplicationError("that execution is not one of this task's", non_retryable=True)
 
+    @backfill_update.validator
+    def _validate_backfill(self, request: BackfillRequest) -> None:
+        self._refuse_if_final("backfilled")
+        if not self._backfills:
+            raise ApplicationError("this task's workflow is older than backfills; it takes them "
+                                   "after its next continue-as-new", type="BackfillRefused",
+                                   non_retryable=True)
+        if self._state.paused:
+            raise ApplicationError("task is paused: resume it to backfill", type="BackfillRefused",
+                                   non_retryable=True)
+        if self._backfilling():
+            raise ApplicationError("a backfill of this task is running already",
+                                   type="BackfillRefused", non_retryable=True)
+
     @update_task.validator
     def _validate_update(self, changes: TaskChanges) -> None:
         self._refuse_if_final("updated")
@@ -594,6 +677,7 @@ class TaskWorkflow:
     def _request_cancel(self, reason: str | None, actor: str | None = None) -> None:
         first = not self._state.cancel_requested
         if self._state.request_cancel(reason, workflow.now() if self._runs.reported else None):
+            self._stop_backfill("cancelled")
             if first:
                 self._record.event(CANCEL, actor, detail={"reason": self._state.status_reason})
             if self._runs.reported:
@@ -602,6 +686,7 @@ class TaskWorkflow:
 
     def _pause(self, reason: str | None, actor: str = SCHEDULER) -> None:
         if self._state.pause(reason, workflow.now() if self._runs.reported else None):
+            self._stop_backfill("paused")
             self._record.event(PAUSE, actor, detail={"reason": self._state.status_reason})
             self._runs.withdraw("paused")
             self._refresh_status()

@@ -20,6 +20,8 @@ from api.routes.common import (
     OperationKeyHeader,
 )
 from api.schemas import (
+    BackfillIn,
+    BackfillOut,
     CronTask,
     ExecutionPage,
     IntervalTask,
@@ -187,3 +189,18 @@ async def trigger_task(
 ) -> TaskOut:
     """Run the task's job now, outside its schedule."""
     return await service.trigger(who, task_id, idempotency_key=idempotency_key)
+
+
+@router.post("/tasks/{task_id}/backfill", status_code=status.HTTP_202_ACCEPTED,
+             responses={**OPERATION_RESPONSES, 200: {"description": "a dry run: what would run",
+                                                     "model": BackfillOut}})
+async def backfill_task(
+    task_id: TaskIdPath, body: BackfillIn, response: Response, who: WriterDep, service: ServiceDep,
+    idempotency_key: OperationKeyHeader = None,
+) -> BackfillOut:
+    """Run the task's schedule instants in [start, end) again, as ``mode`` selects, oldest
+    first (202); a dry run answers what would run and changes nothing (200)."""
+    answer = await service.backfill(who, task_id, body, idempotency_key=idempotency_key)
+    if body.dry_run:
+        response.status_code = status.HTTP_200_OK
+    return answer

@@ -1,7 +1,7 @@
 """Schemathesis hooks for the fuzz run (loaded through SCHEMATHESIS_HOOKS).
 
-A few values are judged against things no schema can state: the clock (run_at, end_date),
-how two fields compare (end_date after start_date, a retry's maximum interval not below its
+A few values are judged against things no schema can state: the clock (run_at, end_date, a
+backfill's range), how two fields compare (end_date after start_date, a retry's maximum interval not below its
 initial one), DNS and the egress allow-list (URLs), the cron grammar, the IANA time zone
 database, the workflow types this deployment allows, the tenant's shortest interval, and an
 Idempotency-Key's use by earlier requests. Right before a request is sent, each such value
@@ -91,6 +91,14 @@ def _task_fields(body: dict[str, Any]) -> None:
             body[name] = (tomorrow + timedelta(days=days)).isoformat()
 
 
+def _backfill_range(body: dict[str, Any]) -> None:
+    # A backfill's range lies in the past, start before end.
+    if _instant(body.get("start")) and _instant(body.get("end")):
+        today = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+        body["start"] = (today - timedelta(days=2)).isoformat()
+        body["end"] = (today - timedelta(days=1)).isoformat()
+
+
 @schemathesis.hook
 def before_call(context: Any, case: Any, kwargs: Any) -> None:
     """Pin the values above; a fresh Idempotency-Key for every request."""
@@ -98,3 +106,4 @@ def before_call(context: Any, case: Any, kwargs: Any) -> None:
         case.headers["Idempotency-Key"] = uuid.uuid4().hex
     if isinstance(case.body, dict):
         _task_fields(case.body)
+        _backfill_range(case.body)

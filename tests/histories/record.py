@@ -45,7 +45,7 @@ from tests.workflows.helpers import (
 )
 from workflows.events import Origin, SpecChange
 from workflows.starter import start_task_workflow
-from workflows.state import ReplayRequest, TaskState
+from workflows.state import BackfillItem, BackfillRequest, ReplayRequest, TaskState
 from workflows.task import TaskWorkflow
 
 HERE = Path(__file__).parent
@@ -335,6 +335,26 @@ async def task_history(env: WorkflowEnvironment, engine: Engine) -> TaskHandle:
         await handle.signal(TaskWorkflow.cancel_signal, "done")
         state = await handle.result()
     assert (state.spec_version, state.success_count) == (3, 2), state
+    return handle
+
+
+@scenario
+async def backfill(env: WorkflowEnvironment, engine: Engine) -> TaskHandle:
+    # Three past instants run again (trigger backfill, not counted against max_runs), then
+    # the schedule's one run.
+    async with new_worker(env.client, engine) as worker:
+        task = spec(schedule_type="interval", interval_seconds=600, max_runs=1)
+        handle = await start_task(env, worker.task_queue, task)
+        now = await env.get_current_time()
+        past = [now - k * 10 * MINUTE for k in (3, 2, 1)]
+        await handle.execute_update(TaskWorkflow.backfill_update, BackfillRequest(
+            mode="missing", start=past[0], end=now, instants=[
+                BackfillItem(scheduled_at=at, earlier="backfilled; before: SKIPPED (missed)")
+                for at in past]))
+        await env.sleep(11 * MINUTE)
+        state = await handle.result()
+    assert (state.success_count, state.executed) == (4, 1), state
+    assert state.backfill is not None and state.backfill.status == "done", state.backfill
     return handle
 
 
