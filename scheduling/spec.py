@@ -42,6 +42,7 @@ from scheduling.bounds import (
     RunTimeoutSeconds,
     Text,
 )
+from scheduling.calendars import MAX_TASK_CALENDARS, CalendarRef
 from scheduling.cron import CronError, parse_cron
 from scheduling.partial import optional_fields
 
@@ -302,6 +303,10 @@ class PolicyFields(_Strict):
         description="after this many failed runs in a row the task is auto-paused (null: never)",
     )
     notify: NotifySpec | None = None
+    exclude_calendars: list[CalendarRef] = Field(
+        default_factory=list, max_length=MAX_TASK_CALENDARS,
+        description="the tenant's calendars whose dates (in the task's timezone) do not run: "
+        "each fire on one is SKIPPED calendar, or shifted to the next business day (shift)")
 
     retry_policy: RetrySpec = Field(default_factory=RetrySpec)
     heartbeat_timeout_seconds: HeartbeatTimeoutSeconds = 30.0
