@@ -20,7 +20,7 @@ log = structlog.get_logger("task_scheduler.api")
 # Fields of the design that this version does not implement yet: refused, never ignored.
 NOT_YET_SUPPORTED: frozenset[str] = frozenset()
 # Fields that belong to one kind of schedule only.
-SCHEDULE_FIELDS = frozenset({"run_at", "cron", "interval_seconds", "max_runs"})
+SCHEDULE_FIELDS = frozenset({"run_at", "cron", "interval_seconds", "max_runs", "dates"})
 
 
 class ApiError(Exception):
@@ -90,7 +90,7 @@ def problem(status: int, slug: str, title: str, detail: str, **extra: Any) -> JS
 
 # The tags of the discriminated unions in request bodies, by the field that holds the union.
 UNION_TAGS = {
-    "body": frozenset({"once", "cron", "interval"}),
+    "body": frozenset({"once", "cron", "interval", "dates"}),
     "job_details": frozenset({"http", "handler", "workflow"}),
 }
 

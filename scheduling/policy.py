@@ -148,6 +148,9 @@ def _gap_after(spec: ScheduleFields, scheduled_at: datetime) -> timedelta | None
     if spec.schedule_type is ScheduleType.CRON:
         assert spec.cron is not None
         return next_cron_fire(spec.cron, ZoneInfo(spec.timezone), scheduled_at) - scheduled_at
+    if spec.schedule_type is ScheduleType.DATES:
+        later = [d for d in spec.dates or [] if d > scheduled_at]
+        return later[0] - scheduled_at if later else None
     return None
 
 

@@ -5,6 +5,7 @@ as a task's reference; a calendar that a task not yet ended excludes is not dele
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime
 from typing import Any
 
 from tests.api.conftest import ON_BOTH_DATABASES, Stack
@@ -89,3 +90,30 @@ async def test_a_calendar_in_use_is_not_deleted_until_its_tasks_end(stack: Stack
                 break
             await asyncio.sleep(0.1)
         assert (await http.delete(f"/calendars/{cid}")).status_code == 204
+
+
+def dates_task(dates: list[str], **extra: Any) -> dict[str, Any]:
+    return {"task_name": "reminders", "job_details": {"type": "handler", "name": "noop"},
+            "schedule_type": "dates", "dates": dates, **extra}
+
+
+async def test_a_dates_task_is_created_and_bad_dates_are_a_422(stack: Stack) -> None:
+    async with stack.client("t1") as http:
+        made = await http.post("/task/create", json=dates_task(
+            ["2030-01-02T09:00:00+01:00", "2030-01-01T09:00:00Z"]))
+        assert made.status_code == 201, made.text
+        task = made.json()
+        shown = [datetime.fromisoformat(d) for d in task["schedule"]["dates"]]
+        assert shown == [datetime(2030, 1, 1, 9, tzinfo=UTC), datetime(2030, 1, 2, 8, tzinfo=UTC)]
+        assert datetime.fromisoformat(task["next_run_at"]) == shown[0]
+        many = [f"2030-01-01T00:{m // 60:02d}:{m % 60:02d}Z" for m in range(1001)]
+        for bad, field in ((dates_task(["2020-01-01T09:00:00Z"]), "dates[0]"),
+                           (dates_task([]), "dates"),
+                           (dates_task(many), "dates"),
+                           (dates_task(["2030-01-01T09:00:00"]), "dates"),
+                           (dates_task(["2030-01-01T09:00:00Z"], cron="0 * * * *"), "cron"),
+                           ({**cron_task(), "dates": ["2030-01-01T09:00:00Z"]}, "dates")):
+            answer = await http.post("/task/create", json=bad)
+            assert answer.status_code == 422, (field, answer.text)
+            assert field in answer.json()["detail"], answer.text
+        await http.patch("/task/cancel", json={"task_id": task["task_id"]})

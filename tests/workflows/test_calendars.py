@@ -87,3 +87,19 @@ async def test_a_shifted_fire_runs_on_the_next_business_day_at_the_same_wall_tim
     assert row.status == "COMPLETED" and row.scheduled_at == saturday
     monday = saturday + timedelta(days=2)
     assert row.started_at is not None and monday <= row.started_at < monday + timedelta(minutes=1)
+
+
+async def test_a_dates_task_runs_each_date_once_and_completes(
+    time_env: WorkflowEnvironment, sqlite_engine: Engine
+) -> None:
+    now = await time_env.get_current_time()
+    dates = [now + timedelta(hours=5), now + timedelta(days=2), now + timedelta(hours=1)]
+    task = spec(schedule_type="dates", dates=[*dates, dates[0]])  # a repeated instant runs once
+    async with new_worker(time_env.client, sqlite_engine) as worker:
+        handle = await start_task(time_env, worker.task_queue, task)
+        state = await handle.result()
+        await replays(handle)
+    assert state.status is TaskStatus.COMPLETED
+    rows = executions(sqlite_engine, state.task_id)
+    assert [r.scheduled_at for r in rows] == sorted(dates)
+    assert statuses(rows) == ["COMPLETED"] * 3
