@@ -231,8 +231,13 @@ class TaskWorkflow:
     def _start(self, run: Run, *, instant: datetime | None = None) -> None:
         state = self._state
         run_id = run.execution_id or execution_id(state.task_id, run.scheduled_at, run.trigger)
+        # A fire a calendar shifted aims at its new day: its lateness counts from there.
+        shifted = (self._calendars and bool(state.spec.exclude_calendars)
+                   and run.trigger.scheduled)
+        aimed = state.position().instant(run.scheduled_at) if shifted else None
         self._runs.dispatch(state.spec, task_id=state.task_id, tenant_id=state.tenant_id, run=run,
-                            run_id=run_id, instant=instant or workflow.now(), lead=self._lead())
+                            run_id=run_id, instant=instant or workflow.now(), lead=self._lead(),
+                            aimed=aimed)
         self._note_runs()
 
     def _absorb_ended(self) -> None:

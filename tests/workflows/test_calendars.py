@@ -5,7 +5,7 @@ created counts, and the history replays."""
 from __future__ import annotations
 
 import uuid
-from datetime import date, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 from sqlalchemy import Engine
@@ -13,11 +13,20 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer
 
+from activities.options import RunOptions
 from scheduling.status import TaskStatus
 from store.calendars import add_calendar, replace_calendar
 from store.models import Calendar
 from tests.conftest import new_worker
-from tests.workflows.helpers import executions, spec, start_task, statuses
+from tests.workflows.helpers import (
+    executions,
+    running_task,
+    spec,
+    start_task,
+    statuses,
+    task_state,
+    until,
+)
 from workflows.task import TaskWorkflow
 
 BERLIN = ZoneInfo("Europe/Berlin")
@@ -77,7 +86,7 @@ async def test_a_shifted_fire_runs_on_the_next_business_day_at_the_same_wall_tim
     sunday = saturday.date() + timedelta(days=1)
     cid = calendar(sqlite_engine, saturday.date(), sunday)
     task = spec(schedule_type="cron", cron="0 10 * * 6", timezone="Europe/Berlin", max_runs=1,
-                exclude_calendars=[{"calendar_id": cid, "shift": True}])
+                drift_threshold_seconds=5, exclude_calendars=[{"calendar_id": cid, "shift": True}])
     async with new_worker(time_env.client, sqlite_engine) as worker:
         handle = await start_task(time_env, worker.task_queue, task)
         state = await handle.result()
@@ -87,6 +96,7 @@ async def test_a_shifted_fire_runs_on_the_next_business_day_at_the_same_wall_tim
     assert row.status == "COMPLETED" and row.scheduled_at == saturday
     monday = saturday + timedelta(days=2)
     assert row.started_at is not None and monday <= row.started_at < monday + timedelta(minutes=1)
+    assert row.instant == monday and not row.drifted  # lateness counts from the new day
 
 
 async def test_a_dates_task_runs_each_date_once_and_completes(
@@ -103,3 +113,24 @@ async def test_a_dates_task_runs_each_date_once_and_completes(
     rows = executions(sqlite_engine, state.task_id)
     assert [r.scheduled_at for r in rows] == sorted(dates)
     assert statuses(rows) == ["COMPLETED"] * 3
+
+
+async def test_a_run_sent_ahead_is_not_sent_for_an_excluded_date(
+    dev_env: WorkflowEnvironment, sqlite_engine: Engine
+) -> None:
+    """On the real server with a lead: the fires of an excluded day are never sent ahead, each
+    is SKIPPED calendar at its instant, and the task runs nothing."""
+    today = (await dev_env.get_current_time()).astimezone(UTC).date()
+    cid = calendar(sqlite_engine, today, today + timedelta(days=1))
+    task = spec(schedule_type="interval", interval_seconds=1, exclude_calendars=[{"calendar_id": cid}])
+    async with new_worker(dev_env.client, sqlite_engine,
+                          run_options=RunOptions(lead_seconds=5)) as worker:
+        async with running_task(dev_env, worker.task_queue, task) as handle:
+            async def skipped_three() -> bool:
+                return len(executions(sqlite_engine, (await task_state(handle)).task_id)) >= 3
+
+            await until(skipped_three)
+            state = await task_state(handle)
+    rows = executions(sqlite_engine, state.task_id)
+    assert {(r.status, r.reason) for r in rows} == {("SKIPPED", "calendar")}
+    assert state.run_count == 0 and state.running == []
