@@ -102,6 +102,9 @@ def _stored(body: CalendarBody) -> dict[str, Any]:
             "holidays": body.holidays.model_dump() if body.holidays else None}
 
 
+Named = list[tuple[str, str, bool]]
+
+
 class CalendarService:
     """What the calendar endpoints do; every call is scoped by the caller's tenant."""
 
@@ -149,6 +152,14 @@ class CalendarService:
                                 f"ended ({shown}); remove it from them first")
         if not await in_thread(delete_calendar, self._engine, tenant_id, calendar_id):
             raise NotFound(f"no calendar {calendar_id}")
+
+    async def named(self, tenant_id: str, schedule: dict[str, Any]) -> Named:
+        """A task's calendars as (id, name, shift) for its page; a deleted one is named "?"."""
+        named: Named = []
+        for ref in schedule.get("exclude_calendars") or []:
+            row = await in_thread(read_calendar, self._engine, tenant_id, ref["calendar_id"])
+            named.append((ref["calendar_id"], row.name if row else "?", bool(ref.get("shift"))))
+        return named
 
     async def check_refs(self, tenant_id: str, spec: TaskSpec) -> None:
         """404 naming the first calendar of ``exclude_calendars`` the tenant does not have."""

@@ -286,5 +286,6 @@ async def task_page(
     except TaskNotFound:
         return page(request, "not_found.html", {"viewer": viewer, "task_id": task_id}, 404)
     runs = await service.executions(viewer, task_id, limit=HISTORY_PAGE, cursor=cursor)
-    context = {"viewer": viewer, "task": task, "runs": runs, "chart": lateness_chart(runs.items)}
+    context = {"viewer": viewer, "task": task, "runs": runs, "chart": lateness_chart(runs.items),
+               "calendars": await service.calendars.named(task.tenant_id, task.schedule)}
     return page(request, "task.html", context)
