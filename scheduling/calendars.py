@@ -16,6 +16,8 @@ from zoneinfo import ZoneInfo
 import holidays
 from pydantic import BaseModel, ConfigDict, Field
 
+from scheduling.bounds import Text
+
 # How far a shifted fire may move: a calendar that excludes a whole year shifts nothing.
 MAX_SHIFT_DAYS = 366
 MAX_CALENDAR_DATES = 2000
@@ -27,7 +29,7 @@ class CalendarRef(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    calendar_id: str = Field(min_length=1, max_length=64, examples=["cal_5b0c2e7c9f2d4e2a"])
+    calendar_id: Text = Field(min_length=1, max_length=64, examples=["5b0c2e7c9f2d4e2a9a51d3c0b8f1a7e4"])
     shift: bool = Field(default=False, description="run on the next day no excluded calendar "
                         "names, at the same wall time, instead of skipping (payroll)")
 
@@ -37,8 +39,8 @@ class HolidaySource(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    country: str = Field(min_length=2, max_length=3, examples=["DE"])
-    subdivision: str | None = Field(default=None, min_length=1, max_length=10, examples=["BY"])
+    country: Text = Field(min_length=2, max_length=3, examples=["DE"])
+    subdivision: Text | None = Field(default=None, min_length=1, max_length=10, examples=["BY"])
 
 
 class CalendarDates(BaseModel):
@@ -58,8 +60,10 @@ def holiday_dates(source: HolidaySource, years: Iterable[int]) -> set[date]:
     try:
         found = holidays.country_holidays(source.country.upper(), subdiv=source.subdivision,
                                           years=list(years))
-    except NotImplementedError as exc:
-        raise ValueError(str(exc)) from exc
+    except (NotImplementedError, LookupError, TypeError) as exc:
+        raise ValueError(f"no public holidays known for {source.country!r}"
+                         f"{f' subdivision {source.subdivision!r}' if source.subdivision else ''}: "
+                         f"{exc}") from exc
     return set(found.keys())
 
 
