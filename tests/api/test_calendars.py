@@ -117,3 +117,18 @@ async def test_a_dates_task_is_created_and_bad_dates_are_a_422(stack: Stack) -> 
             assert answer.status_code == 422, (field, answer.text)
             assert field in answer.json()["detail"], answer.text
         await http.patch("/task/cancel", json={"task_id": task["task_id"]})
+
+
+async def test_the_calendar_endpoints_are_documented_with_examples(stack: Stack) -> None:
+    async with stack.client("t1") as http:
+        document = (await http.get("/openapi.json")).json()
+    paths = document["paths"]
+    assert set(paths["/calendars"]) == {"get", "post"}
+    assert set(paths["/calendars/{calendar_id}"]) == {"get", "put", "delete"}
+    created = paths["/calendars"]["post"]["requestBody"]["content"]["application/json"]["examples"]
+    assert created["holidays and dates"]["value"]["holidays"] == {"country": "DE", "subdivision": "BY"}
+    assert "409" in paths["/calendars/{calendar_id}"]["delete"]["responses"]
+    schemas = document["components"]["schemas"]
+    assert schemas["CalendarOut"]["examples"] and schemas["CalendarPage"]["examples"]
+    assert "exclude_calendars" in schemas["CronTask"]["properties"]
+    assert "dates" in schemas["DatesTask"]["required"]
