@@ -9,6 +9,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from scheduling.bounds import PATTERN_MESSAGES
 
@@ -93,6 +94,17 @@ UNION_TAGS = {
     "body": frozenset({"once", "cron", "interval", "dates"}),
     "job_details": frozenset({"http", "handler", "workflow"}),
 }
+
+
+METHODS = ("DELETE", "GET", "HEAD", "PATCH", "POST", "PUT")
+
+
+def _allowed(request: Request) -> list[str]:
+    """Every method some route serves at the request's path."""
+    routes = request.app.router.routes
+    return [method for method in METHODS
+            if any(route.matches({**request.scope, "method": method})[0] is Match.FULL
+                   for route in routes)]
 
 
 def _schedule_tag(loc: tuple[Any, ...]) -> str | None:
@@ -201,6 +213,10 @@ def install_error_handlers(app: FastAPI) -> None:
         )
         if exc.headers:
             response.headers.update(exc.headers)
+        if exc.status_code == 405:
+            # Starlette names the methods of the first route of the path only; a path served by
+            # several routes (GET and POST /calendars) allows all of theirs.
+            response.headers["Allow"] = ", ".join(_allowed(request))
         return response
 
     @app.exception_handler(Exception)

@@ -132,3 +132,11 @@ async def test_the_calendar_endpoints_are_documented_with_examples(stack: Stack)
     assert schemas["CalendarOut"]["examples"] and schemas["CalendarPage"]["examples"]
     assert "exclude_calendars" in schemas["CronTask"]["properties"]
     assert "dates" in schemas["DatesTask"]["required"]
+
+
+async def test_a_method_a_path_does_not_serve_names_all_it_does(stack: Stack) -> None:
+    async with stack.client("t1") as http:
+        answer = await http.patch("/calendars")
+        one = await http.options("/calendars/some-id")
+    assert answer.status_code == 405 and answer.headers["Allow"] == "GET, POST"
+    assert one.status_code == 405 and one.headers["Allow"] == "DELETE, GET, PUT"
