@@ -91,6 +91,9 @@ def schedule_summary(task: dict[str, Any]) -> str:
     if kind == "interval":
         seconds = schedule.get("interval_seconds")
         return f"every {seconds:g}s {schedule.get('interval_mode') or ''}".strip()
+    if kind == "dates":
+        dates = schedule.get("dates") or [None]
+        return f"{len(dates)} dates to {_when(dates[-1])}"
     return f"once {_when(schedule.get('run_at'))}"
 
 

@@ -66,6 +66,9 @@ def schedule_of(task: TaskOut) -> str:
         return f"cron {spec.get('cron')} ({spec.get('timezone') or 'UTC'})"
     if task.schedule_type == "interval":
         return f"every {spec.get('interval_seconds'):g}s, {spec.get('interval_mode') or 'fixed_rate'}"
+    if task.schedule_type == "dates":
+        dates = spec.get("dates") or []
+        return f"{len(dates)} dates, the last at {when(datetime.fromisoformat(dates[-1])) if dates else '—'}"
     run_at = spec.get("run_at")
     return f"once at {when(datetime.fromisoformat(run_at)) if run_at else '—'}"
 

@@ -31,3 +31,14 @@ async def test_calendars_create_list_get_replace_delete(stack: Stack) -> None:
     assert code == 0 and f"deleted {cid}" in out
     code, _, err = await cli("calendars", "get", cid)
     assert code == 1 and "404" in err
+
+
+async def test_tasks_list_shows_a_dates_schedule(stack: Stack) -> None:
+    async with stack.client("t1") as api:
+        made = await api.post("/task/create", json={
+            "task_name": "cli-dates", "job_details": {"type": "handler", "name": "noop"},
+            "schedule_type": "dates", "dates": ["2030-01-02T09:00:00Z", "2030-01-01T09:00:00Z"]})
+    assert made.status_code == 201, made.text
+    cli = Cli(SCHEDULER_API_URL=stack.base_url, SCHEDULER_API_KEY=stack.keys["t1"])
+    code, out, _ = await cli("tasks", "list", "--name", "cli-dates")
+    assert code == 0 and "2 dates to 2030-01-02 09:00:00" in out, out

@@ -26,3 +26,13 @@ async def test_the_task_page_names_its_calendars(stack: Stack) -> None:
     assert "&lt;b&gt;shutdown&lt;/b&gt;</span> <span class=\"muted\">(skip)</span>" in shown
     assert "bavaria</span> <span class=\"muted\">(shift to the next business day)</span>" in shown
     assert 'id="calendars"' not in without
+
+
+async def test_a_dates_task_shows_its_dates(stack: Stack) -> None:
+    async with stack.client("t1") as api:
+        task = (await api.post("/task/create", json={
+            "task_name": "reminders", "job_details": {"type": "handler", "name": "noop"},
+            "schedule_type": "dates", "dates": ["2030-01-02T09:00:00Z", "2030-01-01T09:00:00Z"]})).json()
+    async with sign_in(stack.base_url, stack.keys["t1"]) as browser:
+        page = (await browser.get(f"/ui/tasks/{task['task_id']}")).text
+    assert "2 dates, the last at 2030-01-02" in page
