@@ -14,6 +14,7 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer
 
 from activities.options import RunOptions
+from scheduling.spec import TaskChanges
 from scheduling.status import TaskStatus
 from store.calendars import add_calendar, replace_calendar
 from store.models import Calendar
@@ -134,3 +135,21 @@ async def test_a_run_sent_ahead_is_not_sent_for_an_excluded_date(
     rows = executions(sqlite_engine, state.task_id)
     assert {(r.status, r.reason) for r in rows} == {("SKIPPED", "calendar")}
     assert state.run_count == 0 and state.running == []
+
+
+async def test_calendars_added_by_an_update_count_from_the_next_fire(
+    time_env: WorkflowEnvironment, sqlite_engine: Engine
+) -> None:
+    now = await time_env.get_current_time()
+    fires = tens(now, 3)
+    cid = calendar(sqlite_engine, fires[0].date())
+    task = spec(schedule_type="cron", cron="0 10 * * *", timezone="Europe/Berlin", max_runs=2)
+    async with new_worker(time_env.client, sqlite_engine) as worker:
+        handle = await start_task(time_env, worker.task_queue, task)
+        changes = TaskChanges.model_validate({"exclude_calendars": [{"calendar_id": cid}]})
+        updated = await handle.execute_update(TaskWorkflow.update_task, changes)
+        assert [ref.calendar_id for ref in updated.spec.exclude_calendars] == [cid]
+        state = await handle.result()
+    rows = executions(sqlite_engine, state.task_id)
+    assert [(r.scheduled_at, r.status, r.reason) for r in rows] == [
+        (fires[0], "SKIPPED", "calendar"), (fires[1], "COMPLETED", None), (fires[2], "COMPLETED", None)]
