@@ -19,7 +19,7 @@ from api.guards import BodyGuard
 from api.metrics import ApiMetrics, MetricsMiddleware
 from api.overdue import overdue_check
 from api.ratelimit import AuthFailureLimiter, TenantRateLimiter
-from api.routes import dead_letters, health, history, preview, signing, tasks, ui
+from api.routes import calendars, dead_letters, health, history, preview, signing, tasks, ui
 from api.routes.docs import install_docs
 from api.service import TaskService
 from api.signing import SigningService
@@ -66,6 +66,7 @@ def create_app(
             Quota.from_settings(settings.quota),
             workflow_jobs=workflow_job_rules(settings),
         )
+        app.state.calendars = app.state.service.calendars
         app.state.signing = SigningService(
             db, SecretBox(settings.signing.key.get_secret_value()),
             timedelta(hours=settings.signing.rotation_hours))
@@ -119,6 +120,7 @@ def create_app(
     app.include_router(history.router)
     app.include_router(dead_letters.router)
     app.include_router(signing.router)
+    app.include_router(calendars.router)
     app.include_router(health.router)
     app.include_router(ui.router)
     install_docs(app, sorted(load_handlers()))

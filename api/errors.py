@@ -9,6 +9,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from scheduling.bounds import PATTERN_MESSAGES
 
@@ -20,7 +21,7 @@ log = structlog.get_logger("task_scheduler.api")
 # Fields of the design that this version does not implement yet: refused, never ignored.
 NOT_YET_SUPPORTED: frozenset[str] = frozenset()
 # Fields that belong to one kind of schedule only.
-SCHEDULE_FIELDS = frozenset({"run_at", "cron", "interval_seconds", "max_runs"})
+SCHEDULE_FIELDS = frozenset({"run_at", "cron", "interval_seconds", "max_runs", "dates"})
 
 
 class ApiError(Exception):
@@ -90,9 +91,20 @@ def problem(status: int, slug: str, title: str, detail: str, **extra: Any) -> JS
 
 # The tags of the discriminated unions in request bodies, by the field that holds the union.
 UNION_TAGS = {
-    "body": frozenset({"once", "cron", "interval"}),
+    "body": frozenset({"once", "cron", "interval", "dates"}),
     "job_details": frozenset({"http", "handler", "workflow"}),
 }
+
+
+METHODS = ("DELETE", "GET", "HEAD", "PATCH", "POST", "PUT")
+
+
+def _allowed(request: Request) -> list[str]:
+    """Every method some route serves at the request's path."""
+    routes = request.app.router.routes
+    return [method for method in METHODS
+            if any(route.matches({**request.scope, "method": method})[0] is Match.FULL
+                   for route in routes)]
 
 
 def _schedule_tag(loc: tuple[Any, ...]) -> str | None:
@@ -214,6 +226,10 @@ def install_error_handlers(app: FastAPI) -> None:
         )
         if exc.headers:
             response.headers.update(exc.headers)
+        if exc.status_code == 405:
+            # Starlette names the methods of the first route of the path only; a path served by
+            # several routes (GET and POST /calendars) allows all of theirs.
+            response.headers["Allow"] = ", ".join(_allowed(request))
         return response
 
     @app.exception_handler(Exception)

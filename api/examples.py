@@ -47,6 +47,26 @@ CREATE_EXAMPLES: dict[str, Any] = {
             "dst_policy": {"gap": "skip", "repeated": "first"},
         },
     },
+    "dates-handler": {
+        "summary": "At three explicit instants, run a registered handler; then complete",
+        "value": {
+            "task_name": "launch-reminders",
+            "job_details": {"type": "handler", "name": "log", "args": {"campaign": "launch"}},
+            "schedule_type": "dates",
+            "dates": ["2030-01-06T09:00:00Z", "2030-01-13T09:00:00+01:00", "2030-02-01T12:30:00Z"],
+        },
+    },
+    "cron-payroll-calendar": {
+        "summary": "On the 15th, but on the next business day when the 15th is a holiday",
+        "value": {
+            "task_name": "payroll",
+            "job_details": {"type": "http", "url": "https://example.com/hooks/payroll"},
+            "schedule_type": "cron",
+            "cron": "0 9 15 * *",
+            "timezone": "Europe/Berlin",
+            "exclude_calendars": [{"calendar_id": "5b0c2e7c9f2d4e2a9a51d3c0b8f1a7e4", "shift": True}],
+        },
+    },
 }
 
 TASK_EXAMPLE: dict[str, Any] = {

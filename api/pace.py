@@ -46,6 +46,10 @@ class ShortestGaps:
             return None
         if spec.schedule_type is ScheduleType.INTERVAL:
             return spec.interval_seconds
+        if spec.schedule_type is ScheduleType.DATES:
+            dates = spec.dates or []
+            gaps = [(b - a).total_seconds() for a, b in zip(dates, dates[1:], strict=False)]
+            return min(gaps, default=None)
         fires = self._cron_fires(spec, now)
         gaps = [(b - a).total_seconds() for a, b in zip(fires, fires[1:], strict=False)]
         return min(gaps) if gaps else None

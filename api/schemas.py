@@ -32,6 +32,7 @@ from scheduling.bounds import INSTANT_RANGE, MAX_INTERVAL_SECONDS, MaxRuns, Text
 from scheduling.partial import admits_null, optional_fields
 from scheduling.preview import describe_stored
 from scheduling.spec import (
+    MAX_DATES,
     DstPolicy,
     IntervalMode,
     JobFields,
@@ -88,6 +89,7 @@ class OnceTask(_NewTask):
     cron: None = None
     interval_seconds: None = None
     max_runs: None = None
+    dates: None = None
 
 
 class CronTask(_NewTask):
@@ -98,6 +100,7 @@ class CronTask(_NewTask):
     max_runs: MaxRuns | None = None
     run_at: None = None
     interval_seconds: None = None
+    dates: None = None
 
 
 class IntervalTask(_NewTask):
@@ -108,16 +111,31 @@ class IntervalTask(_NewTask):
     max_runs: MaxRuns | None = None
     run_at: None = None
     cron: None = None
+    dates: None = None
 
 
-TaskCreate = Annotated[OnceTask | CronTask | IntervalTask, Field(discriminator="schedule_type")]
+class DatesTask(_NewTask):
+    """A task that runs once at each of ``dates``, and completes after the last."""
+
+    schedule_type: Literal["dates"]
+    dates: list[Instant] = Field(min_length=1, max_length=MAX_DATES, description=(
+        f"the instants to run, each with a time zone offset, {INSTANT_RANGE}; none more "
+        "than a minute in the past"))
+    max_runs: MaxRuns | None = None
+    run_at: None = None
+    cron: None = None
+    interval_seconds: None = None
+
+
+TaskCreate = Annotated[OnceTask | CronTask | IntervalTask | DatesTask,
+                      Field(discriminator="schedule_type")]
 RecurringTaskCreate = Annotated[CronTask | IntervalTask, Field(discriminator="schedule_type")]
 
 
 def _as_created(name: str) -> FieldInfo:
     """A spec field as the create bodies declare it (in the kind of task that takes it), or as
     the spec does (schedule_type, a literal in each kind)."""
-    for kind in (OnceTask, CronTask, IntervalTask):
+    for kind in (OnceTask, CronTask, IntervalTask, DatesTask):
         field = kind.model_fields[name]
         if field.annotation is not NoneType and get_origin(field.annotation) is not Literal:
             return field

@@ -17,6 +17,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from activities.workflow_jobs import WorkflowJobRules
 from api.backfill import backfill
+from api.calendars import CalendarService
 from api.database import in_thread
 from api.errors import (
     InvalidTask,
@@ -90,6 +91,7 @@ class TaskService:
         self.active_counts = ActiveCounts()
         # No linger: rows that arrive while a commit runs go together into the next one.
         self.writer = BatchWriter(engine, linger=0)
+        self.calendars = CalendarService(engine)
 
     async def aclose(self) -> None:
         """Stop the row writer (at shutdown, after the last request)."""
@@ -119,6 +121,7 @@ class TaskService:
         usage = usage or await self._usage(who.tenant_id)
         await validate_new_task(spec, usage, self.rules, now=now, body_size=body_size,
                                 recurring_only=recurring_only)
+        await self.calendars.check_refs(who.tenant_id, spec)
         task_id = uuid.uuid4().hex
         if idempotency_key is not None:
             task_id = await claim_create(self.engine, who.tenant_id, idempotency_key,
@@ -246,6 +249,8 @@ class TaskService:
         quota = await in_thread(quota_for, self.engine, row.tenant_id, self.quota_defaults)
         await validate_new_task(new_spec, TenantUsage(quota), self.rules, now=datetime.now(UTC),
                                 body_size=body_size, before=spec)
+        if new_spec.exclude_calendars != spec.exclude_calendars:
+            await self.calendars.check_refs(row.tenant_id, new_spec)
         return self._out(await self.temporal.update(task_id, changes, origin, request_id=request_id))
 
     async def cancel(

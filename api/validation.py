@@ -136,7 +136,8 @@ def _check_quota(
     if before is None or _pace(spec) != _pace(before):
         gap = gaps.shortest_gap(spec, now)
         if gap is not None and gap < quota.min_interval_seconds:
-            name = "interval_seconds" if spec.interval_seconds is not None else "cron"
+            name = ("interval_seconds" if spec.interval_seconds is not None
+                    else "dates" if spec.dates is not None else "cron")
             raise InvalidTask(
                 f"{name}: runs would be {gap:g}s apart; this tenant's limit is "
                 f"min_interval_seconds={quota.min_interval_seconds:g}",

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Literal, TypedDict
 
-from cli import ops
+from cli import calendars, ops
 from cli.terminal import shown
 from config.logging import configure_logging
 from config.settings import Settings
@@ -224,6 +224,7 @@ def parser() -> argparse.ArgumentParser:
     for name in QUOTA_FIELDS:
         setter.add_argument(f"--{name.replace('_', '-')}", dest=name)
     ops.add_commands(commands)
+    calendars.add_commands(commands)
     return root
 
 
@@ -231,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the console script."""
     args = parser().parse_args(argv)
     settings = Settings()
-    if args.command in ("tasks", "dead-letters"):
+    if args.command in ("tasks", "dead-letters", "calendars"):
         return ops.run(args, settings.data_dir)  # a client of the API: it logs nothing itself
     configure_logging(settings.resolved_log_format, settings.log.level)
     if args.command == "dev":

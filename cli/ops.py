@@ -93,6 +93,9 @@ def schedule_summary(task: dict[str, Any]) -> str:
     if kind == "interval":
         seconds = schedule.get("interval_seconds")
         return f"every {seconds:g}s {schedule.get('interval_mode') or ''}".strip()
+    if kind == "dates":
+        dates = schedule.get("dates") or [None]
+        return f"{len(dates)} dates to {_when(dates[-1])}"
     return f"once {_when(schedule.get('run_at'))}"
 
 
@@ -277,14 +280,20 @@ def _dead_letters_replay(api: OpsClient, a: argparse.Namespace) -> tuple[Any, st
     return run, f"replaying {shown(a.execution_id)}: {shown(run.get('status', 'accepted'))}"
 
 
-def add_commands(commands: Any) -> None:
-    """Add the `tasks` and `dead-letters` commands to the CLI's subparsers."""
+def common_options() -> argparse.ArgumentParser:
+    """The options every API client command takes: --url, --key, --json."""
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--url", default=os.environ.get("SCHEDULER_API_URL", DEFAULT_URL),
                         help="the API (env SCHEDULER_API_URL; default %(default)s)")
     common.add_argument("--key", default=os.environ.get("SCHEDULER_API_KEY"),
                         help="API key (env SCHEDULER_API_KEY; default: the dev key file)")
     common.add_argument("--json", action="store_true", help="print the API's JSON")
+    return common
+
+
+def add_commands(commands: Any) -> None:
+    """Add the `tasks` and `dead-letters` commands to the CLI's subparsers."""
+    common = common_options()
 
     def leaf(group: Any, name: str, run: Command, help_: str) -> argparse.ArgumentParser:
         sub: argparse.ArgumentParser = group.add_parser(name, parents=[common], help=help_)

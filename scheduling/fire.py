@@ -17,6 +17,9 @@ def first_fire(spec: TaskSpec, created_at: datetime) -> datetime | None:
     """The first fire time of a task created at ``created_at``."""
     if spec.schedule_type is ScheduleType.ONCE:
         return _bounded(spec, spec.run_at)
+    if spec.schedule_type is ScheduleType.DATES:
+        assert spec.dates is not None
+        return _bounded(spec, spec.dates[0])
     if (
         spec.schedule_type is ScheduleType.INTERVAL
         and spec.start_date is not None
@@ -36,6 +39,11 @@ def next_fire(spec: ScheduleFields, *, anchor: datetime, after: datetime) -> dat
     """
     if spec.schedule_type is ScheduleType.ONCE:
         return None
+    if spec.schedule_type is ScheduleType.DATES:
+        # The dates are sorted (ScheduleFields); the first after ``after``, within the bounds.
+        later = (d for d in spec.dates or [] if d > after
+                 and (spec.start_date is None or d >= spec.start_date))
+        return _bounded(spec, next(later, None))
     before_start = spec.start_date is not None and after < spec.start_date
     candidate: datetime | None
     if spec.schedule_type is ScheduleType.CRON:

@@ -15,6 +15,7 @@ from zoneinfo import ZoneInfo
 
 from pydantic import BaseModel, Field
 
+from scheduling.calendars import RUNS, CalendarPlan, Verdict
 from scheduling.cron import next_cron_fire
 from scheduling.fire import first_fire, next_fire
 from scheduling.jitter import jitter_offset
@@ -92,10 +93,27 @@ class Position:
     resumed_at: datetime | None = None  # when it ended: fires from paused_at up to here were in it
     queue: tuple[Run, ...] = ()
     latest_taken: datetime | None = None  # the newest fire taken from the schedule so far
+    calendar: CalendarPlan | None = None  # the dates exclude_calendars names (None: none)
 
     def instant(self, fire: datetime) -> datetime:
-        """When ``fire`` runs: its time plus the task's jitter (``instant_of``)."""
-        return instant_of(self.spec, self.task_id, fire, self.spec.jitter_seconds)
+        """When ``fire`` runs: its time (or the day its calendar shifts it to) plus the
+        task's jitter (``instant_of``)."""
+        shifted = self.verdict(fire).shifted_to
+        return instant_of(self.spec, self.task_id, shifted or fire, self.spec.jitter_seconds)
+
+    def verdict(self, fire: datetime) -> Verdict:
+        """What the task's calendars make of ``fire`` (``calendar_verdict``)."""
+        return calendar_verdict(self, fire)
+
+
+def calendar_verdict(pos: Position, fire: datetime) -> Verdict:
+    """Whether ``fire`` runs as planned, is skipped (SKIPPED ``calendar``) or shifted, and by
+    which calendar: the rule preview and the workflow both apply."""
+    if pos.calendar is None:
+        return RUNS
+    following = None if is_fixed_delay(pos.spec) else next_fire(pos.spec, anchor=pos.anchor,
+                                                                  after=fire)
+    return pos.calendar.verdict(fire, following)
 
 
 @dataclass
@@ -139,6 +157,9 @@ def _gap_after(spec: ScheduleFields, scheduled_at: datetime) -> timedelta | None
         assert spec.cron is not None
         return next_cron_fire(spec.cron, ZoneInfo(spec.timezone), scheduled_at,
                               spec.dst_policy) - scheduled_at
+    if spec.schedule_type is ScheduleType.DATES:
+        later = [d for d in spec.dates or [] if d > scheduled_at]
+        return later[0] - scheduled_at if later else None
     return None
 
 
@@ -227,6 +248,9 @@ def decide_due(pos: Position, flight: Flight, now: datetime, *, queued_missed: b
     paused = [f for f in due if _in_pause(pos, f)]
     result.skipped += [(f, SkipReason.PAUSED) for f in paused]
     due = [f for f in due if f not in paused]
+    excluded = [f for f in due if pos.verdict(f).excluded]
+    result.skipped += [(f, SkipReason.CALENDAR) for f in excluded]
+    due = [f for f in due if f not in excluded]
     # A fire due before a pause was asked is missed: the pause stops it from running on time.
     on_time = [f for f in due[-1:] if now - instant(f) <= ON_TIME_GRACE
                and (pos.paused_at is None or instant(f) >= pos.paused_at)]

@@ -43,10 +43,12 @@ from scheduling.bounds import (
     RunTimeoutSeconds,
     Text,
 )
+from scheduling.calendars import MAX_TASK_CALENDARS, CalendarRef
 from scheduling.cron import CronError, parse_cron
 from scheduling.partial import optional_fields
 
 MAX_NAME_LENGTH = 200
+MAX_DATES = 1000
 PAST_TOLERANCE = timedelta(minutes=1)
 # The longest cool-down of a self-healing breaker: a failing probe doubles it up to this.
 MAX_COOL_DOWN_SECONDS = 86_400
@@ -56,6 +58,7 @@ class ScheduleType(StrEnum):
     ONCE = "once"
     CRON = "cron"
     INTERVAL = "interval"
+    DATES = "dates"
 
 
 class IntervalMode(StrEnum):
@@ -227,6 +230,18 @@ class ScheduleFields(_Strict):
     end_date: datetime | None = None
     max_runs: MaxRuns | None = None
     dst_policy: DstPolicy = Field(default_factory=DstPolicy, description="cron: daylight saving rules")
+    dates: list[datetime] | None = Field(
+        default=None, min_length=1, max_length=MAX_DATES,
+        description="dates: the instants to run, each once, with a time zone offset")
+
+    @field_validator("dates")
+    @classmethod
+    def _dates_aware(cls, value: list[datetime] | None) -> list[datetime] | None:
+        if value is None:
+            return None
+        for i, instant in enumerate(value):
+            _aware(instant, f"dates[{i}]")
+        return sorted(set(value))  # each instant runs once, in order
 
     @field_validator("run_at", "start_date", "end_date")
     @classmethod
@@ -253,7 +268,15 @@ class ScheduleFields(_Strict):
     @model_validator(mode="after")
     def _consistent(self) -> ScheduleFields:
         kind = self.schedule_type
-        if kind is ScheduleType.ONCE:
+        if kind is not ScheduleType.DATES and self.dates is not None:
+            raise ValueError(f"dates does not apply to schedule_type '{kind.value}'")
+        if kind is ScheduleType.DATES:
+            if self.dates is None:
+                raise ValueError("dates is required when schedule_type is 'dates'")
+            for name in ("run_at", "cron", "interval_seconds"):
+                if getattr(self, name) is not None:
+                    raise ValueError(f"{name} does not apply to schedule_type 'dates'")
+        elif kind is ScheduleType.ONCE:
             if self.run_at is None:
                 raise ValueError("run_at is required when schedule_type is 'once'")
             for name in ("cron", "interval_seconds", "max_runs"):
@@ -342,6 +365,10 @@ class PolicyFields(_Strict):
         "paused until resumed)",
     )
     notify: NotifySpec | None = None
+    exclude_calendars: list[CalendarRef] = Field(
+        default_factory=list, max_length=MAX_TASK_CALENDARS,
+        description="the tenant's calendars whose dates (in the task's timezone) do not run: "
+        "each fire on one is SKIPPED calendar, or shifted to the next business day (shift)")
 
     retry_policy: RetrySpec = Field(default_factory=RetrySpec)
     heartbeat_timeout_seconds: HeartbeatTimeoutSeconds = 30.0
@@ -385,7 +412,8 @@ class _Changes(_Strict):
         changes = self.model_dump(exclude_unset=True)
         if "schedule_type" in changes and changes["schedule_type"] != spec.schedule_type:
             # A new kind of schedule drops the fields of the old one.
-            base = spec.model_dump(exclude={"run_at", "cron", "interval_seconds", "max_runs"})
+            base = spec.model_dump(exclude={"run_at", "cron", "interval_seconds", "max_runs",
+                                            "dates"})
         else:
             base = spec.model_dump()
         base.update(changes)
@@ -424,6 +452,11 @@ def check_timing(spec: TaskSpec, now: datetime) -> None:
             "run_at", "is more than a minute in the past; check the client's clock and time zone "
             "(or set missed_run_policy to single_catchup or catchup to run it at once)"
         )
+    past = [i for i, d in enumerate(spec.dates or []) if d < now - PAST_TOLERANCE]
+    if past and not catch_up:
+        raise TimingError(
+            f"dates[{past[0]}]", "is more than a minute in the past; check the client's clock "
+            "and time zone (or set missed_run_policy to single_catchup or catchup)")
     if spec.end_date is not None and spec.end_date <= now:
         raise TimingError("end_date", "is in the past: the task could never run")
 

@@ -62,6 +62,7 @@ class SkipReason(StrEnum):
     PAUSED = "paused"  # its time fell inside a pause
     RESCHEDULED = "rescheduled"  # waiting when the schedule changed
     CANCELLED = "cancelled"  # waiting when the task was cancelled
+    CALENDAR = "calendar"  # its date is in a calendar the task excludes
 
 
 class DeadLetter(StrEnum):

@@ -248,3 +248,19 @@ class SigningSecret(SQLModel, table=True):
     secret_encrypted: str = Field(max_length=512)
     created_at: datetime = _ts(default_factory=utcnow)
     expires_at: datetime | None = _ts(default=None)
+
+
+class Calendar(SQLModel, table=True):
+    """A tenant's calendar of excluded dates: its own dates and, optionally, a country's public
+    holidays (``holidays``: {"country", "subdivision"})."""
+
+    __tablename__ = "calendar"
+    __table_args__ = (Index("ix_calendar_tenant_created", "tenant_id", "created_at", "id"),)
+
+    id: str = Field(primary_key=True, max_length=64)
+    tenant_id: str = Field(max_length=128)
+    name: str = Field(max_length=200)
+    dates: list[str] = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
+    holidays: dict[str, Any] | None = Field(default=None, sa_column=Column(JSON, nullable=True))
+    created_at: datetime = _ts(default_factory=utcnow)
+    updated_at: datetime = _ts(default_factory=utcnow)

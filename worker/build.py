@@ -26,6 +26,7 @@ from temporalio.worker import (
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from activities.bookkeeping import BookkeepingActivities
+from activities.calendars import CalendarActivities
 from activities.handlers import Handler, load_handlers
 from activities.jobs import JobActivities
 from activities.notify import NotifyActivities
@@ -84,8 +85,9 @@ def build_activities(
     books = BookkeepingActivities(engine, writer)
     notes = NotifyActivities(http, outbound, signer)
     options = RunOptionsActivities(run_options or RunOptions())
+    calendars = CalendarActivities(engine)
     return ActivitySet(
-        workflow_side=[books.record, notes.notify, options.run_options],
+        workflow_side=[books.record, notes.notify, options.run_options, calendars.calendar_dates],
         jobs=[jobs.run_job],
     )
 

@@ -11,6 +11,8 @@ def describe_schedule(spec: TaskSpec) -> str:
         return f"cron {spec.cron} {spec.timezone}"
     if spec.schedule_type is ScheduleType.INTERVAL:
         return f"every {spec.interval_seconds:g}s {spec.interval_mode.value}"
+    if spec.schedule_type is ScheduleType.DATES:
+        return f"{len(spec.dates or [])} dates"
     return f"once at {spec.run_at.isoformat() if spec.run_at else '?'}"
 
 

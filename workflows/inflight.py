@@ -193,8 +193,10 @@ class RunsInFlight:
                 and f.run.trigger is Trigger.SCHEDULE]
 
     def dispatch(self, spec: TaskSpec, *, task_id: str, tenant_id: str, run: Run, run_id: str,
-                 instant: datetime, lead: timedelta, spec_version: int | None = None) -> None:
-        """Start the job activity of ``run``; it waits on the worker's clock for ``instant``."""
+                 instant: datetime, lead: timedelta, spec_version: int | None = None,
+                 aimed: datetime | None = None) -> None:
+        """Start the job activity of ``run``; it waits on the worker's clock for ``instant``
+        (``aimed``: the instant its lateness counts from, when a calendar moved it)."""
         now = workflow.now()
         wait = max(timedelta(0), instant - now)
         retry = spec.retry_policy
@@ -203,7 +205,7 @@ class RunsInFlight:
         while key in self._flying:
             key += "+"
         late = late_limit(run.trigger)
-        aimed = aimed_instant(spec, task_id, run.scheduled_at, run.trigger)
+        aimed = aimed or aimed_instant(spec, task_id, run.scheduled_at, run.trigger)
         handle = workflow.start_activity(
             RUN_JOB,
             JobInput(

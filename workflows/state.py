@@ -9,6 +9,7 @@ from pydantic import BaseModel, Field
 
 from activities.options import RunOptions
 from activities.payloads import Notification
+from scheduling.calendars import CalendarDates, CalendarPlan
 from scheduling.fire import first_fire
 from scheduling.policy import Position, Probe, Run, instant_of, resume_held
 from scheduling.spec import ScheduleType, TaskSpec
@@ -140,6 +141,8 @@ class TaskState(BaseModel):
     probing: str | None = Field(default=None, description="the execution id of the probe queued "
                                 "or in flight")
     backfill: Backfill | None = Field(default=None, description="the latest backfill")
+    calendar_dates: list[CalendarDates] = Field(
+        default_factory=list, description="the excluded dates of exclude_calendars, as last read")
 
     @property
     def run_count(self) -> int:
@@ -259,6 +262,8 @@ class TaskState(BaseModel):
         """When the next fire runs (its jitter included); None while paused."""
         if self.paused or self.next_fire_at is None:
             return None
+        if self.spec.exclude_calendars:
+            return self.position().instant(self.next_fire_at)
         return instant_of(self.spec, self.task_id, self.next_fire_at, self.spec.jitter_seconds)
 
     def next_run_at(self, now: datetime, *, reported: bool = True) -> datetime | None:
@@ -277,7 +282,13 @@ class TaskState(BaseModel):
                         next_fire_at=self.next_fire_at, executed=self.executed,
                         paused=self.paused, paused_at=self.paused_at,
                         resumed_at=self.resumed_at, queue=tuple(self.queue),
-                        latest_taken=self.latest_taken)
+                        latest_taken=self.latest_taken, calendar=self.calendar())
+
+    def calendar(self) -> CalendarPlan | None:
+        """The task's calendars and their dates as last read; None when it names none."""
+        if not self.spec.exclude_calendars:
+            return None
+        return CalendarPlan.of(self.spec.exclude_calendars, self.calendar_dates, self.spec.zone())
 
 
 class TaskWorkflowInput(BaseModel):

@@ -16,12 +16,14 @@ import asyncio
 from datetime import datetime, timedelta
 
 from temporalio import workflow
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
+    from activities.calendars import CALENDAR_DATES, CALENDAR_DATES_TIMEOUT, CalendarDatesRequest
     from activities.options import RUN_OPTIONS, RUN_OPTIONS_TIMEOUT, RunOptions
     from activities.payloads import CLAIM_RUN, RUN_STARTED, RunStart
     from scheduling import policy
+    from scheduling.calendars import CalendarDates
     from scheduling.fire import next_fire
     from scheduling.policy import Run
     from scheduling.spec import (
@@ -98,6 +100,9 @@ CHANGE_TASK = "change_task"
 # Workflows from here on take backfills: past instants run again, one at a time, when no
 # other run of the task is in flight or queued (docs/scheduling.md, "Backfill").
 BACKFILLS = "backfills"
+# Workflow runs from here on read the dates of the task's exclude_calendars (a local activity)
+# when a fire comes near, and skip or shift the fires on them (docs/scheduling.md, Calendars).
+CALENDARS = "calendars"
 
 
 @workflow.defn(name="TaskWorkflow")
@@ -121,6 +126,7 @@ class TaskWorkflow:
         self._paused_first = workflow.patched(PAUSED_SHOWS_PAUSED)
         self._healing = SelfHealing(self._state, enabled=workflow.patched(SELF_HEALING))
         self._backfills = workflow.patched(BACKFILLS)
+        self._calendars = workflow.patched(CALENDARS)
         self._record = TaskRecord(self._state)
         self._record.events_on = workflow.patched(TASK_EVENTS)
         if start.state is None:
@@ -182,6 +188,7 @@ class TaskWorkflow:
         now = workflow.now()
         for ended in self._runs.take_untaken(now):
             self._not_run(ended)
+        await self._read_calendars()
         if not state.paused or self._runs.reported:
             self._decide_due()  # while paused, the fires due before the pause (policy.decide_due)
         self._healing.queue_due(now)
@@ -258,6 +265,8 @@ class TaskWorkflow:
                                                  paused=state.paused, draining=self._draining())):
             return
         fire = state.next_fire_at
+        if self._calendar_skips():
+            return  # decided at its instant: SKIPPED calendar
         state.latest_taken = max(filter(None, [state.latest_taken, fire]))
         state.next_fire_at = None if policy.is_fixed_delay(state.spec) else next_fire(
             state.spec, anchor=state.anchor, after=fire)
@@ -303,10 +312,14 @@ class TaskWorkflow:
         decision = "catchup" if run.trigger is Trigger.CATCHUP else "run"
         span = spans.decided(state.spec, decision, task_id=state.task_id, fire=run.scheduled_at,
                              run_id=run_id, trigger=run.trigger)
+        # A fire a calendar shifted aims at its new day: its lateness counts from there.
+        shifted = (self._calendars and bool(state.spec.exclude_calendars)
+                   and run.trigger.scheduled)
+        aimed = state.position().instant(run.scheduled_at) if shifted else None
         with spans.current(span):  # the job's spans are children of the decision's
             self._runs.dispatch(state.spec, task_id=state.task_id, tenant_id=state.tenant_id,
                                 run=run, run_id=run_id, instant=instant or workflow.now(),
-                                lead=self._lead(), spec_version=state.spec_version)
+                                lead=self._lead(), spec_version=state.spec_version, aimed=aimed)
         self._note_runs()
 
     def _absorb_ended(self) -> None:
@@ -439,7 +452,10 @@ class TaskWorkflow:
         if instant is not None:
             ahead = policy.may_dispatch_ahead(self._runs.flight(now), state.queue,
                                               paused=state.paused, draining=self._draining())
+            ahead = ahead and not self._calendar_skips()
             wakes.append(instant - self._lead() if ahead else instant)
+            if (planned := self._planned_instant()) is not None and planned - self._lead() > now:
+                wakes.append(planned - self._lead())  # read the calendars before it comes
             summary = (f"sleep until {instant.astimezone(state.spec.zone()).isoformat()} "
                        f"({describe_schedule(state.spec)})")
         if self._runs.reported and (end := policy.pause_wake(state.position())) is not None:
@@ -456,6 +472,41 @@ class TaskWorkflow:
             state.wake_lag_seconds = max(0.0, (workflow.now() - (now + timeout)).total_seconds())
 
     # -- helpers of the loop ----------------------------------------------------------------
+
+    def _planned_instant(self) -> datetime | None:
+        """The next fire's instant before any calendar shifts it; None without calendars."""
+        state = self._state
+        if not (self._calendars and state.spec.exclude_calendars) or state.next_fire_at is None:
+            return None
+        return policy.instant_of(state.spec, state.task_id, state.next_fire_at,
+                                 state.spec.jitter_seconds)
+
+    def _calendar_skips(self) -> bool:
+        """The next fire falls on a date the task's calendars exclude (and does not shift)."""
+        state = self._state
+        return (state.next_fire_at is not None and bool(state.spec.exclude_calendars)
+                and state.position().verdict(state.next_fire_at).excluded)
+
+    async def _read_calendars(self) -> None:
+        """Read the calendars' dates when the next fire comes near, so that a calendar edited
+        after the task was created counts; the answer is in the history, so a replay decides
+        the same. If the database does not answer, the dates read last stand."""
+        state, now = self._state, workflow.now()
+        planned = self._planned_instant()
+        if planned is None or planned - now > self._lead() + DISPATCH_SLACK:
+            return
+        assert state.next_fire_at is not None
+        years = sorted({now.year - 1, now.year, now.year + 1, state.next_fire_at.year,
+                        state.next_fire_at.year + 1})
+        request = CalendarDatesRequest(
+            tenant_id=state.tenant_id, years=years,
+            calendar_ids=[ref.calendar_id for ref in state.spec.exclude_calendars])
+        try:
+            state.calendar_dates = await workflow.execute_local_activity(
+                CALENDAR_DATES, request, result_type=list[CalendarDates],
+                schedule_to_close_timeout=CALENDAR_DATES_TIMEOUT, summary="read calendars")
+        except ActivityError:
+            workflow.logger.warning("calendars not read; the dates read last stand")
 
     def _lead(self) -> timedelta:
         options = self._options

@@ -23,6 +23,7 @@ from api.schemas import (
     BackfillIn,
     BackfillOut,
     CronTask,
+    DatesTask,
     ExecutionPage,
     IntervalTask,
     OnceTask,
@@ -57,7 +58,7 @@ CREATE_RESPONSES = {
 
 
 async def _create(
-    request: Request, response: Response, body: OnceTask | CronTask | IntervalTask,
+    request: Request, response: Response, body: OnceTask | CronTask | IntervalTask | DatesTask,
     caller: CreatorDep, service: ServiceDep, key: str | None, recurring_only: bool,
 ) -> TaskOut:
     try:
@@ -78,7 +79,7 @@ async def create_task(
     request: Request, response: Response, body: CreateBody, caller: CreatorDep, service: ServiceDep,
     idempotency_key: IdempotencyHeader = None,
 ) -> TaskOut:
-    """Create a one-time, cron or interval task."""
+    """Create a one-time, cron, interval or explicit-dates task."""
     return await _create(request, response, body, caller, service, idempotency_key, False)
 
 

@@ -69,6 +69,9 @@ def schedule_of(task: TaskOut) -> str:
         return f"cron {spec.get('cron')} ({spec.get('timezone') or 'UTC'})"
     if task.schedule_type == "interval":
         return f"every {spec.get('interval_seconds'):g}s, {spec.get('interval_mode') or 'fixed_rate'}"
+    if task.schedule_type == "dates":
+        dates = spec.get("dates") or []
+        return f"{len(dates)} dates, the last at {when(datetime.fromisoformat(dates[-1])) if dates else '—'}"
     run_at = spec.get("run_at")
     return f"once at {when(datetime.fromisoformat(run_at)) if run_at else '—'}"
 
@@ -303,5 +306,6 @@ async def task_page(
     versions = await task_versions(service, viewer, task_id, limit=HISTORY_PAGE, cursor=None)
     context = {"viewer": viewer, "task": task, "runs": runs, "chart": lateness_chart(runs.items),
                "upcoming": await _upcoming(service, viewer, task_id),
-               "versions": version_diffs(versions.items)}
+               "versions": version_diffs(versions.items),
+               "calendars": await service.calendars.named(task.tenant_id, task.schedule)}
     return page(request, "task.html", context)

@@ -4,7 +4,8 @@ A few values are judged against things no schema can state: the clock (run_at, e
 backfill's range), how two fields compare (end_date after start_date, a retry's maximum interval not below its
 initial one), DNS and the egress allow-list (URLs), the cron grammar, the IANA time zone
 database, the workflow types this deployment allows, the tenant's shortest interval, and an
-Idempotency-Key's use by earlier requests. Right before a request is sent, each such value
+Idempotency-Key's use by earlier requests, the places the holidays package knows and the
+tenant's calendars. Right before a request is sent, each such value
 that the schema allows is replaced by one this deployment accepts; values the schema refuses
 are left as generated, so a case meant to be refused still is. Everything else is sent as
 generated."""
@@ -89,6 +90,19 @@ def _task_fields(body: dict[str, Any]) -> None:
     for days, name in enumerate(DATES):
         if _instant(body.get(name)):
             body[name] = (tomorrow + timedelta(days=days)).isoformat()
+    dates = body.get("dates")
+    if isinstance(dates, list) and dates and all(_instant(d) for d in dates):
+        # A dates task: future instants, as far apart as the tenant's shortest interval.
+        body["dates"] = [(tomorrow + k * timedelta(seconds=2 * SHORTEST_INTERVAL)).isoformat()
+                         for k in range(len(dates))]
+    if isinstance(body.get("exclude_calendars"), list):
+        body["exclude_calendars"] = []  # an id made up is no calendar of the tenant: a 404
+    holidays = body.get("holidays")
+    if isinstance(holidays, dict) and _text(holidays.get("country"), 3, shortest=2):
+        # The holidays package knows these; other places are a 422.
+        holidays["country"] = "DE"
+        if holidays.get("subdivision") is not None and _text(holidays["subdivision"], 10, shortest=1):
+            holidays["subdivision"] = "BY"
 
 
 def _backfill_range(body: dict[str, Any]) -> None:

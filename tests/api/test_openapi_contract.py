@@ -23,7 +23,7 @@ async def test_create_bodies_are_unions_by_schedule_type(stack: Stack) -> None:
         spec = (await api.get("/openapi.json")).json()
     create, recurring = body_schema(spec, "/task/create"), body_schema(spec, "/task/recurring")
     assert create["discriminator"]["propertyName"] == "schedule_type"
-    assert sorted(create["discriminator"]["mapping"]) == ["cron", "interval", "once"]
+    assert sorted(create["discriminator"]["mapping"]) == ["cron", "dates", "interval", "once"]
     assert sorted(recurring["discriminator"]["mapping"]) == ["cron", "interval"]
     schemas = spec["components"]["schemas"]
     assert schemas["OnceTask"]["required"] == ["task_name", "job_details", "schedule_type", "run_at"]

@@ -8,13 +8,13 @@ from typing import Any
 
 import pytest
 
-from api.schemas import CronTask, IntervalTask, OnceTask, TaskOut, TaskUpdate
+from api.schemas import CronTask, DatesTask, IntervalTask, OnceTask, TaskOut, TaskUpdate
 from scheduling.spec import TaskChanges, TaskSpec
 from store.models import ALARM_COLUMNS, Task, TaskSnapshot
 from workflows.state import TaskWorkflowInput
 
 EDITABLE = set(TaskSpec.model_fields)
-KINDS = (OnceTask, CronTask, IntervalTask)
+KINDS = (OnceTask, CronTask, IntervalTask, DatesTask)
 NOW = datetime(2030, 1, 1, tzinfo=UTC)
 
 

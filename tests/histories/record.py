@@ -27,7 +27,9 @@ from activities.handlers import Handler
 from activities.options import RunOptions
 from scheduling.spec import TaskChanges, TaskSpec
 from scheduling.status import ResumeMissed, workflow_id
+from store.calendars import add_calendar
 from store.engine import make_engine, migrate
+from store.models import Calendar
 from tests.conftest import new_worker, start_time_skipping
 from tests.workflows.helpers import (
     Blocker,
@@ -95,6 +97,28 @@ async def to_the_end(env: WorkflowEnvironment, engine: Engine, task: TaskSpec, *
 async def once(env: WorkflowEnvironment, engine: Engine) -> TaskHandle:
     run_at = await env.get_current_time() + 5 * MINUTE
     return await to_the_end(env, engine, spec(schedule_type="once", run_at=run_at))
+
+
+@scenario
+async def calendars(env: WorkflowEnvironment, engine: Engine) -> TaskHandle:
+    """Fires every other day: the first shifted a day, the second SKIPPED calendar."""
+    now = await env.get_current_time()
+    first = now.replace(hour=12, minute=0, second=0, microsecond=0) + timedelta(days=1)
+    skip = add_calendar(engine, Calendar(id=uuid.uuid4().hex, tenant_id="t1", name="skip",
+                                         dates=[(first + timedelta(days=2)).date().isoformat()]))
+    shift = add_calendar(engine, Calendar(id=uuid.uuid4().hex, tenant_id="t1", name="shift",
+                                          dates=[first.date().isoformat()]))
+    task = spec(schedule_type="interval", interval_seconds=2 * 86400, start_date=first,
+                max_runs=2, exclude_calendars=[{"calendar_id": skip.id},
+                                               {"calendar_id": shift.id, "shift": True}])
+    return await to_the_end(env, engine, task)
+
+
+@scenario
+async def dates_schedule(env: WorkflowEnvironment, engine: Engine) -> TaskHandle:
+    now = await env.get_current_time()
+    task = spec(schedule_type="dates", dates=[now + 5 * MINUTE, now + 90 * MINUTE, now + 2 * MINUTE])
+    return await to_the_end(env, engine, task)
 
 
 @scenario

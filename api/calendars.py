@@ -1,0 +1,169 @@
+"""A tenant's calendars over the API: the bodies, and the service between routes and store."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, date, datetime
+from typing import Annotated, Any
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
+from sqlalchemy import Engine
+
+from api.cursors import NextCursor
+from api.database import in_thread
+from api.errors import ApiError, InvalidTask, NotFound
+from scheduling.bounds import Text
+from scheduling.calendars import MAX_CALENDAR_DATES, HolidaySource, check_holidays
+from scheduling.spec import TaskSpec
+from store.calendars import (
+    add_calendar,
+    delete_calendar,
+    list_calendars,
+    read_calendar,
+    replace_calendar,
+    tasks_using,
+)
+from store.models import Calendar
+
+CALENDAR_EXAMPLE: dict[str, Any] = {
+    "name": "Bavarian business days", "dates": ["2026-12-24", "2026-12-31"],
+    "holidays": {"country": "DE", "subdivision": "BY"},
+}
+CALENDAR_OUT_EXAMPLE: dict[str, Any] = {
+    "calendar_id": "5b0c2e7c9f2d4e2a9a51d3c0b8f1a7e4", **CALENDAR_EXAMPLE,
+    "created_at": "2026-12-05T09:00:00Z", "updated_at": "2026-12-05T09:00:00Z",
+}
+
+
+class CalendarInUse(ApiError):
+    status, slug, title = 409, "calendar-in-use", "Calendar is used by tasks"
+
+
+def _iso_date(value: Any) -> Any:
+    # A number or an instant is no calendar date: say what is expected.
+    if isinstance(value, date) and not isinstance(value, datetime):
+        return value
+    if not isinstance(value, str) or len(value) != 10:
+        raise ValueError("must be a date, YYYY-MM-DD, e.g. 2026-12-25")
+    return value
+
+
+Day = Annotated[date, BeforeValidator(_iso_date)]
+
+
+class CalendarBody(BaseModel):
+    """A calendar: its own excluded dates and, optionally, a country's public holidays."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [CALENDAR_EXAMPLE]})
+
+    name: Text = Field(min_length=1, max_length=200)
+    dates: list[Day] = Field(default_factory=list, max_length=MAX_CALENDAR_DATES,
+                             description="excluded dates, YYYY-MM-DD")
+    holidays: HolidaySource | None = Field(
+        default=None, description="public holidays of a country (ISO 3166-1 alpha-2) and "
+        "optionally a subdivision, from the holidays package")
+
+    @field_validator("holidays")
+    @classmethod
+    def _known_place(cls, value: HolidaySource | None) -> HolidaySource | None:
+        if value is not None:
+            check_holidays(value)
+        return value
+
+
+class CalendarOut(CalendarBody):
+    """A calendar as the API shows it."""
+
+    model_config = ConfigDict(json_schema_extra={"examples": [CALENDAR_OUT_EXAMPLE]})
+
+    calendar_id: str
+    created_at: datetime
+    updated_at: datetime
+
+    @classmethod
+    def of(cls, row: Calendar) -> CalendarOut:
+        return cls(calendar_id=row.id, name=row.name, dates=row.dates,
+                   holidays=HolidaySource.model_validate(row.holidays) if row.holidays else None,
+                   created_at=row.created_at, updated_at=row.updated_at)
+
+
+class CalendarPage(BaseModel):
+    """One page of calendars, newest first."""
+
+    model_config = ConfigDict(json_schema_extra={"examples": [
+        {"items": [CALENDAR_OUT_EXAMPLE], "next_cursor": None}]})
+
+    items: list[CalendarOut]
+    next_cursor: NextCursor
+
+
+def _stored(body: CalendarBody) -> dict[str, Any]:
+    return {"name": body.name, "dates": sorted({d.isoformat() for d in body.dates}),
+            "holidays": body.holidays.model_dump() if body.holidays else None}
+
+
+Named = list[tuple[str, str, bool]]
+
+
+class CalendarService:
+    """What the calendar endpoints do; every call is scoped by the caller's tenant."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+
+    async def create(self, tenant_id: str, body: CalendarBody) -> CalendarOut:
+        """Store a new calendar."""
+        now = datetime.now(UTC)
+        row = Calendar(id=uuid.uuid4().hex, tenant_id=tenant_id, created_at=now, updated_at=now,
+                       **_stored(body))
+        return CalendarOut.of(await in_thread(add_calendar, self._engine, row))
+
+    async def get(self, tenant_id: str, calendar_id: str) -> CalendarOut:
+        """The tenant's calendar (404 for anyone else's)."""
+        row = await in_thread(read_calendar, self._engine, tenant_id, calendar_id)
+        if row is None:
+            raise NotFound(f"no calendar {calendar_id}")
+        return CalendarOut.of(row)
+
+    async def list(self, tenant_id: str, *, limit: int, cursor: str | None) -> CalendarPage:
+        """The tenant's calendars newest first, with a cursor for the next page."""
+        try:
+            rows, next_cursor = await in_thread(list_calendars, self._engine, tenant_id,
+                                                limit=limit, cursor=cursor)
+        except ValueError as exc:
+            raise InvalidTask(f"cursor: {exc}", field="cursor") from exc
+        return CalendarPage(items=[CalendarOut.of(r) for r in rows], next_cursor=next_cursor)
+
+    async def replace(self, tenant_id: str, calendar_id: str, body: CalendarBody) -> CalendarOut:
+        """New contents for the tenant's calendar; its tasks use them from their next fire on."""
+        row = await in_thread(replace_calendar, self._engine, tenant_id, calendar_id,
+                              now=datetime.now(UTC), **_stored(body))
+        if row is None:
+            raise NotFound(f"no calendar {calendar_id}")
+        return CalendarOut.of(row)
+
+    async def delete(self, tenant_id: str, calendar_id: str) -> None:
+        """Delete the tenant's calendar, unless a task not yet ended excludes it (409)."""
+        await self.get(tenant_id, calendar_id)
+        users = await in_thread(tasks_using, self._engine, tenant_id, calendar_id)
+        if users:
+            shown = ", ".join(users[:20]) + (" ..." if len(users) > 20 else "")
+            raise CalendarInUse(f"calendar {calendar_id} is excluded by {len(users)} tasks not yet "
+                                f"ended ({shown}); remove it from them first")
+        if not await in_thread(delete_calendar, self._engine, tenant_id, calendar_id):
+            raise NotFound(f"no calendar {calendar_id}")
+
+    async def named(self, tenant_id: str, schedule: dict[str, Any]) -> Named:
+        """A task's calendars as (id, name, shift) for its page; a deleted one is named "?"."""
+        named: Named = []
+        for ref in schedule.get("exclude_calendars") or []:
+            row = await in_thread(read_calendar, self._engine, tenant_id, ref["calendar_id"])
+            named.append((ref["calendar_id"], row.name if row else "?", bool(ref.get("shift"))))
+        return named
+
+    async def check_refs(self, tenant_id: str, spec: TaskSpec) -> None:
+        """404 naming the first calendar of ``exclude_calendars`` the tenant does not have."""
+        for i, ref in enumerate(spec.exclude_calendars):
+            if await in_thread(read_calendar, self._engine, tenant_id, ref.calendar_id) is None:
+                raise NotFound(f"exclude_calendars[{i}].calendar_id: no calendar {ref.calendar_id}",
+                               field=f"exclude_calendars.{i}.calendar_id")

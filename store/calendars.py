@@ -1,0 +1,99 @@
+"""Queries on the tenants' calendars; every one is scoped by tenant."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from datetime import date, datetime
+
+from sqlalchemy import Engine, tuple_
+from sqlalchemy.orm import Session
+from sqlmodel import col, select
+
+from scheduling.calendars import CalendarDates, HolidaySource, holiday_dates
+from scheduling.status import FINAL_STATUSES
+from store.cursors import decode_cursor, encode_cursor
+from store.models import Calendar, Task
+
+
+def add_calendar(engine: Engine, row: Calendar) -> Calendar:
+    """Store a new calendar and return it as stored."""
+    with Session(engine, expire_on_commit=False) as session:
+        session.add(row)
+        session.commit()
+        return row
+
+
+def read_calendar(engine: Engine, tenant_id: str, calendar_id: str) -> Calendar | None:
+    """The tenant's calendar, or None (another tenant's calendar is none of its own)."""
+    with Session(engine, expire_on_commit=False) as session:
+        row = session.get(Calendar, calendar_id)
+        return row if row is not None and row.tenant_id == tenant_id else None
+
+
+def list_calendars(engine: Engine, tenant_id: str, *, limit: int,
+                   cursor: str | None = None) -> tuple[list[Calendar], str | None]:
+    """The tenant's calendars newest first, and the cursor of the next page (None at the end)."""
+    query = select(Calendar).where(Calendar.tenant_id == tenant_id)
+    if cursor is not None:
+        query = query.where(tuple_(col(Calendar.created_at), col(Calendar.id)) < decode_cursor(cursor))
+    query = query.order_by(col(Calendar.created_at).desc(), col(Calendar.id).desc()).limit(limit + 1)
+    with Session(engine, expire_on_commit=False) as session:
+        rows = list(session.scalars(query))
+    more = len(rows) > limit and limit > 0
+    last = rows[limit - 1] if more else None
+    return rows[:limit], encode_cursor(last.created_at, last.id) if last else None
+
+
+def replace_calendar(engine: Engine, tenant_id: str, calendar_id: str, *, name: str,
+                     dates: list[str], holidays: dict[str, str | None] | None,
+                     now: datetime) -> Calendar | None:
+    """Give the tenant's calendar new contents; None when it has no such calendar."""
+    with Session(engine, expire_on_commit=False) as session:
+        row = session.get(Calendar, calendar_id)
+        if row is None or row.tenant_id != tenant_id:
+            return None
+        row.name, row.dates, row.holidays, row.updated_at = name, dates, holidays, now
+        session.add(row)
+        session.commit()
+        return row
+
+
+def tasks_using(engine: Engine, tenant_id: str, calendar_id: str) -> list[str]:
+    """The ids of the tenant's tasks not yet ended that exclude this calendar."""
+    ended = [status.value for status in FINAL_STATUSES]
+    query = (select(Task.id, Task.spec)
+             .where(Task.tenant_id == tenant_id, col(Task.status).not_in(ended))
+             .order_by(col(Task.id)))
+    with Session(engine) as session:
+        rows = session.execute(query).all()
+    return [task_id for task_id, spec in rows
+            if any(ref.get("calendar_id") == calendar_id
+                   for ref in (spec or {}).get("exclude_calendars") or [])]
+
+
+def delete_calendar(engine: Engine, tenant_id: str, calendar_id: str) -> bool:
+    """Delete the tenant's calendar; False when it has no such calendar."""
+    with Session(engine) as session:
+        row = session.get(Calendar, calendar_id)
+        if row is None or row.tenant_id != tenant_id:
+            return False
+        session.delete(row)
+        session.commit()
+        return True
+
+
+def calendar_dates(engine: Engine, tenant_id: str, calendar_ids: Sequence[str],
+                   years: Iterable[int]) -> list[CalendarDates]:
+    """The excluded dates of the tenant's calendars in ``years``: their own and their public
+    holidays. A calendar that is gone (or another tenant's) excludes nothing."""
+    wanted = list(years)
+    with Session(engine) as session:
+        rows = list(session.scalars(select(Calendar).where(
+            Calendar.tenant_id == tenant_id, col(Calendar.id).in_(list(calendar_ids)))))
+    found: list[CalendarDates] = []
+    for row in rows:
+        days = {date.fromisoformat(text) for text in row.dates}
+        if row.holidays:
+            days |= holiday_dates(HolidaySource.model_validate(row.holidays), wanted)
+        found.append(CalendarDates(calendar_id=row.id, dates=sorted(days)))
+    return found

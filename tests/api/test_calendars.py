@@ -1,0 +1,142 @@
+"""Calendars over the API, on SQLite and PostgreSQL: create, list, read, replace and delete;
+bad input is a 422 that stores nothing; another tenant's calendar is a 404 on every path, and
+as a task's reference; a calendar that a task not yet ended excludes is not deleted (409)."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime
+from typing import Any
+
+from tests.api.conftest import ON_BOTH_DATABASES, Stack
+
+pytestmark = ON_BOTH_DATABASES
+
+BODY: dict[str, Any] = {"name": "bavaria", "dates": ["2026-12-24", "2026-12-31"],
+                        "holidays": {"country": "DE", "subdivision": "BY"}}
+
+
+def cron_task(**extra: Any) -> dict[str, Any]:
+    return {"task_name": "payroll", "job_details": {"type": "handler", "name": "noop"},
+            "schedule_type": "cron", "cron": "0 10 15 * *", "timezone": "Europe/Berlin", **extra}
+
+
+async def test_crud_and_pages(stack: Stack) -> None:
+    async with stack.client("t1") as http:
+        made = await http.post("/calendars", json=BODY)
+        assert made.status_code == 201, made.text
+        calendar = made.json()
+        cid = calendar["calendar_id"]
+        assert calendar["dates"] == BODY["dates"] and calendar["holidays"] == {"country": "DE", "subdivision": "BY"}
+        assert (await http.get(f"/calendars/{cid}")).json() == calendar
+        second = (await http.post("/calendars", json={"name": "shutdown", "dates": ["2026-12-28"]})).json()
+        page = (await http.get("/calendars", params={"limit": 1})).json()
+        assert [c["calendar_id"] for c in page["items"]] == [second["calendar_id"]]
+        rest = (await http.get("/calendars", params={"limit": 1, "cursor": page["next_cursor"]})).json()
+        assert [c["calendar_id"] for c in rest["items"]] == [cid]
+        changed = await http.put(f"/calendars/{cid}", json={"name": "bavaria", "dates": ["2027-01-02"]})
+        assert changed.status_code == 200, changed.text
+        assert changed.json()["dates"] == ["2027-01-02"] and changed.json()["holidays"] is None
+        assert (await http.delete(f"/calendars/{second['calendar_id']}")).status_code == 204
+        assert (await http.get(f"/calendars/{second['calendar_id']}")).status_code == 404
+
+
+async def test_bad_input_is_a_422_and_stores_nothing(stack: Stack) -> None:
+    async with stack.client("t1") as http:
+        before = (await http.get("/calendars", params={"limit": 500})).json()["items"]
+        for bad in ({"name": "x", "dates": ["2026-02-30"]},
+                    {"name": "x", "dates": [20261224]},
+                    {"name": "x", "dates": ["2026-12-24T00:00:00Z"]},
+                    {"name": "x", "holidays": {"country": "XX"}},
+                    {"name": "x", "holidays": {"country": "DE", "subdivision": "ZZ"}},
+                    {"name": "", "dates": []},
+                    {"name": "x", "colour": "red"}):
+            answer = await http.post("/calendars", json=bad)
+            assert answer.status_code == 422, (bad, answer.text)
+        assert (await http.get("/calendars", params={"limit": 500})).json()["items"] == before
+        assert (await http.get("/calendars", params={"cursor": "nope"})).status_code == 422
+
+
+async def test_another_tenants_calendar_is_a_404_on_every_path(stack: Stack) -> None:
+    async with stack.client("t1") as mine, stack.client("t2") as theirs:
+        cid = (await mine.post("/calendars", json=BODY)).json()["calendar_id"]
+        assert (await theirs.get(f"/calendars/{cid}")).status_code == 404
+        assert (await theirs.put(f"/calendars/{cid}", json=BODY)).status_code == 404
+        assert (await theirs.delete(f"/calendars/{cid}")).status_code == 404
+        assert cid not in [c["calendar_id"] for c in (await theirs.get("/calendars")).json()["items"]]
+        answer = await theirs.post("/task/create", json=cron_task(exclude_calendars=[{"calendar_id": cid}]))
+        assert answer.status_code == 404 and "exclude_calendars[0]" in answer.json()["detail"]
+        assert (await mine.get(f"/calendars/{cid}")).json()["name"] == "bavaria"
+
+
+async def test_a_calendar_in_use_is_not_deleted_until_its_tasks_end(stack: Stack) -> None:
+    async with stack.client("t1") as http:
+        cid = (await http.post("/calendars", json=BODY)).json()["calendar_id"]
+        made = await http.post("/task/create", json=cron_task(
+            exclude_calendars=[{"calendar_id": cid, "shift": True}]))
+        assert made.status_code == 201, made.text
+        task = made.json()
+        assert task["schedule"]["exclude_calendars"] == [{"calendar_id": cid, "shift": True}]
+        refused = await http.delete(f"/calendars/{cid}")
+        assert refused.status_code == 409 and task["task_id"] in refused.json()["detail"]
+        # An update may not name a calendar the tenant lacks either.
+        wrong = await http.post("/task/update", json={
+            "task_id": task["task_id"], "exclude_calendars": [{"calendar_id": "missing"}]})
+        assert wrong.status_code == 404, wrong.text
+        cancelled = await http.patch("/task/cancel", json={"task_id": task["task_id"]})
+        assert cancelled.status_code in (200, 202), cancelled.text
+        for _ in range(100):  # the row shows the end once the workflow has written it
+            if (await http.get(f"/tasks/{task['task_id']}")).json()["status"] == "CANCELLED":
+                break
+            await asyncio.sleep(0.1)
+        assert (await http.delete(f"/calendars/{cid}")).status_code == 204
+
+
+def dates_task(dates: list[str], **extra: Any) -> dict[str, Any]:
+    return {"task_name": "reminders", "job_details": {"type": "handler", "name": "noop"},
+            "schedule_type": "dates", "dates": dates, **extra}
+
+
+async def test_a_dates_task_is_created_and_bad_dates_are_a_422(stack: Stack) -> None:
+    async with stack.client("t1") as http:
+        made = await http.post("/task/create", json=dates_task(
+            ["2030-01-02T09:00:00+01:00", "2030-01-01T09:00:00Z"]))
+        assert made.status_code == 201, made.text
+        task = made.json()
+        shown = [datetime.fromisoformat(d) for d in task["schedule"]["dates"]]
+        assert shown == [datetime(2030, 1, 1, 9, tzinfo=UTC), datetime(2030, 1, 2, 8, tzinfo=UTC)]
+        assert datetime.fromisoformat(task["next_run_at"]) == shown[0]
+        many = [f"2030-01-01T00:{m // 60:02d}:{m % 60:02d}Z" for m in range(1001)]
+        for bad, field in ((dates_task(["2020-01-01T09:00:00Z"]), "dates[0]"),
+                           (dates_task([]), "dates"),
+                           (dates_task(many), "dates"),
+                           (dates_task(["2030-01-01T09:00:00"]), "dates"),
+                           (dates_task(["2030-01-01T09:00:00Z"], cron="0 * * * *"), "cron"),
+                           ({**cron_task(), "dates": ["2030-01-01T09:00:00Z"]}, "dates")):
+            answer = await http.post("/task/create", json=bad)
+            assert answer.status_code == 422, (field, answer.text)
+            assert field in answer.json()["detail"], answer.text
+        await http.patch("/task/cancel", json={"task_id": task["task_id"]})
+
+
+async def test_the_calendar_endpoints_are_documented_with_examples(stack: Stack) -> None:
+    async with stack.client("t1") as http:
+        document = (await http.get("/openapi.json")).json()
+    paths = document["paths"]
+    assert set(paths["/calendars"]) == {"get", "post"}
+    assert set(paths["/calendars/{calendar_id}"]) == {"get", "put", "delete"}
+    created = paths["/calendars"]["post"]["requestBody"]["content"]["application/json"]["examples"]
+    assert created["holidays and dates"]["value"]["holidays"] == {"country": "DE", "subdivision": "BY"}
+    assert "409" in paths["/calendars/{calendar_id}"]["delete"]["responses"]
+    schemas = document["components"]["schemas"]
+    assert schemas["CalendarOut"]["examples"] and schemas["CalendarPage"]["examples"]
+    assert "exclude_calendars" in schemas["CronTask"]["properties"]
+    assert "dates" in schemas["DatesTask"]["required"]
+
+
+async def test_a_method_a_path_does_not_serve_names_all_it_does(stack: Stack) -> None:
+    async with stack.client("t1") as http:
+        answer = await http.patch("/calendars")
+        one = await http.options("/calendars/some-id")
+    assert answer.status_code == 405 and answer.headers["Allow"] == "GET, POST"
+    assert one.status_code == 405 and one.headers["Allow"] == "DELETE, GET, PUT"
