@@ -44,7 +44,7 @@ PREVIEW_RESPONSES: dict[int | str, dict[str, Any]] = {
 }
 
 
-def get_previews(service: ServiceDep) -> Previews:
+async def get_previews(service: ServiceDep) -> Previews:
     """Previews through the app's task service."""
     return Previews(service)
 

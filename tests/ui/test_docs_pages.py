@@ -59,7 +59,7 @@ async def test_redoc_renders_the_operations(stack: Stack, chromium: str, tmp_pat
     async with open_page(chromium, tmp_path / "profile") as page:
         hosts = await requested_hosts(page, f"{stack.base_url}/redoc")
         text = await wait_for(page, "document.querySelector('.api-content')?.innerText")
-        assert "/task/create" in text and "Create a one-time, cron or interval task" in text
+        assert "/task/create" in text and "Create a one-time, cron, interval or explicit-dates task" in text
         await page.send("Network.disable")
     # ReDoc also makes blob: and data: requests for its own worker and images: no host.
     assert hosts - {""} == {own}, hosts
