@@ -132,6 +132,12 @@ class RunsInFlight:
         return [f.instant for f in self._flying.values()
                 if f.withdrawn is None or f.withdrawn in give_back]
 
+    def unstarted(self) -> list[datetime]:
+        """The instants of the runs no worker has reported started, but those withdrawn."""
+        if not self.reported:
+            return []
+        return [f.instant for f in self._flying.values() if f.withdrawn is None and not f.started]
+
     def deadlines(self) -> list[datetime]:
         """When each scheduled run not yet reported started is found untaken."""
         return [(f.claimed or f.instant) + UNTAKEN_AFTER for f in self._waiting()]

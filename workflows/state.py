@@ -140,6 +140,9 @@ class TaskState(BaseModel):
     probing: str | None = Field(default=None, description="the execution id of the probe queued "
                                 "or in flight")
     backfill: Backfill | None = Field(default=None, description="the latest backfill")
+    unstarted_at: datetime | None = Field(
+        default=None, description="the instant of the oldest run sent and not reported started, "
+        "or queued (None in workflows older than this field): the overdue check reads it")
 
     @property
     def run_count(self) -> int:

@@ -98,6 +98,9 @@ CHANGE_TASK = "change_task"
 # Workflows from here on take backfills: past instants run again, one at a time, when no
 # other run of the task is in flight or queued (docs/scheduling.md, "Backfill").
 BACKFILLS = "backfills"
+# Workflows from here on write on the task row the instant of their oldest run neither started
+# nor decided (sent, or queued), which the API's overdue check reads (docs/scheduling.md).
+UNSTARTED_AT = "unstarted-at"
 
 
 @workflow.defn(name="TaskWorkflow")
@@ -121,6 +124,7 @@ class TaskWorkflow:
         self._paused_first = workflow.patched(PAUSED_SHOWS_PAUSED)
         self._healing = SelfHealing(self._state, enabled=workflow.patched(SELF_HEALING))
         self._backfills = workflow.patched(BACKFILLS)
+        self._unstarted_on = self._runs.reported and workflow.patched(UNSTARTED_AT)
         self._record = TaskRecord(self._state)
         self._record.events_on = workflow.patched(TASK_EVENTS)
         if start.state is None:
@@ -424,6 +428,9 @@ class TaskWorkflow:
         left it out)."""
         back = GIVE_BACK if self._runs.reported else frozenset()
         self._state.running, self._state.waiting = self._runs.ids(), self._runs.coming(back)
+        if self._unstarted_on:
+            queued = [run.scheduled_at for run in self._state.queue]
+            self._state.unstarted_at = min([*self._runs.unstarted(), *queued], default=None)
 
     async def _sleep(self) -> None:
         state = self._state
