@@ -425,12 +425,14 @@ class TaskWorkflow:
     def _note_runs(self) -> None:
         """Show the runs in flight in the state: their ids, and the instants still to come (a
         run withdrawn whose fire goes back still counts; histories from before reported-starts
-        left it out)."""
+        left it out), and the own instant of the oldest run sent or queued and not started."""
         back = GIVE_BACK if self._runs.reported else frozenset()
         self._state.running, self._state.waiting = self._runs.ids(), self._runs.coming(back)
         if self._unstarted_on:
-            queued = [run.scheduled_at for run in self._state.queue]
-            self._state.unstarted_at = min([*self._runs.unstarted(), *queued], default=None)
+            state = self._state
+            queued = [policy.aimed_instant(state.spec, state.task_id, run.scheduled_at, run.trigger)
+                      for run in state.queue]
+            state.unstarted_at = min([*self._runs.unstarted(), *queued], default=None)
 
     async def _sleep(self) -> None:
         state = self._state
