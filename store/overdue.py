@@ -53,8 +53,8 @@ def _came(run_at: Any) -> Exists:
 
 def overdue_runs(engine: Engine, now: datetime, default_seconds: float,
                  least_seconds: float) -> list[Alarm]:
-    """Tasks without an alarm whose next run has neither started nor been decided within its
-    overdue bound (``least_seconds`` is the smallest bound any task may have)."""
+    """Tasks without an alarm whose watched run (``_watched``) has neither started nor been
+    decided within its overdue bound (``least_seconds`` is the smallest bound any task may have)."""
     task = TASK_TABLE
     # Past the default bound, or past the least one with a bound of its own: a backlog of runs
     # late by less than the default never hides a task whose own bound is shorter.
