@@ -66,6 +66,9 @@ class TaskFields(SQLModel):
     skipped_count: int = 0
     consecutive_failures: int = 0
     next_probe_at: datetime | None = _ts(default=None)
+    # The instant of the oldest run due that has neither started nor been decided, as the
+    # workflow knows it: sent and not reported started, or waiting in the task's queue.
+    unstarted_at: datetime | None = _ts(default=None)
     state_version: int = Field(default=0, sa_type=BigInteger)
     spec_version: int = 1  # 1 at create, one more with every change of the spec
     created_at: datetime = _ts(default_factory=utcnow)
@@ -89,6 +92,7 @@ class Task(TaskFields, table=True):
         Index("ix_task_tenant_status", "tenant_id", "status"),
         Index("ix_task_next_run_at", "next_run_at"),
         Index("ix_task_overdue", "overdue_since"),
+        Index("ix_task_unstarted_at", "unstarted_at"),
     )
 
     id: str = Field(primary_key=True, max_length=64)

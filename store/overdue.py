@@ -4,10 +4,10 @@ and the conditional writes that raise and clear them (one replica wins each)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Engine, Exists, and_, exists, func, or_, select, update
+from sqlalchemy import ColumnElement, Engine, Exists, and_, case, exists, func, or_, select, update
 
 from scheduling.policy import overdue_after
 from scheduling.status import ExecutionStatus, TaskStatus
@@ -32,6 +32,15 @@ class Alarm:
     outcome: str | None = None  # how a cleared alarm ended: started, skipped: <reason>, paused...
 
 
+def _watched() -> ColumnElement[Any]:
+    """The run the check watches: the sooner of the task's next run and its oldest run that
+    its workflow reports neither started nor decided (sent ahead to a worker, or queued)."""
+    task = TASK_TABLE
+    return case((and_(task.c.unstarted_at.is_not(None),
+                      or_(task.c.next_run_at.is_(None), task.c.unstarted_at < task.c.next_run_at)),
+                 task.c.unstarted_at), else_=task.c.next_run_at)
+
+
 def _came(run_at: Any) -> Exists:
     """The run of the task's ``run_at`` instant has started, or its fire was decided."""
     execution = EXECUTION_TABLE
@@ -44,24 +53,35 @@ def _came(run_at: Any) -> Exists:
 
 def overdue_runs(engine: Engine, now: datetime, default_seconds: float,
                  least_seconds: float) -> list[Alarm]:
-    """Tasks without an alarm whose next run has neither started nor been decided within its
-    overdue bound (``least_seconds`` is the smallest bound any task may have)."""
+    """Tasks without an alarm whose watched run (``_watched``) has neither started nor been
+    decided within its overdue bound (``least_seconds`` is the smallest bound any task may have)."""
     task = TASK_TABLE
     # Past the default bound, or past the least one with a bound of its own: a backlog of runs
     # late by less than the default never hides a task whose own bound is shorter.
     own = task.c.spec["overdue_after_seconds"].as_float()
-    due = or_(task.c.next_run_at <= now - timedelta(seconds=default_seconds),
-              and_(own.is_not(None), task.c.next_run_at <= now - timedelta(seconds=least_seconds)))
+    watched = _watched()
+
+    def before(cutoff: datetime) -> ColumnElement[bool]:
+        # Each column on its own, so that each of their indexes serves the read.
+        return or_(task.c.next_run_at <= cutoff, task.c.unstarted_at <= cutoff)
+
+    due = or_(before(now - timedelta(seconds=default_seconds)),
+              and_(own.is_not(None), before(now - timedelta(seconds=least_seconds))))
     query = (
-        select(task.c.id, task.c.tenant_id, task.c.name, task.c.spec, task.c.next_run_at)
+        select(task.c.id, task.c.tenant_id, task.c.name, task.c.spec, watched.label("run_at"))
         .where(task.c.overdue_since.is_(None), task.c.status.not_in(AT_REST), due,
-               ~_came(task.c.next_run_at))
-        .order_by(task.c.next_run_at).limit(BATCH)
+               ~_came(watched))
+        .order_by(watched).limit(BATCH)
     )
     with engine.connect() as connection:
         rows = connection.execute(query).all()
-    return [Alarm(r.id, r.tenant_id, r.name, r.spec, r.next_run_at) for r in rows
-            if r.next_run_at + overdue_after(r.spec, default_seconds) <= now]
+    return [Alarm(r.id, r.tenant_id, r.name, r.spec, _utc(r.run_at)) for r in rows
+            if _utc(r.run_at) + overdue_after(r.spec, default_seconds) <= now]
+
+
+def _utc(moment: datetime) -> datetime:
+    """An instant read through an expression, not its column, may come back naive (SQLite)."""
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
 
 
 def raise_alarm(engine: Engine, alarm: Alarm, now: datetime) -> bool:
@@ -72,7 +92,7 @@ def raise_alarm(engine: Engine, alarm: Alarm, now: datetime) -> bool:
         result = connection.execute(
             update(task)
             .where(task.c.id == alarm.task_id, task.c.overdue_since.is_(None),
-                   task.c.next_run_at == alarm.run_at, task.c.status.not_in(AT_REST),
+                   _watched() == alarm.run_at, task.c.status.not_in(AT_REST),
                    ~_came(alarm.run_at))
             .values(overdue_since=now, overdue_run_at=alarm.run_at)
         )
@@ -84,8 +104,8 @@ def recovered_runs(engine: Engine) -> list[Alarm]:
     task, execution = TASK_TABLE, EXECUTION_TABLE
     run_at = task.c.overdue_run_at
     came = _came(run_at)
-    moved = or_(task.c.status.in_(AT_REST), task.c.next_run_at.is_(None),
-                task.c.next_run_at != run_at)
+    watched = _watched()
+    moved = or_(task.c.status.in_(AT_REST), watched.is_(None), watched != run_at)
     # What became of the run, for the notification: its row's status and reason, if any.
     fate = (
         select(func.min(execution.c.status + ":" + func.coalesce(execution.c.reason, "")))

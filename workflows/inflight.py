@@ -73,6 +73,7 @@ class _Flying:
     claimed: datetime | None = None  # when a late attempt was let start (it reports its start next)
     released: bool = False  # a ghost whose activity was cancelled
     outdated: bool = False  # sent for a schedule since re-timed
+    aimed: datetime | None = None  # the run's own instant (a late or caught-up run's is past)
 
     @property
     def ghost(self) -> bool:
@@ -131,6 +132,13 @@ class RunsInFlight:
         in ``give_back`` still counts, as its fire goes back to the schedule."""
         return [f.instant for f in self._flying.values()
                 if f.withdrawn is None or f.withdrawn in give_back]
+
+    def unstarted(self) -> list[datetime]:
+        """The own instants of the runs no worker has reported started, but those withdrawn."""
+        if not self.reported:
+            return []
+        return [f.aimed or f.instant for f in self._flying.values()
+                if f.withdrawn is None and not f.started]
 
     def deadlines(self) -> list[datetime]:
         """When each scheduled run not yet reported started is found untaken."""
@@ -232,7 +240,8 @@ class RunsInFlight:
             priority=Priority(priority_key=PRIORITY_KEYS[spec.priority]),
             summary=f"{describe_job(spec)} at {instant.isoformat()}",
         )
-        self._flying[key] = _Flying(run=run, run_id=run_id, instant=instant, handle=handle)
+        self._flying[key] = _Flying(run=run, run_id=run_id, instant=instant, handle=handle,
+                                    aimed=aimed)
         record = ExecutionRecord(id=run_id, task_id=task_id, tenant_id=tenant_id,
                                  scheduled_at=run.scheduled_at, instant=aimed, trigger=run.trigger.value,
                                  status=ExecutionStatus.RUNNING, spec_version=spec_version)

@@ -143,6 +143,9 @@ class TaskState(BaseModel):
     backfill: Backfill | None = Field(default=None, description="the latest backfill")
     calendar_dates: list[CalendarDates] = Field(
         default_factory=list, description="the excluded dates of exclude_calendars, as last read")
+    unstarted_at: datetime | None = Field(
+        default=None, description="the instant of the oldest run sent and not reported started, "
+        "or queued (None in workflows older than this field): the overdue check reads it")
 
     @property
     def run_count(self) -> int:

@@ -103,6 +103,9 @@ BACKFILLS = "backfills"
 # Workflow runs from here on read the dates of the task's exclude_calendars (a local activity)
 # when a fire comes near, and skip or shift the fires on them (docs/scheduling.md, Calendars).
 CALENDARS = "calendars"
+# Workflows from here on write on the task row the instant of their oldest run neither started
+# nor decided (sent, or queued), which the API's overdue check reads (docs/scheduling.md).
+UNSTARTED_AT = "unstarted-at"
 
 
 @workflow.defn(name="TaskWorkflow")
@@ -127,6 +130,7 @@ class TaskWorkflow:
         self._healing = SelfHealing(self._state, enabled=workflow.patched(SELF_HEALING))
         self._backfills = workflow.patched(BACKFILLS)
         self._calendars = workflow.patched(CALENDARS)
+        self._unstarted_on = self._runs.reported and workflow.patched(UNSTARTED_AT)
         self._record = TaskRecord(self._state)
         self._record.events_on = workflow.patched(TASK_EVENTS)
         if start.state is None:
@@ -434,9 +438,14 @@ class TaskWorkflow:
     def _note_runs(self) -> None:
         """Show the runs in flight in the state: their ids, and the instants still to come (a
         run withdrawn whose fire goes back still counts; histories from before reported-starts
-        left it out)."""
+        left it out), and the own instant of the oldest run sent or queued and not started."""
         back = GIVE_BACK if self._runs.reported else frozenset()
         self._state.running, self._state.waiting = self._runs.ids(), self._runs.coming(back)
+        if self._unstarted_on:
+            state = self._state
+            queued = [policy.aimed_instant(state.spec, state.task_id, run.scheduled_at, run.trigger)
+                      for run in state.queue]
+            state.unstarted_at = min([*self._runs.unstarted(), *queued], default=None)
 
     async def _sleep(self) -> None:
         state = self._state

@@ -382,6 +382,14 @@ async def backfill(env: WorkflowEnvironment, engine: Engine) -> TaskHandle:
     return handle
 
 
+@scenario
+async def unstarted_queued(env: WorkflowEnvironment, engine: Engine) -> TaskHandle:
+    # A fire queued behind a slow run, and runs sent then reported started: the row's
+    # unstarted_at (patch unstarted-at) is written as each changes.
+    return await to_the_end(env, engine, every_second("buffer_one", 3),
+                            handlers={"slow": SlowFirst(2.5)})
+
+
 async def record(only: set[str] | None = None) -> list[Path]:
     """Run the scenarios (all, or those named) and write their histories."""
     unknown = (only or set()) - set(SCENARIOS)

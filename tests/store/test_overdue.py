@@ -95,3 +95,43 @@ def test_a_backlog_within_the_default_bound_hides_no_task_with_a_shorter_own_bou
         save_snapshot(any_engine, task(f"backlog-{n:04d}", due=NOW - timedelta(seconds=50)))
     save_snapshot(any_engine, task("short", due=NOW - timedelta(seconds=20), overdue_after_seconds=5))
     assert overdue_ids(any_engine) == ["short"]
+
+
+def test_a_run_sent_or_queued_and_not_started_is_overdue_though_the_row_moved_on(
+    any_engine: Engine,
+) -> None:
+    """The workflow sent the run (or queued it) and moved next_run_at to the next fire; its
+    unstarted_at keeps the run watched until a start is reported or its fire is decided."""
+    late, ahead = NOW - timedelta(seconds=90), NOW + timedelta(minutes=10)
+    save_snapshot(any_engine, task("sent", due=ahead).model_copy(update={"unstarted_at": late}))
+    save_snapshot(any_engine, task("coming", due=ahead).model_copy(
+        update={"unstarted_at": NOW - timedelta(seconds=30)}))  # within its bound
+    save_snapshot(any_engine, task("none", due=ahead))  # every run sent has started
+    [alarm] = overdue_runs(any_engine, NOW, DEFAULT, 1.0)
+    assert (alarm.task_id, alarm.run_at) == ("sent", late)
+    assert raise_alarm(any_engine, alarm, NOW)
+    row = read_task(any_engine, "sent", "t1")
+    assert row is not None and row.overdue_run_at == late and row.overdue_since == NOW
+    assert recovered_runs(any_engine) == []
+
+    # A start reported: the workflow writes the row without it, and the alarm clears.
+    save_snapshot(any_engine, task("sent", due=ahead).model_copy(
+        update={"unstarted_at": None, "state_version": 2}))
+    jobs_worker_started(any_engine, ExecutionRecord(
+        id="sent:1", task_id="sent", tenant_id="t1", scheduled_at=late, instant=late,
+        status="RUNNING", started_at=NOW))
+    [back] = recovered_runs(any_engine)
+    assert (back.task_id, back.run_at, back.outcome) == ("sent", late, "started")
+    assert clear_alarm(any_engine, back)
+    assert overdue_ids(any_engine) == []
+
+
+def test_a_raise_loses_to_a_start_reported_meanwhile(any_engine: Engine) -> None:
+    late, ahead = NOW - timedelta(seconds=90), NOW + timedelta(minutes=10)
+    save_snapshot(any_engine, task("q", due=ahead).model_copy(update={"unstarted_at": late}))
+    [alarm] = overdue_runs(any_engine, NOW, DEFAULT, 1.0)
+    save_snapshot(any_engine, task("q", due=ahead).model_copy(
+        update={"unstarted_at": None, "state_version": 2}))
+    assert not raise_alarm(any_engine, alarm, NOW)
+    row = read_task(any_engine, "q", "t1")
+    assert row is not None and row.overdue_since is None
