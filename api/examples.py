@@ -112,10 +112,10 @@ PAUSED_UPCOMING_EXAMPLE: dict[str, Any] = {
     "before": None,
     "on_resume": {
         "as_of": "2026-12-05T09:03:10Z",
-        "skip": {"missed": "skip", "runs": 0, "skipped": 3, "more": 0, "fires": [
+        "skip": {"missed": "skip", "runs": 0, "skipped": 3, "more": 0, "complete": True, "fires": [
             {"scheduled_at": f"2026-12-05T09:0{m}:00Z", "runs": False, "trigger": None,
              "skipped": "paused"} for m in (1, 2, 3)]},
-        "policy": {"missed": "policy", "runs": 2, "skipped": 1, "more": 0, "fires": [
+        "policy": {"missed": "policy", "runs": 2, "skipped": 1, "more": 0, "complete": True, "fires": [
             {"scheduled_at": "2026-12-05T09:01:00Z", "runs": False, "trigger": None,
              "skipped": "catchup_cap"},
             {"scheduled_at": "2026-12-05T09:02:00Z", "runs": True, "trigger": "catchup",

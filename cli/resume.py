@@ -34,4 +34,6 @@ def _sum(choice: dict[str, Any]) -> str:
     kinds = Counter(_what(f) for f in choice["fires"])
     parts = ", ".join(f"{count} {shown(kind)}" for kind, count in sorted(kinds.items()))
     more = f" and {choice['more']} older" if choice["more"] else ""
+    if not choice.get("complete", True):
+        more += " (the pause holds more fires than a preview decides: the newest are not shown)"
     return f"{choice['runs']} run, {choice['skipped']} skipped: {parts}{more}"

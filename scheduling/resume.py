@@ -10,10 +10,13 @@ from datetime import datetime
 
 from pydantic import BaseModel, Field
 
-from scheduling.policy import Flight, Position, decide_due, on_resume
+from scheduling.policy import FIRES_PER_PASS, Flight, Position, decide_due, on_resume
 from scheduling.status import ResumeMissed, SkipReason, Trigger
 
 MAX_RESUME_FIRES = 1000
+# Fires a preview decides at most (a per-second cron paused for a day has 86,400): past them
+# the answer says it is not complete rather than keep a read busy for long.
+MAX_RESUME_DECIDED = 400 * FIRES_PER_PASS
 
 
 class ResumeFire(BaseModel):
@@ -35,6 +38,8 @@ class ResumeChoice(BaseModel):
     skipped: int = Field(description="fires that would be SKIPPED")
     fires: list[ResumeFire] = Field(description="the newest fires decided, oldest first")
     more: int = Field(description="older fires decided but not listed")
+    complete: bool = Field(default=True, description="false when the pause holds more fires "
+                           "than a preview decides (100,000): the newest are then not among them")
 
 
 def decide_resume(pos: Position, flight: Flight, missed: ResumeMissed, now: datetime, *,
@@ -45,6 +50,7 @@ def decide_resume(pos: Position, flight: Flight, missed: ResumeMissed, now: date
     before = list(pos.queue)
     skipped: dict[datetime, SkipReason] = {}
     started: dict[datetime, Trigger] = {}
+    complete = True
     while True:
         due = decide_due(pos, flight, now)
         skipped.update(due.skipped)
@@ -52,6 +58,9 @@ def decide_resume(pos: Position, flight: Flight, missed: ResumeMissed, now: date
         taken = max(filter(None, [pos.latest_taken, due.taken]), default=None)
         pos = replace(pos, next_fire_at=due.next_fire_at, queue=tuple(due.queue), latest_taken=taken)
         if not due.more:
+            break
+        if len(skipped) + len(started) >= MAX_RESUME_DECIDED:
+            complete = False
             break
     # Runs of the schedule the passes queued (behind one another) start in turn.
     started.update((run.scheduled_at, run.trigger) for run in pos.queue
@@ -63,4 +72,4 @@ def decide_resume(pos: Position, flight: Flight, missed: ResumeMissed, now: date
     runs = sum(1 for fire in fires if fire.runs)
     listed = deque(fires, maxlen=limit)
     return ResumeChoice(missed=missed, runs=runs, skipped=len(fires) - runs, fires=list(listed),
-                        more=len(fires) - len(listed))
+                        more=len(fires) - len(listed), complete=complete)

@@ -90,7 +90,8 @@ async def test_only_a_paused_task_shows_a_resume_and_only_to_its_tenant(stack: S
         assert (await api.get(f"/tasks/{task_id}/upcoming")).json()["on_resume"] is None
         assert (await api.post(f"/tasks/{task_id}/pause")).status_code == 202
         shown = (await api.get(f"/tasks/{task_id}/upcoming")).json()["on_resume"]
-        assert shown["policy"] == {"missed": "policy", "runs": 0, "skipped": 0, "fires": [], "more": 0}
+        assert shown["policy"] == {"missed": "policy", "runs": 0, "skipped": 0, "fires": [], "more": 0,
+                                   "complete": True}
         assert (await api.get(f"/tasks/{task_id}")).json()["status"] == "PAUSED"  # a read only
     async with stack.client("t2") as other:
         assert (await other.get(f"/tasks/{task_id}/upcoming")).status_code == 404

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from scheduling.policy import Flight, Position, on_resume
-from scheduling.resume import decide_resume
+from scheduling.resume import MAX_RESUME_DECIDED, decide_resume
 from scheduling.spec import MissedRunPolicy, TaskSpec
 from scheduling.status import ResumeMissed, SkipReason, Trigger
 
@@ -100,3 +100,13 @@ def test_on_resume_leaves_a_one_time_tasks_fire_to_its_policy() -> None:
     held = on_resume(paused(recurring), ResumeMissed.SKIP, T0 + 2 * MINUTE)
     assert (held.paused, held.resumed_at) == (False, T0 + 2 * MINUTE)
     assert on_resume(paused(recurring), ResumeMissed.POLICY, T0 + 2 * MINUTE).resumed_at is None
+
+
+def test_a_pause_too_long_to_decide_in_full_says_so() -> None:
+    spec = make_spec(interval_seconds=1, missed_run_policy="catchup")
+    position = Position(spec=spec, task_id="task-1", anchor=T0, next_fire_at=T0 + timedelta(seconds=1),
+                        paused=True, paused_at=T0)
+    choice = decide_resume(position, Flight(), ResumeMissed.POLICY, T0 + timedelta(hours=30))
+    assert not choice.complete and choice.runs == 0
+    assert choice.skipped == MAX_RESUME_DECIDED and choice.more == MAX_RESUME_DECIDED - 1000
+    assert decide_resume(position, Flight(), ResumeMissed.POLICY, T0 + timedelta(hours=1)).complete
