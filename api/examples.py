@@ -124,6 +124,27 @@ PREVIEW_EXAMPLE: dict[str, Any] = {
     "before": None,
 }
 
+PAUSED_UPCOMING_EXAMPLE: dict[str, Any] = {
+    "description": "Every minute", "fires": [
+        {"scheduled_at": "2026-12-05T09:04:00Z", "instant": "2026-12-05T09:04:00Z",
+         "local": "2026-12-05T09:04:00+00:00", "note": None, "skipped": None}],
+    "warnings": ["the task is paused: fires that fall before it is resumed do not run"],
+    "before": None,
+    "on_resume": {
+        "as_of": "2026-12-05T09:03:10Z",
+        "skip": {"missed": "skip", "runs": 0, "skipped": 3, "more": 0, "complete": True, "fires": [
+            {"scheduled_at": f"2026-12-05T09:0{m}:00Z", "runs": False, "trigger": None,
+             "skipped": "paused"} for m in (1, 2, 3)]},
+        "policy": {"missed": "policy", "runs": 2, "skipped": 1, "more": 0, "complete": True, "fires": [
+            {"scheduled_at": "2026-12-05T09:01:00Z", "runs": False, "trigger": None,
+             "skipped": "catchup_cap"},
+            {"scheduled_at": "2026-12-05T09:02:00Z", "runs": True, "trigger": "catchup",
+             "skipped": None},
+            {"scheduled_at": "2026-12-05T09:03:00Z", "runs": True, "trigger": "schedule",
+             "skipped": None}]},
+    },
+}
+
 BACKFILL_EXAMPLE: dict[str, Any] = {
     "task_id": "5b0c2e7c9f2d4e2a9a51d3c0b8f1a7e4", "mode": "failed",
     "start": "2026-11-29T00:00:00Z", "end": "2026-12-01T00:00:00Z", "dry_run": False, "to_run": 1,

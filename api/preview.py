@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+import anyio
 from pydantic import BaseModel, Field, ValidationError
 
 from api.database import in_thread
@@ -20,11 +21,22 @@ from scheduling.preview import (
     upcoming,
     upcoming_of_new,
 )
+from scheduling.resume import ResumeChoice, decide_resume
 from scheduling.spec import TaskChanges, TaskSpec
-from scheduling.status import FINAL_STATUSES, TaskStatus
+from scheduling.status import FINAL_STATUSES, ResumeMissed, TaskStatus
 from store.quotas import quota_for
 from store.upcoming import tasks_running_next_at
 from workflows.state import TaskState
+
+
+class ResumePreview(BaseModel):
+    """What resuming a paused task at ``as_of`` would do with the fires due in its pause, for
+    each choice of ``missed`` of ``POST /tasks/{task_id}/resume``."""
+
+    as_of: datetime = Field(description="the time of the resume previewed: a fire coming due "
+                            "after it changes the answer")
+    skip: ResumeChoice
+    policy: ResumeChoice
 
 
 class PreviewOut(BaseModel):
@@ -35,6 +47,9 @@ class PreviewOut(BaseModel):
     warnings: list[str]
     before: PreviewOut | None = Field(
         default=None, description="for a change of a saved task: its fires as it is now")
+    on_resume: ResumePreview | None = Field(
+        default=None, description="for a paused task: what resuming it now would do with the "
+        "fires due in its pause, under each choice of missed")
 
 
 class Previews:
@@ -92,6 +107,7 @@ class Previews:
         out = await self._out(row.tenant_id, state.spec, self._fires(state, limit), besides=task_id)
         if state.paused:
             out.warnings.append("the task is paused: fires that fall before it is resumed do not run")
+            out.on_resume = await anyio.to_thread.run_sync(on_resume_now, state)
         return out
 
     @staticmethod
@@ -115,6 +131,18 @@ class Previews:
         if herd is not None:
             warnings.append(herd)
         return PreviewOut(description=describe(spec), fires=fires, warnings=warnings)
+
+
+def on_resume_now(state: TaskState) -> ResumePreview:
+    """What a resume now would decide for each choice, as the workflow decides it."""
+    now = datetime.now(UTC)
+    # A paused task's runs still in flight have started (the pause withdrew the others); they
+    # are counted as the user's, which the overlap policy meets.
+    going = len(state.running)
+    flight = policy.Flight(total=going, started=going, user_started=going)
+    position = state.position()
+    return ResumePreview(as_of=now, skip=decide_resume(position, flight, ResumeMissed.SKIP, now),
+                         policy=decide_resume(position, flight, ResumeMissed.POLICY, now))
 
 
 def _runs_left(state: TaskState, spec: TaskSpec) -> int | None:

@@ -20,6 +20,7 @@ from urllib.parse import quote
 import httpx
 
 from api.history import spec_diff
+from cli.resume import resume_lines
 from cli.terminal import shown
 from scheduling.status import ResumeMissed
 
@@ -209,6 +210,8 @@ def _tasks_show(api: OpsClient, a: argparse.Namespace) -> tuple[Any, str]:
     fires = _table(["FIRE (LOCAL)", "RUNS AT (UTC, JITTER INCLUDED)", "NOTE"], rows, width=100) \
         if rows else "no upcoming fires"
     warnings = "".join(f"\nwarning: {shown(w)}" for w in upcoming["warnings"])
+    if upcoming.get("on_resume"):
+        warnings += f"\n\n{resume_lines(upcoming['on_resume'], a.limit)}"
     return {"task": task, "upcoming": upcoming}, f"{_task_lines(task)}\n\n{fires}{warnings}"
 
 

@@ -694,6 +694,15 @@ def resume_held(missed: ResumeMissed, now: datetime) -> datetime | None:
     return now
 
 
+def on_resume(pos: Position, missed: ResumeMissed, now: datetime) -> Position:
+    """Where the schedule stands once a paused task is resumed at ``now``: no longer paused,
+    the fires inside the pause held as ``missed`` says (``resume_held``); a one-time task's
+    fire is left to its missed-run policy. ``decide_due`` then decides them."""
+    if pos.spec.schedule_type is ScheduleType.ONCE:
+        return replace(pos, paused=False)
+    return replace(pos, paused=False, resumed_at=resume_held(missed, now))
+
+
 def overdue_after(spec: dict[str, object], default_seconds: float) -> timedelta:
     """How long a run may not have started past its instant before it is overdue: the task's
     own ``overdue_after_seconds`` (from its stored spec), else the service's default."""

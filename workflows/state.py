@@ -11,8 +11,8 @@ from activities.options import RunOptions
 from activities.payloads import Notification
 from scheduling.calendars import CalendarDates, CalendarPlan
 from scheduling.fire import first_fire
-from scheduling.policy import Position, Probe, Run, instant_of, resume_held
-from scheduling.spec import ScheduleType, TaskSpec
+from scheduling.policy import Position, Probe, Run, instant_of, on_resume
+from scheduling.spec import TaskSpec
 from scheduling.status import (
     FINAL_STATUSES,
     ExecutionStatus,
@@ -211,14 +211,13 @@ class TaskState(BaseModel):
     def resume(self, now: datetime, missed: ResumeMissed = ResumeMissed.SKIP) -> bool:
         """Start runs again, the failure streak and the breaker's cool-down forgotten; False
         when not paused. Fires inside the pause are recorded as skipped, or decided by the
-        missed-run policy (``missed``, ``policy.resume_held``); a one-time task's fire is left
+        missed-run policy (``missed``, ``policy.on_resume``); a one-time task's fire is left
         to its missed-run policy."""
         if not self.paused:
             return False
         self.paused, self.status_reason, self.consecutive_failures = False, None, 0
         self.probe = self.probing = None
-        if self.spec.schedule_type is not ScheduleType.ONCE:
-            self.resumed_at = resume_held(missed, now)
+        self.resumed_at = on_resume(self.position(), missed, now).resumed_at
         return True
 
     def add_manual_run(self, now: datetime) -> bool:

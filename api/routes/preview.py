@@ -9,7 +9,7 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import Discriminator, Tag, ValidationError
 
 from api.deps import ServiceDep
-from api.examples import CREATE_EXAMPLES, PREVIEW_EXAMPLE
+from api.examples import CREATE_EXAMPLES, PAUSED_UPCOMING_EXAMPLE, PREVIEW_EXAMPLE
 from api.preview import PreviewOut, Previews
 from api.ratelimit import CreatorDep, ReaderDep
 from api.routes.common import ERRORS
@@ -70,10 +70,19 @@ async def preview_task(
     return await previews.of_new(caller.who, spec, caller.usage, limit=limit, body_size=size)
 
 
-@router.get("/tasks/{task_id}/upcoming", responses={**ERRORS, 200: PREVIEW_RESPONSES[200]})
+UPCOMING_RESPONSES: dict[int | str, dict[str, Any]] = {**ERRORS, 200: {"content": {
+    "application/json": {"examples": {
+        "active": {"summary": "An active task", "value": PREVIEW_EXAMPLE},
+        "paused": {"summary": "A paused task: what resuming now would do, for each choice of "
+                   "missed (catchup, max_catchup_runs 1)", "value": PAUSED_UPCOMING_EXAMPLE},
+    }}}}}
+
+
+@router.get("/tasks/{task_id}/upcoming", responses=UPCOMING_RESPONSES)
 async def upcoming_fires(
     task_id: TaskIdPath, who: ReaderDep, previews: PreviewsDep, limit: LimitQuery = DEFAULT_PREVIEW,
 ) -> PreviewOut:
-    """A saved task's schedule in words and its upcoming fires, from where its workflow stands."""
+    """A saved task's schedule in words and its upcoming fires, from where its workflow stands;
+    for a paused task also what resuming it now would do (``on_resume``)."""
     return await previews.of_task(who, task_id, limit=limit)
 
