@@ -139,6 +139,7 @@ class TaskWorkflow:
             self._record.event(RESTART, start.actor, detail={"reason": self._state.status_reason})
         self._lock = asyncio.Lock()
         self._wake = False
+        self._start_length = 0
 
     @workflow.run
     async def run(self, start: TaskWorkflowInput) -> TaskState:
@@ -148,6 +149,8 @@ class TaskWorkflow:
             self._options = await workflow.execute_local_activity(
                 RUN_OPTIONS, result_type=RunOptions, start_to_close_timeout=RUN_OPTIONS_TIMEOUT)
         self._record.resend()
+        # What the run's start cost in history (the patch markers grow with every release).
+        self._start_length = workflow.info().get_current_history_length()
         try:
             while True:
                 async with self._lock:
@@ -523,10 +526,13 @@ class TaskWorkflow:
                            options.max_lead_seconds)
 
     def _draining(self) -> bool:
-        """The history is long: no new run starts here; the next workflow run starts them."""
+        """The history is long: no new run starts here; the next workflow run starts them.
+        A run first adds half the limit to what its start cost, so a limit near that cost never
+        makes workflow runs that only continue as new."""
         info = workflow.info()
+        limit = self._options.history_limit
         return (info.is_continue_as_new_suggested()
-                or info.get_current_history_length() > self._options.history_limit)
+                or info.get_current_history_length() > max(limit, self._start_length + limit // 2))
 
     def _quiet(self) -> bool:
         """No handler is running and every row is written: the workflow run may end."""
