@@ -1,6 +1,7 @@
 """Backfill in the workflow (time-skipping server, real jobs activity): every instant runs
 once, oldest first, across continue-as-new; a one-time task runs its backfill too; max_runs does
-not count its runs."""
+not count its runs; a backfill asked as the workers return leaves the missed fires to the
+catch-up, so each runs once."""
 
 from __future__ import annotations
 
