@@ -486,6 +486,8 @@ class BackfillInstantOut(BaseModel):
     execution_id: str = Field(description="the id (and job Idempotency-Key) the instant always has")
     current: str | None = Field(description="the status of its execution row now (null: none)")
     action: BackfillAction = Field(description="run: runs again (trigger backfill); keep: left as it is")
+    reason: str | None = Field(default=None, description="why an instant the mode picks is kept "
+                               "(not decided by the workflow yet, or on a calendar's excluded date)")
 
 
 class BackfillOut(BaseModel):

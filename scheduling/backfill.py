@@ -6,13 +6,15 @@ the clock are arguments.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from datetime import datetime, timedelta
 from enum import StrEnum
 
+from scheduling.calendars import Verdict
 from scheduling.fire import next_fire
 from scheduling.policy import is_fixed_delay
 from scheduling.spec import ScheduleType, TaskSpec
-from scheduling.status import DeadLetter, ExecutionStatus
+from scheduling.status import DeadLetter, ExecutionStatus, SkipReason
 
 # Instants in one backfill request's range, at most.
 MAX_BACKFILL_INSTANTS = 1000
@@ -88,3 +90,25 @@ def earlier_result(status: str | None, reason: str | None, error: str | None) ->
         return None
     why = reason or error
     return (f"backfilled; before: {status}" + (f" ({why})" if why else ""))[:480]
+
+
+# Why a backfill keeps an instant it would otherwise run (the answer's ``reason``).
+UNDECIDED = ("the workflow has not decided this instant yet (due, queued or in flight): "
+             "the schedule and its missed-run policy run it, not the backfill")
+
+
+def undecided(fire: datetime, run_id: str, next_fire_at: datetime | None,
+              held: Collection[datetime | str]) -> bool:
+    """The workflow has still to decide ``fire`` itself: it is at or after the next fire, or
+    queued, waiting or in flight (``held``: their fires and execution ids)."""
+    return (next_fire_at is not None and fire >= next_fire_at) or fire in held or run_id in held
+
+
+def calendar_keeps(verdict: Verdict, status: str | None, reason: str | None) -> str | None:
+    """Why a ``missing`` backfill keeps an instant of an excluded date, or None: its row says
+    SKIPPED ``calendar``, or the task's calendars exclude its date now (``calendar_verdict``)."""
+    if status == ExecutionStatus.SKIPPED and reason == SkipReason.CALENDAR:
+        return "skipped by the task's calendars: an excluded date is not missing"
+    if verdict.excluded:
+        return f"on a date calendar {verdict.calendar_id} excludes: not missing"
+    return None

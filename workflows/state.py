@@ -62,6 +62,19 @@ class Backfill(BaseModel):
     asked_at: datetime
     pending: list[BackfillItem] = Field(default_factory=list, description="not started yet")
     current: BackfillItem | None = Field(default=None, description="the one running")
+    undecided_from: datetime | None = Field(
+        default=None, description="the next fire when it was asked: the instants from there on "
+        "are the schedule's to decide, not the backfill's")
+    held: list[str] = Field(default_factory=list, description="the execution ids queued or in "
+                            "flight when it was asked: they run once, as the schedule decided")
+
+    def decided_since(self, item: BackfillItem, run_id: str) -> bool:
+        """The workflow has decided (or run) ``item``'s instant since the backfill was asked,
+        or has still to: ``missing`` and ``failed`` leave it to the schedule."""
+        if self.mode not in ("missing", "failed"):
+            return False
+        return run_id in self.held or (self.undecided_from is not None
+                                       and item.scheduled_at >= self.undecided_from)
 
     @property
     def running(self) -> bool:
@@ -75,7 +88,7 @@ class Backfill(BaseModel):
 
     def shown(self) -> dict[str, Any]:
         """Its progress as the task row and every answer show it."""
-        return {**self.model_dump(mode="json", exclude={"pending", "current"}),
+        return {**self.model_dump(mode="json", exclude={"pending", "current", "undecided_from", "held"}),
                 "left": len(self.pending)}
 
 

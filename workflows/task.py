@@ -106,6 +106,10 @@ CALENDARS = "calendars"
 # Workflows from here on write on the task row the instant of their oldest run neither started
 # nor decided (sent, or queued), which the API's overdue check reads (docs/scheduling.md).
 UNSTARTED_AT = "unstarted-at"
+# Workflows from here on start no backfill instant of a ``missing`` or ``failed`` backfill that
+# the schedule decided or ran since it was asked, or had still to decide (docs/scheduling.md,
+# "Backfill"): the instant runs once.
+BACKFILL_DECIDED = "backfill-leaves-decided"
 
 
 @workflow.defn(name="TaskWorkflow")
@@ -131,6 +135,7 @@ class TaskWorkflow:
         self._backfills = workflow.patched(BACKFILLS)
         self._calendars = workflow.patched(CALENDARS)
         self._unstarted_on = self._runs.reported and workflow.patched(UNSTARTED_AT)
+        self._backfill_decided = workflow.patched(BACKFILL_DECIDED)
         self._record = TaskRecord(self._state)
         self._record.events_on = workflow.patched(TASK_EVENTS)
         if start.state is None:
@@ -294,6 +299,8 @@ class TaskWorkflow:
             run_id = execution_id(state.task_id, item.scheduled_at)
             if run_id in self._runs.ids():
                 continue  # running already, under the same id
+            if self._backfill_decided and backfill.decided_since(item, run_id):
+                continue  # the schedule's: it ran, or is still to be decided (queued ones ran first)
             backfill.started += 1
             backfill.current = item
             self._start(Run(scheduled_at=item.scheduled_at, trigger=Trigger.BACKFILL,
@@ -301,6 +308,14 @@ class TaskWorkflow:
             return
         backfill.status = "done"
         self._record.event(BACKFILL_DONE, SCHEDULER, detail={"started": backfill.started})
+
+    def _hold_decided(self, backfill: Backfill) -> None:
+        """Note what the schedule has still to decide or run as the backfill is asked."""
+        state = self._state
+        backfill.undecided_from = state.next_fire_at
+        backfill.held = [*self._runs.ids(), *(
+            run.execution_id or execution_id(state.task_id, run.scheduled_at, run.trigger)
+            for run in state.queue)]
 
     def _stop_backfill(self, why: str) -> None:
         """Start no more of a running backfill's instants (a pause or a cancel)."""
@@ -641,6 +656,8 @@ class TaskWorkflow:
             self._state.backfill = Backfill(
                 mode=request.mode, start=request.start, end=request.end,
                 total=len(request.instants), asked_at=workflow.now(), pending=request.instants)
+            if self._backfill_decided:
+                self._hold_decided(self._state.backfill)
             self._record.event(BACKFILL, request.actor, detail={
                 "mode": request.mode, "start": request.start.isoformat(),
                 "end": request.end.isoformat(), "instants": len(request.instants)})

@@ -1,7 +1,8 @@
 """Backfill through the API, on the real worker and dev server, SQLite and PostgreSQL: the
 modes pick the right past instants, a dry run changes nothing, the runs happen oldest first
 under the ids their instants always have (trigger backfill), overlap holds, pause and cancel
-stop a backfill, a second one is refused, and bad ranges get a 4xx."""
+stop a backfill, a second one is refused, bad ranges get a 4xx, instants the workflow has not
+decided and (for missing) instants on excluded dates are kept."""
 
 from __future__ import annotations
 
@@ -279,3 +280,52 @@ async def test_instants_are_the_ones_the_workflow_fired(stack: Stack, target: Ta
     fired = sorted(r.id for r in rows if r.scheduled_at < origin + timedelta(seconds=3.5))
     assert sorted(i["execution_id"] for i in answer.json()["instants"]) == fired
     assert len(fired) == 3
+
+
+async def test_missing_keeps_the_instants_on_excluded_dates(stack: Stack, target: TargetServer) -> None:
+    async with stack.client() as api:
+        made = await api.post("/calendars", json={"name": "new year 2024", "dates": ["2024-01-01"]})
+        assert made.status_code == 201, made.text
+        calendar_id = made.json()["calendar_id"]
+        task_id = await _yearly(api, target.url("/cal"), exclude_calendars=[{"calendar_id": calendar_id}])
+        skipped = ExecutionRecord(id=execution_id(task_id, new_year(2023)), task_id=task_id,
+                                  tenant_id="t1", scheduled_at=new_year(2023), status="SKIPPED",
+                                  reason="calendar", finished_at=new_year(2023))
+        with stack.engine.begin() as connection:
+            write_record(stack.engine, [skipped], None)(connection)
+        dry = await api.post(f"/tasks/{task_id}/backfill", json={**RANGE, "dry_run": True})
+        assert dry.status_code == 200, dry.text
+        instants = {i["scheduled_at"][:4]: i for i in dry.json()["instants"]}
+        assert [y for y, i in instants.items() if i["action"] == "run"] == ["2020", "2021", "2022", "2025"]
+        assert instants["2023"]["action"] == instants["2024"]["action"] == "keep"
+        assert "calendars" in instants["2023"]["reason"] and calendar_id in instants["2024"]["reason"]
+        assert instants["2020"]["reason"] is None
+        # The other modes pick by the rows alone.
+        every = await api.post(f"/tasks/{task_id}/backfill", json={**RANGE, "mode": "all", "dry_run": True})
+        assert every.json()["to_run"] == 6, every.text
+        answer = await api.post(f"/tasks/{task_id}/backfill", json=RANGE)
+        assert answer.status_code == 202 and answer.json()["to_run"] == 4, answer.text
+        await _done(api, task_id)
+    assert _keys(target, "/cal") == [execution_id(task_id, new_year(y)) for y in (2020, 2021, 2022, 2025)]
+
+
+async def test_instants_the_workflow_has_not_decided_are_kept(stack: Stack, target: TargetServer) -> None:
+    # Paused at once: the fires inside the pause wait for the resume, which decides them.
+    start = datetime.now(UTC) - timedelta(seconds=5)
+    async with stack.client() as api:
+        created = await api.post("/task/create", json={
+            "task_name": "every second", "schedule_type": "interval", "interval_seconds": 1,
+            "job_details": {"type": "http", "url": target.url("/undecided")}})
+        assert created.status_code == 201, created.text
+        task_id = created.json()["task_id"]
+        paused = await api.post(f"/tasks/{task_id}/pause", json={"reason": "hold"})
+        assert paused.status_code == 202, paused.text
+        await asyncio.sleep(5)
+        body = {"start": iso(start), "end": iso(datetime.now(UTC) - timedelta(seconds=0.5)), "dry_run": True}
+        answer = await api.post(f"/tasks/{task_id}/backfill", json=body)
+        assert answer.status_code == 200, answer.text
+    instants = answer.json()["instants"]
+    undecided = [i for i in instants if i["current"] is None]
+    assert len(undecided) >= 2, instants
+    assert answer.json()["to_run"] == 0
+    assert all(i["action"] == "keep" and "not decided" in i["reason"] for i in undecided), undecided

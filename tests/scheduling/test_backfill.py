@@ -13,9 +13,12 @@ from scheduling.backfill import (
     BackfillMode,
     BadRange,
     action,
+    calendar_keeps,
     earlier_result,
     instants_between,
+    undecided,
 )
+from scheduling.calendars import RUNS, Verdict
 from scheduling.fire import next_fire
 from scheduling.spec import TaskSpec
 
@@ -107,3 +110,18 @@ def test_earlier_result_names_the_status_and_why() -> None:
     assert earlier_result("SKIPPED", "missed", None) == "backfilled; before: SKIPPED (missed)"
     assert earlier_result("FAILED", None, "HttpStatus 500") == "backfilled; before: FAILED (HttpStatus 500)"
     assert len(earlier_result("FAILED", None, "x" * 2000) or "") <= 480
+
+
+def test_undecided_is_at_or_after_the_next_fire_or_held() -> None:
+    assert undecided(T0, "t:a", T0, set()) and undecided(T0 + timedelta(hours=1), "t:a", T0, set())
+    assert not undecided(T0 - timedelta(hours=1), "t:a", T0, set())
+    assert undecided(T0 - timedelta(hours=1), "t:a", T0, {"t:a"})  # in flight
+    assert undecided(T0 - timedelta(hours=1), "t:a", None, {T0 - timedelta(hours=1)})  # queued
+    assert not undecided(T0, "t:a", None, set())  # the schedule has no fire left
+
+
+def test_calendar_keeps_excluded_dates_and_calendar_skips_only() -> None:
+    assert calendar_keeps(RUNS, "SKIPPED", "calendar") is not None
+    assert "cal1" in (calendar_keeps(Verdict(calendar_id="cal1"), None, None) or "")
+    assert calendar_keeps(Verdict(calendar_id="cal1", shifted_to=T0), None, None) is None
+    assert calendar_keeps(RUNS, "SKIPPED", "missed") is None and calendar_keeps(RUNS, None, None) is None
