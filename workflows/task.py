@@ -43,7 +43,7 @@ with workflow.unsafe.imports_passed_through():
         execution_id,
     )
     from store.models import ExecutionRecord
-    from workflows import spans
+    from workflows import arguments, spans
     from workflows.breaker import Healed, SelfHealing
     from workflows.describe import describe_schedule
     from workflows.events import (
@@ -540,6 +540,7 @@ class TaskWorkflow:
     @workflow.signal(name="cancel")
     async def cancel_signal(self, reason: str | None = None, actor: str | None = None) -> None:
         """Cancel the task; a running job is cancelled through its heartbeats."""
+        reason, actor = arguments.text(reason, "reason"), arguments.text(actor, "actor")
         if self._runs.reported:
             self._request_cancel(reason, actor)  # at once, even while a pass waits on the database
             return
@@ -549,6 +550,7 @@ class TaskWorkflow:
     @workflow.signal(name="pause")
     async def pause_signal(self, reason: str | None = None, actor: str | None = None) -> None:
         """Stop starting runs until resumed."""
+        reason, actor = arguments.text(reason, "reason"), arguments.text(actor, "actor")
         async with self._lock:
             self._pause(reason, actor or TEMPORAL_SIGNAL)
 
@@ -556,15 +558,15 @@ class TaskWorkflow:
     async def resume_signal(self, missed: ResumeMissed | None = None,
                             actor: str | None = None) -> None:
         """Start runs again; the fires inside the pause SKIPPED paused, or decided by the
-        missed-run policy (``missed`` policy)."""
+        missed-run policy (``missed`` policy; an unknown one is logged and read as skip)."""
         async with self._lock:
-            self._resume(missed or ResumeMissed.SKIP, actor)
+            self._resume(arguments.missed(missed), arguments.text(actor, "actor"))
 
     @workflow.signal(name="trigger")
     async def trigger_signal(self, actor: str | None = None) -> None:
         """Run the job now, outside the schedule."""
         async with self._lock:
-            self._trigger(actor)
+            self._trigger(arguments.text(actor, "actor"))
 
     @workflow.update(name="cancel_task")
     async def cancel_update(self, reason: str | None = None, actor: str | None = None) -> TaskState:
@@ -678,18 +680,22 @@ class TaskWorkflow:
 
     @cancel_update.validator
     def _validate_cancel(self, reason: str | None = None, actor: str | None = None) -> None:
+        arguments.refuse_bad(reason=reason, actor=actor)
         self._refuse_if_final("cancelled")
 
     @pause_update.validator
     def _validate_pause(self, reason: str | None = None, actor: str | None = None) -> None:
+        arguments.refuse_bad(reason=reason, actor=actor)
         self._refuse_if_final("paused")
 
     @resume_update.validator
     def _validate_resume(self, missed: ResumeMissed | None = None, actor: str | None = None) -> None:
+        arguments.refuse_bad(missed=missed, actor=actor)
         self._refuse_if_final("resumed")
 
     @trigger_update.validator
     def _validate_trigger(self, actor: str | None = None) -> None:
+        arguments.refuse_bad(actor=actor)
         self._refuse_if_final("triggered")
 
     @replay_update.validator
