@@ -25,11 +25,11 @@ def missed(value: object) -> ResumeMissed:
     """A resume's ``missed``; absent or unknown is ``skip`` (an unknown one is logged)."""
     if value is None:
         return ResumeMissed.SKIP
-    try:
-        return ResumeMissed(value)  # a union's member arrives decoded as its plain value
-    except ValueError:
-        workflow.logger.warning("resume signal: unknown missed %r; read as skip", value)
-        return ResumeMissed.SKIP
+    for choice in ResumeMissed:  # a union's member arrives decoded as its plain value
+        if value == choice or value == choice.value:
+            return choice
+    workflow.logger.warning("resume signal: unknown missed %r; read as skip", value)
+    return ResumeMissed.SKIP
 
 
 def refuse_bad(*, missed: object = None, **texts: object) -> None:

@@ -103,6 +103,9 @@ BACKFILLS = "backfills"
 # Workflow runs from here on read the dates of the task's exclude_calendars (a local activity)
 # when a fire comes near, and skip or shift the fires on them (docs/scheduling.md, Calendars).
 CALENDARS = "calendars"
+# Workflows from here on end the breaker's cool-down when a user pauses the auto-paused task
+# or turns self-healing off, and move the planned probe when its cool-down changes.
+PROBE_FOLLOWS = "probe-follows-the-task"
 
 
 @workflow.defn(name="TaskWorkflow")
@@ -127,6 +130,7 @@ class TaskWorkflow:
         self._healing = SelfHealing(self._state, enabled=workflow.patched(SELF_HEALING))
         self._backfills = workflow.patched(BACKFILLS)
         self._calendars = workflow.patched(CALENDARS)
+        self._probe_follows = workflow.patched(PROBE_FOLLOWS)
         self._record = TaskRecord(self._state)
         self._record.events_on = workflow.patched(TASK_EVENTS)
         if start.state is None:
@@ -665,6 +669,8 @@ class TaskWorkflow:
             change = policy.change_schedule(state.position(), self._runs.flight(workflow.now()),
                                             new_spec, workflow.now())
             spec_changed = new_spec != state.spec
+            cool_down = new_spec.auto_resume_after_seconds
+            healing_changed = cool_down != state.spec.auto_resume_after_seconds
             state.spec = new_spec
             if spec_changed:
                 state.spec_version += 1
@@ -674,6 +680,8 @@ class TaskWorkflow:
                 state.latest_taken = None
             for old in change.dropped:
                 self._record.skip(old.scheduled_at, SkipReason.RESCHEDULED)
+            if self._probe_follows and healing_changed:
+                self._healing.replan(cool_down)
             self._wake = True
             await self._write()
             return state
@@ -747,6 +755,11 @@ class TaskWorkflow:
             self._record.event(PAUSE, actor, detail={"reason": self._state.status_reason})
             self._runs.withdraw("paused")
             self._refresh_status()
+            self._wake = True
+        elif self._probe_follows and actor != SCHEDULER and self._healing.stop():
+            # A user's pause of an auto-paused task is a user's pause from now: no probe.
+            self._state.status_reason = reason or "paused"
+            self._record.event(PAUSE, actor, detail={"reason": self._state.status_reason})
             self._wake = True
 
     def _resume(self, missed: ResumeMissed, actor: str | None = None) -> None:
