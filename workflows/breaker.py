@@ -20,6 +20,17 @@ with workflow.unsafe.imports_passed_through():
 PROBE_TOLD = "; probe run at "
 
 
+def told_cool_down(reason: str | None) -> float | None:
+    """The cool-down a pause's reason tells of (``SelfHealing.reason``); None if none."""
+    if reason is None or PROBE_TOLD not in reason:
+        return None
+    told = reason.rsplit("(cool-down ", 1)[-1].removesuffix(" s)")
+    try:
+        return float(told)
+    except ValueError:
+        return None
+
+
 class Healed(Enum):
     """What a probe's end did to the task."""
 

@@ -49,6 +49,11 @@ class BackfillRequest(BaseModel):
     actor: str | None = Field(default=None, description="who asked: the API key's id")
 
 
+# Why a backfill stopped when its task's workflow was restarted from the row (the instants
+# it had left are not in the row).
+RESTARTED = "restarted"
+
+
 class Backfill(BaseModel):
     """A backfill of the task: what it was asked, how far it got, and what is left."""
 
@@ -62,6 +67,8 @@ class Backfill(BaseModel):
     asked_at: datetime
     pending: list[BackfillItem] = Field(default_factory=list, description="not started yet")
     current: BackfillItem | None = Field(default=None, description="the one running")
+    unrecorded_stop: bool = Field(default=False, description="stopped by a restart from the "
+                                  "row; the restarted workflow records it, once")
 
     @property
     def running(self) -> bool:
@@ -75,7 +82,7 @@ class Backfill(BaseModel):
 
     def shown(self) -> dict[str, Any]:
         """Its progress as the task row and every answer show it."""
-        return {**self.model_dump(mode="json", exclude={"pending", "current"}),
+        return {**self.model_dump(mode="json", exclude={"pending", "current", "unrecorded_stop"}),
                 "left": len(self.pending)}
 
 

@@ -106,6 +106,8 @@ CALENDARS = "calendars"
 # Workflows from here on end the breaker's cool-down when a user pauses the auto-paused task
 # or turns self-healing off, and move the planned probe when its cool-down changes.
 PROBE_FOLLOWS = "probe-follows-the-task"
+# Workflows from here on record a backfill their restart from the row stopped.
+RESTART_STOPS_BACKFILL = "restart-stops-backfill"
 
 
 @workflow.defn(name="TaskWorkflow")
@@ -137,6 +139,13 @@ class TaskWorkflow:
             self._record.event(CREATE, start.actor, spec=True)
         elif start.actor is not None:
             self._record.event(RESTART, start.actor, detail={"reason": self._state.status_reason})
+        backfill = self._state.backfill
+        if workflow.patched(RESTART_STOPS_BACKFILL) and backfill is not None and backfill.unrecorded_stop:
+            # Restarted from the row, which keeps no instants left: the backfill stopped.
+            backfill.unrecorded_stop = False
+            self._record.event(BACKFILL_STOPPED, start.actor, detail={
+                "reason": backfill.reason, "started": backfill.started,
+                "left": backfill.total - backfill.started})
         self._lock = asyncio.Lock()
         self._wake = False
 
