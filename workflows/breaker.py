@@ -4,16 +4,31 @@ the task's state, which holds the probe across continue-as-new."""
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from enum import Enum
 
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from scheduling import policy
-    from scheduling.policy import Run
+    from scheduling.policy import Probe, Run
     from scheduling.status import ExecutionStatus, Trigger, execution_id
     from workflows.state import TaskState
+
+
+# How a pause's reason tells of the planned probe (``SelfHealing.reason``).
+PROBE_TOLD = "; probe run at "
+
+
+def told_cool_down(reason: str | None) -> float | None:
+    """The cool-down a pause's reason tells of (``SelfHealing.reason``); None if none."""
+    if reason is None or PROBE_TOLD not in reason:
+        return None
+    told = reason.rsplit("(cool-down ", 1)[-1].removesuffix(" s)")
+    try:
+        return float(told)
+    except ValueError:
+        return None
 
 
 class Healed(Enum):
@@ -68,6 +83,37 @@ class SelfHealing:
             return Healed.FAILED
         return Healed.RETRY
 
+    def stop(self) -> bool:
+        """End the cool-down (a user's pause, self-healing turned off): no probe is planned,
+        one queued is dropped, and the reason no longer tells of it; False if none was. A probe
+        already running runs to its end, which then resumes nothing."""
+        state = self._state
+        queued = [run for run in state.queue if run.execution_id == state.probing]
+        if state.probe is None and not queued:
+            return False
+        for run in queued:
+            state.queue.remove(run)
+            state.probing = None
+        state.probe = None
+        if state.status_reason is not None:
+            state.status_reason = state.status_reason.split(PROBE_TOLD)[0]
+        return True
+
+    def replan(self, cool_down: float | None) -> None:
+        """The task's ``auto_resume_after_seconds`` changed: without it, end the cool-down;
+        with it, move the planned probe as if it had been planned with the new cool-down."""
+        state = self._state
+        if cool_down is None:
+            self.stop()
+            return
+        probe = state.probe
+        if probe is None or state.probing is not None or probe.cool_down_seconds == cool_down:
+            return
+        planned_from = probe.at - timedelta(seconds=probe.cool_down_seconds)
+        state.probe = Probe(at=planned_from + timedelta(seconds=cool_down), cool_down_seconds=cool_down)
+        if state.status_reason is not None:
+            state.status_reason = self.reason(state.status_reason.split(PROBE_TOLD)[0])
+
     def wake(self) -> datetime | None:
         """When the sleeping workflow must wake to queue the probe."""
         state = self._state
@@ -81,4 +127,4 @@ class SelfHealing:
         if probe is None:
             return reason
         at = probe.at.isoformat().replace("+00:00", "Z")
-        return f"{reason}; probe run at {at} (cool-down {probe.cool_down_seconds:g} s)"
+        return f"{reason}{PROBE_TOLD}{at} (cool-down {probe.cool_down_seconds:g} s)"

@@ -12,12 +12,13 @@ from temporalio.client import Client, WithStartWorkflowOperation
 from temporalio.common import Priority, WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
-from scheduling.policy import Run
+from scheduling.policy import Probe, Run
 from scheduling.spec import TaskSpec
 from scheduling.status import PRIORITY_KEYS, TaskStatus, workflow_id
 from store.models import Task
 from workflows import attributes
-from workflows.state import TaskState, TaskWorkflowInput
+from workflows.breaker import PROBE_TOLD, told_cool_down
+from workflows.state import RESTARTED, Backfill, TaskState, TaskWorkflowInput
 from workflows.task import TaskWorkflow
 
 
@@ -103,12 +104,38 @@ def state_from_row(
     task stays paused; ``executed`` is the scheduled runs that ran (max_runs counts them)."""
     spec = TaskSpec.model_validate(row.spec)
     paused = row.status == TaskStatus.PAUSED
+    probe = _probe_from_row(row, spec) if paused else None
+    status_reason = row.status_reason if paused else reason
+    if paused and probe is None and status_reason is not None:
+        status_reason = status_reason.split(PROBE_TOLD)[0]  # it tells of no probe any more
     return TaskState(
         task_id=row.id, tenant_id=row.tenant_id, spec=spec, created_at=row.created_at,
         anchor=row.created_at, next_fire_at=next_fire_at, executed=executed, paused=paused,
         status=TaskStatus.PAUSED if paused else TaskStatus.PENDING,
-        status_reason=row.status_reason if paused else reason,
+        status_reason=status_reason,
         success_count=row.success_count, failure_count=row.failure_count,
         cancelled_count=max(0, row.run_count - row.success_count - row.failure_count),
         skipped_count=row.skipped_count, queue=queue or [], spec_version=row.spec_version,
+        probe=probe, backfill=_backfill_from_row(row),
     )
+
+
+def _probe_from_row(row: Task, spec: TaskSpec) -> Probe | None:
+    """The auto-paused task's planned probe: at ``next_probe_at``, after the cool-down its
+    reason tells of (a failed probe's doubled one), or else the task's own."""
+    cool_down = told_cool_down(row.status_reason) or spec.auto_resume_after_seconds
+    if row.next_probe_at is None or cool_down is None:
+        return None
+    return Probe(at=row.next_probe_at, cool_down_seconds=cool_down)
+
+
+def _backfill_from_row(row: Task) -> Backfill | None:
+    """The task's latest backfill as its row shows it. The instants it had left are not in the
+    row, so one that was running is stopped: the workflow that restarts records it."""
+    if row.backfill is None:
+        return None
+    backfill = Backfill.model_validate({k: v for k, v in row.backfill.items() if k != "left"})
+    if backfill.running:
+        backfill.stop(RESTARTED)
+        backfill.unrecorded_stop = True
+    return backfill

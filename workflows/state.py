@@ -49,6 +49,11 @@ class BackfillRequest(BaseModel):
     actor: str | None = Field(default=None, description="who asked: the API key's id")
 
 
+# Why a backfill stopped when its task's workflow was restarted from the row (the instants
+# it had left are not in the row).
+RESTARTED = "restarted"
+
+
 class Backfill(BaseModel):
     """A backfill of the task: what it was asked, how far it got, and what is left."""
 
@@ -67,6 +72,8 @@ class Backfill(BaseModel):
         "are the schedule's to decide, not the backfill's")
     held: list[str] = Field(default_factory=list, description="the execution ids queued or in "
                             "flight when it was asked: they run once, as the schedule decided")
+    unrecorded_stop: bool = Field(default=False, description="stopped by a restart from the "
+                                  "row; the restarted workflow records it, once")
 
     def decided_since(self, item: BackfillItem, run_id: str) -> bool:
         """The workflow has decided (or run) ``item``'s instant since the backfill was asked,
@@ -88,7 +95,8 @@ class Backfill(BaseModel):
 
     def shown(self) -> dict[str, Any]:
         """Its progress as the task row and every answer show it."""
-        return {**self.model_dump(mode="json", exclude={"pending", "current", "undecided_from", "held"}),
+        return {**self.model_dump(mode="json", exclude={"pending", "current", "undecided_from", "held",
+                                                        "unrecorded_stop"}),
                 "left": len(self.pending)}
 
 

@@ -43,7 +43,7 @@ with workflow.unsafe.imports_passed_through():
         execution_id,
     )
     from store.models import ExecutionRecord
-    from workflows import spans
+    from workflows import arguments, spans
     from workflows.breaker import Healed, SelfHealing
     from workflows.describe import describe_schedule
     from workflows.events import (
@@ -110,6 +110,11 @@ UNSTARTED_AT = "unstarted-at"
 # the schedule decided or ran since it was asked, or had still to decide (docs/scheduling.md,
 # "Backfill"): the instant runs once.
 BACKFILL_DECIDED = "backfill-leaves-decided"
+# Workflows from here on end the breaker's cool-down when a user pauses the auto-paused task
+# or turns self-healing off, and move the planned probe when its cool-down changes.
+PROBE_FOLLOWS = "probe-follows-the-task"
+# Workflows from here on record a backfill their restart from the row stopped.
+RESTART_STOPS_BACKFILL = "restart-stops-backfill"
 
 
 @workflow.defn(name="TaskWorkflow")
@@ -136,12 +141,20 @@ class TaskWorkflow:
         self._calendars = workflow.patched(CALENDARS)
         self._unstarted_on = self._runs.reported and workflow.patched(UNSTARTED_AT)
         self._backfill_decided = workflow.patched(BACKFILL_DECIDED)
+        self._probe_follows = workflow.patched(PROBE_FOLLOWS)
         self._record = TaskRecord(self._state)
         self._record.events_on = workflow.patched(TASK_EVENTS)
         if start.state is None:
             self._record.event(CREATE, start.actor, spec=True)
         elif start.actor is not None:
             self._record.event(RESTART, start.actor, detail={"reason": self._state.status_reason})
+        backfill = self._state.backfill
+        if workflow.patched(RESTART_STOPS_BACKFILL) and backfill is not None and backfill.unrecorded_stop:
+            # Restarted from the row, which keeps no instants left: the backfill stopped.
+            backfill.unrecorded_stop = False
+            self._record.event(BACKFILL_STOPPED, start.actor, detail={
+                "reason": backfill.reason, "started": backfill.started,
+                "left": backfill.total - backfill.started})
         self._lock = asyncio.Lock()
         self._wake = False
         self._start_length = 0
@@ -570,6 +583,7 @@ class TaskWorkflow:
     @workflow.signal(name="cancel")
     async def cancel_signal(self, reason: str | None = None, actor: str | None = None) -> None:
         """Cancel the task; a running job is cancelled through its heartbeats."""
+        reason, actor = arguments.text(reason, "reason"), arguments.text(actor, "actor")
         if self._runs.reported:
             self._request_cancel(reason, actor)  # at once, even while a pass waits on the database
             return
@@ -579,6 +593,7 @@ class TaskWorkflow:
     @workflow.signal(name="pause")
     async def pause_signal(self, reason: str | None = None, actor: str | None = None) -> None:
         """Stop starting runs until resumed."""
+        reason, actor = arguments.text(reason, "reason"), arguments.text(actor, "actor")
         async with self._lock:
             self._pause(reason, actor or TEMPORAL_SIGNAL)
 
@@ -586,15 +601,15 @@ class TaskWorkflow:
     async def resume_signal(self, missed: ResumeMissed | None = None,
                             actor: str | None = None) -> None:
         """Start runs again; the fires inside the pause SKIPPED paused, or decided by the
-        missed-run policy (``missed`` policy)."""
+        missed-run policy (``missed`` policy; an unknown one is logged and read as skip)."""
         async with self._lock:
-            self._resume(missed or ResumeMissed.SKIP, actor)
+            self._resume(arguments.missed(missed), arguments.text(actor, "actor"))
 
     @workflow.signal(name="trigger")
     async def trigger_signal(self, actor: str | None = None) -> None:
         """Run the job now, outside the schedule."""
         async with self._lock:
-            self._trigger(actor)
+            self._trigger(arguments.text(actor, "actor"))
 
     @workflow.update(name="cancel_task")
     async def cancel_update(self, reason: str | None = None, actor: str | None = None) -> TaskState:
@@ -695,6 +710,8 @@ class TaskWorkflow:
             change = policy.change_schedule(state.position(), self._runs.flight(workflow.now()),
                                             new_spec, workflow.now())
             spec_changed = new_spec != state.spec
+            cool_down = new_spec.auto_resume_after_seconds
+            healing_changed = cool_down != state.spec.auto_resume_after_seconds
             state.spec = new_spec
             if spec_changed:
                 state.spec_version += 1
@@ -704,24 +721,30 @@ class TaskWorkflow:
                 state.latest_taken = None
             for old in change.dropped:
                 self._record.skip(old.scheduled_at, SkipReason.RESCHEDULED)
+            if self._probe_follows and healing_changed:
+                self._healing.replan(cool_down)
             self._wake = True
             await self._write()
             return state
 
     @cancel_update.validator
     def _validate_cancel(self, reason: str | None = None, actor: str | None = None) -> None:
+        arguments.refuse_bad(reason=reason, actor=actor)
         self._refuse_if_final("cancelled")
 
     @pause_update.validator
     def _validate_pause(self, reason: str | None = None, actor: str | None = None) -> None:
+        arguments.refuse_bad(reason=reason, actor=actor)
         self._refuse_if_final("paused")
 
     @resume_update.validator
     def _validate_resume(self, missed: ResumeMissed | None = None, actor: str | None = None) -> None:
+        arguments.refuse_bad(missed=missed, actor=actor)
         self._refuse_if_final("resumed")
 
     @trigger_update.validator
     def _validate_trigger(self, actor: str | None = None) -> None:
+        arguments.refuse_bad(actor=actor)
         self._refuse_if_final("triggered")
 
     @replay_update.validator
@@ -773,6 +796,11 @@ class TaskWorkflow:
             self._record.event(PAUSE, actor, detail={"reason": self._state.status_reason})
             self._runs.withdraw("paused")
             self._refresh_status()
+            self._wake = True
+        elif self._probe_follows and actor != SCHEDULER and self._healing.stop():
+            # A user's pause of an auto-paused task is a user's pause from now: no probe.
+            self._state.status_reason = reason or "paused"
+            self._record.event(PAUSE, actor, detail={"reason": self._state.status_reason})
             self._wake = True
 
     def _resume(self, missed: ResumeMissed, actor: str | None = None) -> None:

@@ -108,7 +108,7 @@ def test_a_task_restarted_from_its_row_keeps_its_cancelled_runs_counted() -> Non
                                                              ).model_dump(mode="json"),
                           created_at=datetime(2026, 12, 1, tzinfo=UTC), status="PENDING",
                           status_reason=None, run_count=5, success_count=3, failure_count=1,
-                          skipped_count=2, spec_version=4)
+                          skipped_count=2, spec_version=4, next_probe_at=None, backfill=None)
     state = state_from_row(row, next_fire_at=None, executed=5, reason="restarted")
     assert (state.run_count, state.success_count, state.failure_count, state.cancelled_count) == (5, 3, 1, 1)
     assert state.spec_version == 4

@@ -11,8 +11,9 @@ from datetime import timedelta
 from sqlalchemy import Engine
 from temporalio.testing import WorkflowEnvironment
 
-from scheduling.spec import TaskSpec
+from scheduling.spec import TaskChanges, TaskSpec
 from scheduling.status import ResumeMissed, TaskStatus, Trigger, execution_id
+from store.events import list_events
 from store.models import Task
 from store.tasks import read_task
 from tests.conftest import new_worker
@@ -190,3 +191,55 @@ async def test_a_plain_resume_signal_keeps_working(
     rows = executions(sqlite_engine, state.task_id)
     assert [r.reason for r in rows[:10]] == ["paused"] * 10
     assert "missed" in [r.reason for r in rows[10:]]
+
+
+async def test_a_user_pause_or_self_healing_off_ends_the_cool_down(
+    time_env: WorkflowEnvironment, sqlite_engine: Engine, target: TargetServer
+) -> None:
+    flaky = Flaky()
+    async with new_worker(time_env.client, sqlite_engine, handlers={"flaky": flaky}) as worker:
+        async with running_task(time_env, worker.task_queue, healing(target)) as handle:
+            await time_env.sleep(2 * MINUTE + timedelta(seconds=5))  # auto-paused
+            await until(handle, lambda s: s.probe is not None)
+            off = await handle.execute_update(TaskWorkflow.update_task,
+                                              TaskChanges(auto_resume_after_seconds=None))
+            assert off.paused and off.probe is None and "probe" not in (off.status_reason or "")
+            await handle.execute_update(TaskWorkflow.pause_update, args=["by hand", "k1"])
+            await time_env.sleep(10 * MINUTE)
+            state = await until(handle, lambda s: s.paused)
+            # Paused already and no probe to end: the pause changes nothing.
+            assert state.probe is None and state.status_reason == off.status_reason
+            first = state.task_id
+        async with running_task(time_env, worker.task_queue, healing(target)) as handle:
+            await time_env.sleep(2 * MINUTE + timedelta(seconds=5))
+            await until(handle, lambda s: s.probe is not None)
+            paused = await handle.execute_update(TaskWorkflow.pause_update, args=["mine", "k1"])
+            assert paused.paused and paused.probe is None and paused.status_reason == "mine"
+            await time_env.sleep(10 * MINUTE)
+            assert (await task_state(handle)).probe is None
+            await row_until(sqlite_engine, paused.task_id,
+                            lambda r: r.next_probe_at is None and r.status_reason == "mine")
+    assert flaky.calls == 4  # two failed runs per task, and no probe
+    for task_id in (first, paused.task_id):
+        assert [r for r in executions(sqlite_engine, task_id) if r.trigger == "probe"] == []
+    events, _ = list_events(sqlite_engine, task_id=paused.task_id, tenant_id="t1", limit=50)
+    assert [(e.action, e.actor, e.detail) for e in events if e.action == "pause"][:1] == [
+        ("pause", "k1", {"reason": "mine"})]
+
+
+async def test_a_new_cool_down_moves_the_planned_probe(
+    time_env: WorkflowEnvironment, sqlite_engine: Engine, target: TargetServer
+) -> None:
+    async with (
+        new_worker(time_env.client, sqlite_engine, handlers={"flaky": Flaky()}) as worker,
+        running_task(time_env, worker.task_queue, healing(target)) as handle,
+    ):
+        await time_env.sleep(2 * MINUTE + timedelta(seconds=5))
+        paused = await until(handle, lambda s: s.probe is not None)
+        assert paused.probe is not None
+        moved = await handle.execute_update(TaskWorkflow.update_task,
+                                            TaskChanges(auto_resume_after_seconds=120))
+        assert moved.probe is not None and moved.probe.cool_down_seconds == 120
+        assert moved.probe.at == paused.probe.at - timedelta(seconds=180)
+        assert (moved.status_reason or "").endswith("(cool-down 120 s)")
+        assert (moved.status_reason or "").count("probe run at") == 1
