@@ -3,6 +3,7 @@ task, each validated exactly as create or update would validate it and saving no
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime
 
 import anyio
@@ -13,8 +14,10 @@ from api.errors import InvalidTask, TaskConflict
 from api.service import Principal, TaskService, _first_error
 from api.validation import TenantUsage, validate_new_task
 from scheduling import policy
+from scheduling.calendars import CalendarPlan
 from scheduling.preview import (
     PreviewFire,
+    SkipRule,
     describe,
     herd_warning,
     schedule_warnings,
@@ -23,7 +26,8 @@ from scheduling.preview import (
 )
 from scheduling.resume import ResumeChoice, decide_resume
 from scheduling.spec import TaskChanges, TaskSpec
-from scheduling.status import FINAL_STATUSES, ResumeMissed, TaskStatus
+from scheduling.status import FINAL_STATUSES, ResumeMissed, SkipReason, TaskStatus
+from store.calendars import calendar_dates
 from store.quotas import quota_for
 from store.upcoming import tasks_running_next_at
 from workflows.state import TaskState
@@ -65,6 +69,12 @@ class Previews:
         now = datetime.now(UTC)
         await validate_new_task(spec, usage, self.service.rules, now=now, body_size=body_size)
         fires = upcoming_of_new(spec, now, limit)
+        calendars = await self._calendars(who.tenant_id, spec, fires)
+        if calendars is not None:
+            position = policy.Position(spec=spec, task_id="", anchor=now, next_fire_at=None,
+                                       calendar=calendars)
+            fires = _shown_shifted(upcoming_of_new(spec, now, limit, skip=_by_calendar(position)),
+                                   position)
         return await self._out(who.tenant_id, spec, fires, besides=None)
 
     async def of_change(
@@ -92,6 +102,15 @@ class Previews:
         change = policy.change_schedule(state.position(), policy.Flight(), new_spec, now)
         after = upcoming(new_spec, task_id=task_id, first=change.next_fire_at, anchor=change.anchor,
                          limit=limit, runs_left=_runs_left(state, new_spec))
+        calendars = await self._calendars(row.tenant_id, new_spec, after)
+        if calendars is not None:
+            position = policy.Position(spec=new_spec, task_id=task_id, anchor=change.anchor,
+                                       next_fire_at=None, calendar=calendars)
+            after = _shown_shifted(upcoming(
+                new_spec, task_id=task_id, first=change.next_fire_at, anchor=change.anchor,
+                limit=limit, runs_left=_runs_left(state, new_spec), skip=_by_calendar(position)),
+                position)
+        before = await self._with_calendars(state, before, limit)
         out = await self._out(row.tenant_id, new_spec, after, besides=task_id)
         out.before = await self._out(row.tenant_id, spec, before, besides=task_id)
         return out
@@ -104,14 +123,39 @@ class Previews:
             return PreviewOut(description=describe(spec), fires=[],
                               warnings=[f"the task has ended ({row.status}): it fires no more"])
         state = await self.service.temporal.state(task_id)
-        out = await self._out(row.tenant_id, state.spec, self._fires(state, limit), besides=task_id)
+        fires = await self._with_calendars(state, self._fires(state, limit), limit)
+        out = await self._out(row.tenant_id, state.spec, fires, besides=task_id)
         if state.paused:
             out.warnings.append("the task is paused: fires that fall before it is resumed do not run")
             out.on_resume = await anyio.to_thread.run_sync(on_resume_now, state)
         return out
 
+    async def _calendars(self, tenant_id: str, spec: TaskSpec,
+                         fires: list[PreviewFire]) -> CalendarPlan | None:
+        """The dates of the task's calendars over the years of ``fires``, read now as the
+        workflow reads them when a fire comes near; None when it names none."""
+        refs = spec.exclude_calendars
+        if not refs or not fires:
+            return None
+        zone = spec.zone()
+        years = sorted({y for fire in fires
+                        for y in (fire.scheduled_at.astimezone(zone).year,
+                                  fire.scheduled_at.astimezone(zone).year + 1)})
+        dates = await in_thread(calendar_dates, self.service.engine, tenant_id,
+                                [ref.calendar_id for ref in refs], years)
+        return CalendarPlan.of(refs, dates, zone)
+
+    async def _with_calendars(self, state: TaskState, fires: list[PreviewFire],
+                              limit: int) -> list[PreviewFire]:
+        """A saved task's fires with what its calendars make of them."""
+        calendars = await self._calendars(state.tenant_id, state.spec, fires)
+        if calendars is None:
+            return fires
+        position = replace(state.position(), calendar=calendars)
+        return _shown_shifted(self._fires(state, limit, skip=_by_calendar(position)), position)
+
     @staticmethod
-    def _fires(state: TaskState, limit: int) -> list[PreviewFire]:
+    def _fires(state: TaskState, limit: int, skip: SkipRule | None = None) -> list[PreviewFire]:
         first = state.next_fire_at
         # A run sent ahead waits on its worker for its instant: its fire has left next_fire_at
         # but is still to come (only the newest fire taken is ever sent ahead).
@@ -119,7 +163,7 @@ class Previews:
         if taken is not None and state.position().instant(taken) in state.waiting:
             first = taken
         return upcoming(state.spec, task_id=state.task_id, first=first, anchor=state.anchor,
-                        limit=limit, runs_left=_runs_left(state, state.spec))
+                        limit=limit, runs_left=_runs_left(state, state.spec), skip=skip)
 
     async def _out(self, tenant_id: str, spec: TaskSpec, fires: list[PreviewFire], *,
                    besides: str | None) -> PreviewOut:
@@ -151,3 +195,23 @@ def _runs_left(state: TaskState, spec: TaskSpec) -> int | None:
         return None
     return max(0, spec.max_runs - state.executed)
 
+
+def _by_calendar(position: policy.Position) -> SkipRule:
+    """The preview's skip rule of a task's calendars: the workflow's own verdict."""
+    def rule(fire: datetime) -> str | None:
+        return SkipReason.CALENDAR.value if position.verdict(fire).excluded else None
+    return rule
+
+
+def _shown_shifted(fires: list[PreviewFire], position: policy.Position) -> list[PreviewFire]:
+    """A fire a calendar moves runs on its new day: its instant and a note say so."""
+    for fire in fires:
+        verdict = position.verdict(fire.scheduled_at)
+        if verdict.shifted_to is None:
+            continue
+        if fire.instant is not None:
+            fire.instant = position.instant(fire.scheduled_at)
+        moved = (f"on an excluded date of calendar {verdict.calendar_id}: runs at "
+                 f"{verdict.shifted_to.astimezone(position.spec.zone()).isoformat()}")
+        fire.note = f"{fire.note}; {moved}" if fire.note else moved
+    return fires

@@ -140,3 +140,27 @@ async def test_a_method_a_path_does_not_serve_names_all_it_does(stack: Stack) ->
         one = await http.options("/calendars/some-id")
     assert answer.status_code == 405 and answer.headers["Allow"] == "GET, POST"
     assert one.status_code == 405 and one.headers["Allow"] == "DELETE, GET, PUT"
+
+
+async def test_preview_and_upcoming_show_what_the_calendars_make_of_each_fire(stack: Stack) -> None:
+    async with stack.client("t1") as http:
+        cid = (await http.post("/calendars", json={"name": "closed", "dates": ["2027-01-15", "2027-02-15"]})
+               ).json()["calendar_id"]
+        skipping = await http.post("/task/preview", json=cron_task(exclude_calendars=[{"calendar_id": cid}]),
+                                   params={"limit": 4})
+        assert skipping.status_code == 200, skipping.text
+        by_day = {f["scheduled_at"][:10]: f for f in skipping.json()["fires"]}
+        assert by_day["2027-01-15"]["skipped"] == by_day["2027-02-15"]["skipped"] == "calendar"
+        assert by_day["2026-12-15"]["skipped"] is None and by_day["2027-03-15"]["skipped"] is None
+
+        shifting = cron_task(exclude_calendars=[{"calendar_id": cid, "shift": True}])
+        previewed = (await http.post("/task/preview", json=shifting, params={"limit": 4})).json()["fires"]
+        moved = {f["scheduled_at"][:10]: f for f in previewed}["2027-01-15"]
+        assert moved["skipped"] is None and moved["instant"].startswith("2027-01-16T09:00:00")
+        assert cid in moved["note"] and "2027-01-16T10:00:00+01:00" in moved["note"]
+
+        made = (await http.post("/task/create", json=shifting)).json()
+        upcoming = (await http.get(f"/tasks/{made['task_id']}/upcoming", params={"limit": 4})).json()
+        assert [(f["scheduled_at"], f["instant"], f["skipped"]) for f in upcoming["fires"]] == [
+            (f["scheduled_at"], f["instant"], f["skipped"]) for f in previewed]
+        await http.patch("/task/cancel", json={"task_id": made["task_id"]})
