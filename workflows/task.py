@@ -181,7 +181,9 @@ class TaskWorkflow:
                     await workflow.wait_condition(lambda: self._quiet() or (self._runs.reported and self._wake))
                     if self._may_continue_as_new() and self._quiet():
                         self._state.continued_as_new += 1
-                        workflow.continue_as_new(self._input.model_copy(update={"state": self._state}))
+                        # The same task goes on: its creator named the create, not this run.
+                        workflow.continue_as_new(self._input.model_copy(
+                            update={"state": self._state, "actor": None}))
                 await self._sleep()
         except asyncio.CancelledError:
             # Cancelled through Temporal itself (`temporal workflow cancel`): stop the runs,

@@ -40,3 +40,39 @@ async def test_every_message_is_recorded_with_its_actor(time_env: WorkflowEnviro
     history: WorkflowHistory = await handle.fetch_history()
     replayer = Replayer(workflows=[TaskWorkflow], data_converter=pydantic_data_converter)
     assert (await replayer.replay_workflow(history)).replay_failure is None
+
+
+async def test_a_continue_as_new_records_no_restart(time_env: WorkflowEnvironment,
+                                                    sqlite_engine: Engine) -> None:
+    """The actor that created the task names the create only: the runs it continues as are
+    the same task, not a restart."""
+    import uuid
+
+    from activities.options import RunOptions
+    from tests.conftest import new_worker
+    from tests.workflows.helpers import spec, task_state, until
+    from workflows.starter import start_task_workflow
+
+    task_id = uuid.uuid4().hex
+    async with new_worker(time_env.client, sqlite_engine,
+                          run_options=RunOptions(history_limit=60)) as worker:
+        assert await start_task_workflow(
+            time_env.client, task_queue=worker.task_queue, task_id=task_id, tenant_id="t1",
+            spec=spec(schedule_type="interval", interval_seconds=3600),
+            created_at=await time_env.get_current_time(), actor="k1")
+        handle = time_env.client.get_workflow_handle_for(TaskWorkflow.run, f"task-{task_id}")
+        for _ in range(8):
+            await handle.execute_update(TaskWorkflow.trigger_update, "k1")
+
+        async def continued() -> bool:
+            return (await task_state(handle)).continued_as_new > 0
+        await until(continued)
+        await handle.execute_update(TaskWorkflow.trigger_update, "k1")  # the next run writes
+
+        async def written() -> bool:  # the trigger's event, written with any of that run's
+            events, _ = list_events(sqlite_engine, task_id=task_id, tenant_id="t1", limit=50)
+            return sum(e.action == "trigger" for e in events) == 9
+        await until(written)
+    events, _ = list_events(sqlite_engine, task_id=task_id, tenant_id="t1", limit=50)
+    actions = [e.action for e in reversed(events)]
+    assert actions[0] == "create" and "restart" not in actions, actions
