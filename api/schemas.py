@@ -471,8 +471,9 @@ class BackfillIn(BaseModel):
     model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
         {"start": "2026-11-01T00:00:00Z", "end": "2026-11-08T00:00:00Z", "mode": "failed"}]})
 
-    start: PastInstant = Field(description="the first instant looked at (included)")
-    end: PastInstant = Field(description="where the range ends (excluded); not in the future")
+    start: PastInstant = Field(description=f"the first instant looked at (included), {INSTANT_RANGE}")
+    end: PastInstant = Field(description="where the range ends (excluded); not in the future, "
+                             f"{INSTANT_RANGE}")
     mode: BackfillMode = Field(default=BackfillMode.MISSING, description=(
         "missing: instants with no execution or a SKIPPED one; failed: FAILED or dead-lettered; "
         "all: every instant"))
