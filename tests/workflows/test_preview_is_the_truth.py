@@ -1,5 +1,6 @@
 """Preview is the truth: random schedules (cron, interval, once; zones with DST changes of an
-hour, 30 minutes and at midnight; every DST policy; jitter; start and end dates; max_runs) run
+hour, 30 minutes and at midnight; every DST policy; jitter; start and end dates; max_runs;
+calendars that skip or shift the fires of a date) run
 through the real TaskWorkflow on the time-skipping server, and their execution rows are the
 fires the preview listed: the same fire times, the same instants, nothing else.
 
@@ -17,9 +18,14 @@ from zoneinfo import ZoneInfo
 
 from sqlalchemy import Engine
 
+from api.preview import _by_calendar, _shown_shifted
+from scheduling.calendars import CalendarPlan
+from scheduling.policy import Position
 from scheduling.preview import upcoming_of_new
 from scheduling.spec import TaskSpec
 from scheduling.status import TaskStatus
+from store.calendars import add_calendar, calendar_dates
+from store.models import Calendar
 from tests.conftest import new_worker, start_time_skipping
 from tests.workflows.helpers import executions, spec, start_task
 from workflows.state import TaskState
@@ -27,7 +33,7 @@ from workflows.state import TaskState
 EXAMPLES = int(os.environ.get("PREVIEW_EXAMPLES", "12"))
 SEED = int(os.environ.get("PREVIEW_SEED", "0"))
 SCHEDULE = {"schedule_type", "cron", "timezone", "start_date", "end_date", "interval_seconds",
-            "run_at", "dst_policy", "max_runs", "jitter_seconds"}
+            "run_at", "dst_policy", "max_runs", "jitter_seconds", "exclude_calendars"}
 ZONES = ["Europe/Berlin", "America/New_York", "Australia/Lord_Howe", "America/Santiago", "UTC"]
 
 
@@ -79,7 +85,10 @@ async def test_the_workflow_runs_exactly_the_fires_the_preview_lists(sqlite_engi
         try:
             async with new_worker(env.client, sqlite_engine) as worker:
                 now = await env.get_current_time()
-                task, task_id = spec(**random_fields(random.Random(seed), now)), f"preview-{seed}"
+                rng = random.Random(seed)
+                fields, task_id = random_fields(rng, now), f"preview-{seed}"
+                fields |= with_calendar(rng, fields, sqlite_engine, task_id)
+                task = spec(**fields)
                 handle = await start_task(env, worker.task_queue, task, task_id=task_id)
                 state = await handle.result()
         finally:
@@ -87,9 +96,30 @@ async def test_the_workflow_runs_exactly_the_fires_the_preview_lists(sqlite_engi
         check(seed, task, task_id, state, sqlite_engine)
 
 
+def with_calendar(rng: random.Random, fields: dict[str, Any], engine: Engine,
+                  task_id: str) -> dict[str, Any]:
+    """Half the recurring tasks exclude a calendar holding the local date of their first
+    fires (skipped, or shifted to the next day)."""
+    if fields["schedule_type"] == "once" or rng.random() < 0.5:
+        return {}
+    day = fields["start_date"].astimezone(ZoneInfo(fields["timezone"])).date()
+    day += timedelta(days=rng.choice([0, 0, 1]))
+    add_calendar(engine, Calendar(id=f"cal-{task_id}", tenant_id="t1", name="closed",
+                                  dates=[day.isoformat()]))
+    return {"exclude_calendars": [{"calendar_id": f"cal-{task_id}", "shift": rng.random() < 0.5}]}
+
+
 def check(seed: int, task: TaskSpec, task_id: str, state: TaskState, engine: Engine) -> None:
     """The task's rows are the fires its preview lists, all run."""
     preview = upcoming_of_new(task, state.created_at, 1000, task_id=task_id)
+    if task.exclude_calendars:  # the dates as the API's preview reads them, and its verdict
+        refs = task.exclude_calendars
+        dates = calendar_dates(engine, "t1", [r.calendar_id for r in refs],
+                               range(state.created_at.year - 1, state.created_at.year + 3))
+        position = Position(spec=task, task_id=task_id, anchor=state.created_at, next_fire_at=None,
+                            calendar=CalendarPlan.of(refs, dates, task.zone()))
+        preview = _shown_shifted(upcoming_of_new(task, state.created_at, 1000, task_id=task_id,
+                                                 skip=_by_calendar(position)), position)
     rows = executions(engine, task_id)
     what = f"seed {seed}: {task.model_dump(include=SCHEDULE)}"
     assert state.status is TaskStatus.COMPLETED, what
