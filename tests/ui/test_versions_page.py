@@ -28,6 +28,9 @@ async def test_the_task_page_shows_each_version_and_its_diff(stack: Stack) -> No
         page = await browser.get(f"/ui/tasks/{task_id}")
     assert page.status_code == 200
     assert XSS_NAME not in page.text  # the old name is shown escaped
+    assert page.text.count('<table id="versions">') == 1  # once, in the page's body
+    title = page.text[page.text.index("<title>"):page.text.index("</title>")]
+    assert "<table" not in title and "ui-versioned" in title, title
     table = page.text[page.text.index('<table id="versions">'):]
     body = table[table.index("<tbody>"):table.index("</table>")]
     rows = re.findall(r"<tr>(.*?)</tr>", body, re.S)
