@@ -81,40 +81,16 @@ GIVE_BACK = frozenset({"paused", "rebound", "asked", UNTAKEN})
 # Workflows started from here on count a run as started when its worker reports it, decide an
 # untaken run's fire again, and stop every run when cancelled (docs/upgrades.md).
 REPORTED_STARTS = "reported-starts"
-# Fires due before an update or a cancel that no pass decided are decided first (update) or
-# SKIPPED cancelled (cancel). Asked once per workflow run, here: the SDK keeps a patch's first
-# answer for the whole run, so asking it first inside a later handler could replay otherwise.
-DUE_FIRST = "fires-due-first"
 PAUSED_SHOWS_PAUSED = "paused-shows-paused"
+# Workflows from here on: fires due before an update or a cancel are decided first; each run
+# takes its options from its worker; the self-healing breaker; task events; backfills;
+# calendars; unstarted_at on the row (docs/upgrades.md lists each). One patch for all of them:
+# each patch costs every new workflow a marker and a search-attribute upsert, and 13 of them
+# made a herd of 1,000 run seconds late (docs/capacity.md).
+PLANNING_AND_TRUST = "planning-and-trust"
 # How long a cancel waits for the runs it stops to end before it answers.
 CANCEL_SETTLE = timedelta(seconds=10)
-# Workflow runs from here on take the lead and the history limit from their worker, asked once
-# per run (after each continue-as-new too), instead of from their input (docs/upgrades.md).
-WORKER_OPTIONS = "worker-options"
-# Workflows from here on probe an auto-paused task after its cool-down and resume it when the
-# probe succeeds (auto_resume_after_seconds, docs/scheduling.md).
-SELF_HEALING = "self-healing-breaker"
-# Workflows from here on record every change of the task in its history (workflows/events.py).
-TASK_EVENTS = "task-events"
 CHANGE_TASK = "change_task"
-# Workflows from here on take backfills: past instants run again, one at a time, when no
-# other run of the task is in flight or queued (docs/scheduling.md, "Backfill").
-BACKFILLS = "backfills"
-# Workflow runs from here on read the dates of the task's exclude_calendars (a local activity)
-# when a fire comes near, and skip or shift the fires on them (docs/scheduling.md, Calendars).
-CALENDARS = "calendars"
-# Workflows from here on write on the task row the instant of their oldest run neither started
-# nor decided (sent, or queued), which the API's overdue check reads (docs/scheduling.md).
-UNSTARTED_AT = "unstarted-at"
-# Workflows from here on start no backfill instant of a ``missing`` or ``failed`` backfill that
-# the schedule decided or ran since it was asked, or had still to decide (docs/scheduling.md,
-# "Backfill"): the instant runs once.
-BACKFILL_DECIDED = "backfill-leaves-decided"
-# Workflows from here on end the breaker's cool-down when a user pauses the auto-paused task
-# or turns self-healing off, and move the planned probe when its cool-down changes.
-PROBE_FOLLOWS = "probe-follows-the-task"
-# Workflows from here on record a backfill their restart from the row stopped.
-RESTART_STOPS_BACKFILL = "restart-stops-backfill"
 
 
 @workflow.defn(name="TaskWorkflow")
@@ -132,24 +108,20 @@ class TaskWorkflow:
         self._runs = RunsInFlight()
         # Here, not in run: a signal or update that came with the start is handled before run.
         self._runs.reported = workflow.patched(REPORTED_STARTS)
-        self._due_first = self._runs.reported and workflow.patched(DUE_FIRST)
         # Asked here too, not where it is used: after the run options' local activity, a
         # replay without a cache can ask before it has seen the marker (TMPRL1100).
         self._paused_first = workflow.patched(PAUSED_SHOWS_PAUSED)
-        self._healing = SelfHealing(self._state, enabled=workflow.patched(SELF_HEALING))
-        self._backfills = workflow.patched(BACKFILLS)
-        self._calendars = workflow.patched(CALENDARS)
-        self._unstarted_on = self._runs.reported and workflow.patched(UNSTARTED_AT)
-        self._backfill_decided = workflow.patched(BACKFILL_DECIDED)
-        self._probe_follows = workflow.patched(PROBE_FOLLOWS)
+        # False while replaying a history written before PLANNING_AND_TRUST (it implies reported).
+        self._current = workflow.patched(PLANNING_AND_TRUST)
+        self._healing = SelfHealing(self._state, enabled=self._current)
         self._record = TaskRecord(self._state)
-        self._record.events_on = workflow.patched(TASK_EVENTS)
+        self._record.events_on = self._current
         if start.state is None:
             self._record.event(CREATE, start.actor, spec=True)
         elif start.actor is not None:
             self._record.event(RESTART, start.actor, detail={"reason": self._state.status_reason})
         backfill = self._state.backfill
-        if workflow.patched(RESTART_STOPS_BACKFILL) and backfill is not None and backfill.unrecorded_stop:
+        if self._current and backfill is not None and backfill.unrecorded_stop:
             # Restarted from the row, which keeps no instants left: the backfill stopped.
             backfill.unrecorded_stop = False
             self._record.event(BACKFILL_STOPPED, start.actor, detail={
@@ -162,7 +134,7 @@ class TaskWorkflow:
     @workflow.run
     async def run(self, start: TaskWorkflowInput) -> TaskState:
         """Sleep until each fire and run the job, until the task ends."""
-        if workflow.patched(WORKER_OPTIONS):
+        if self._current:
             # A local activity: the worker's answer is recorded, so a replay reads the same.
             self._options = await workflow.execute_local_activity(
                 RUN_OPTIONS, result_type=RunOptions, start_to_close_timeout=RUN_OPTIONS_TIMEOUT)
@@ -191,7 +163,7 @@ class TaskWorkflow:
             self._state.status_reason = "workflow cancelled through Temporal"
             if not self._state.cancel_requested:
                 self._record.event(CANCEL, TEMPORAL_SIGNAL, detail={"reason": self._state.status_reason})
-            if self._due_first and self._state.cancelled_at is None:
+            if self._current and self._state.cancelled_at is None:
                 self._state.cancelled_at = workflow.now()
             await self._stop()
             await workflow.wait_condition(self._record.idle)
@@ -314,7 +286,7 @@ class TaskWorkflow:
             run_id = execution_id(state.task_id, item.scheduled_at)
             if run_id in self._runs.ids():
                 continue  # running already, under the same id
-            if self._backfill_decided and backfill.decided_since(item, run_id):
+            if self._current and backfill.decided_since(item, run_id):
                 continue  # the schedule's: it ran, or is still to be decided (queued ones ran first)
             backfill.started += 1
             backfill.current = item
@@ -350,7 +322,7 @@ class TaskWorkflow:
         span = spans.decided(state.spec, decision, task_id=state.task_id, fire=run.scheduled_at,
                              run_id=run_id, trigger=run.trigger)
         # A fire a calendar shifted aims at its new day: its lateness counts from there.
-        shifted = (self._calendars and bool(state.spec.exclude_calendars)
+        shifted = (self._current and bool(state.spec.exclude_calendars)
                    and run.trigger.scheduled)
         aimed = state.position().instant(run.scheduled_at) if shifted else None
         with spans.current(span):  # the job's spans are children of the decision's
@@ -448,7 +420,7 @@ class TaskWorkflow:
     async def _skip_due_at_cancel(self) -> None:
         """Record the fires that came due before the cancel but that no pass decided."""
         state = self._state
-        if state.cancelled_at is None or not self._due_first:
+        if state.cancelled_at is None or not self._current:
             return
         more = True
         while more:
@@ -474,7 +446,7 @@ class TaskWorkflow:
         left it out), and the own instant of the oldest run sent or queued and not started."""
         back = GIVE_BACK if self._runs.reported else frozenset()
         self._state.running, self._state.waiting = self._runs.ids(), self._runs.coming(back)
-        if self._unstarted_on:
+        if self._current:
             state = self._state
             queued = [policy.aimed_instant(state.spec, state.task_id, run.scheduled_at, run.trigger)
                       for run in state.queue]
@@ -518,7 +490,7 @@ class TaskWorkflow:
     def _planned_instant(self) -> datetime | None:
         """The next fire's instant before any calendar shifts it; None without calendars."""
         state = self._state
-        if not (self._calendars and state.spec.exclude_calendars) or state.next_fire_at is None:
+        if not (self._current and state.spec.exclude_calendars) or state.next_fire_at is None:
             return None
         return policy.instant_of(state.spec, state.task_id, state.next_fire_at,
                                  state.spec.jitter_seconds)
@@ -673,7 +645,7 @@ class TaskWorkflow:
             self._state.backfill = Backfill(
                 mode=request.mode, start=request.start, end=request.end,
                 total=len(request.instants), asked_at=workflow.now(), pending=request.instants)
-            if self._backfill_decided:
+            if self._current:
                 self._hold_decided(self._state.backfill)
             self._record.event(BACKFILL, request.actor, detail={
                 "mode": request.mode, "start": request.start.isoformat(),
@@ -699,7 +671,7 @@ class TaskWorkflow:
             changed = {n for n in ScheduleFields.model_fields
                        if getattr(new_spec, n) != getattr(state.spec, n)}
             if changed:
-                if self._due_first:
+                if self._current:
                     # The fires of the old schedule that came due before the change (a late
                     # timer, the workflow's worker away) are decided by the old schedule.
                     while self._decide_due():
@@ -723,7 +695,7 @@ class TaskWorkflow:
                 state.latest_taken = None
             for old in change.dropped:
                 self._record.skip(old.scheduled_at, SkipReason.RESCHEDULED)
-            if self._probe_follows and healing_changed:
+            if self._current and healing_changed:
                 self._healing.replan(cool_down)
             self._wake = True
             await self._write()
@@ -758,7 +730,7 @@ class TaskWorkflow:
     @backfill_update.validator
     def _validate_backfill(self, request: BackfillRequest) -> None:
         self._refuse_if_final("backfilled")
-        if not self._backfills:
+        if not self._current:
             raise ApplicationError("this task's workflow is older than backfills; it takes them "
                                    "after its next continue-as-new", type="BackfillRefused",
                                    non_retryable=True)
@@ -799,7 +771,7 @@ class TaskWorkflow:
             self._runs.withdraw("paused")
             self._refresh_status()
             self._wake = True
-        elif self._probe_follows and actor != SCHEDULER and self._healing.stop():
+        elif self._current and actor != SCHEDULER and self._healing.stop():
             # A user's pause of an auto-paused task is a user's pause from now: no probe.
             self._state.status_reason = reason or "paused"
             self._record.event(PAUSE, actor, detail={"reason": self._state.status_reason})
