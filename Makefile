@@ -4,7 +4,7 @@ PYTHON ?= python3
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test bench lint venv clean chromium
+.PHONY: run test bench bench-full lint venv clean chromium
 
 venv: $(STAMP)
 
@@ -24,9 +24,20 @@ test: $(STAMP) chromium
 chromium:
 	command -v chromium >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null)
 
+# `make bench`: a quick set of the workloads at small sizes (bench/README.md says how long it
+# takes); BENCH_ARGS replaces it. `make bench-full`: every workload at its full size.
+BENCH_QUICK := --only herd,every_minute,reminders,sustained --herd 1000 \
+	--every-minute-tasks 300 --every-minute-minutes 2 --every-minute-systems scheduler,bare,apscheduler \
+	--reminders-rate 50 --reminders-seconds 40 --reminders-delay 20 \
+	--sustained-rates 25,50 --sustained-seconds 20
+
 bench: $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[test,bench]'
-	$(BIN)/python -m bench $(BENCH_ARGS)
+	$(BIN)/python -m bench $(or $(BENCH_ARGS),$(BENCH_QUICK))
+
+bench-full: $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[test,bench]'
+	$(BIN)/python -m bench --herd 1000,10000 $(BENCH_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check . && $(BIN)/mypy --strict cli api worker workflows activities outbound store scheduling config bench

@@ -141,7 +141,12 @@ class StatementCounter:
             compiled = clause.compile(dialect=conn.dialect)
         except Exception:  # noqa: BLE001 - text() and DDL are not bookkeeping
             return
-        owner = self._owner(dict(compiled.params))
+        # Values come bound in the clause, or as the execute call's parameters (one dict or a list).
+        given = [dict(compiled.params), *(p for p in (params, *(multiparams or ()))
+                                          if isinstance(p, dict)),
+                 *(p for m in (multiparams or ()) if isinstance(m, list | tuple) for p in m
+                   if isinstance(p, dict))]
+        owner = next((o for o in map(self._owner, given) if o is not None), None)
         if owner is None:
             return
         verb = str(compiled).lstrip().split(None, 1)[0].upper()
