@@ -27,7 +27,7 @@ chromium:
 # `make bench`: a quick set of the workloads at small sizes (bench/README.md says how long it
 # takes); BENCH_ARGS replaces it. `make bench-full`: every workload at its full size.
 BENCH_QUICK := --only herd,every_minute,reminders,sustained --herd 1000 \
-	--every-minute-tasks 300 --every-minute-minutes 2 --every-minute-systems scheduler,bare,apscheduler \
+	--every-minute-tasks 300 --every-minute-minutes 2 --every-minute-systems scheduler,bare \
 	--reminders-rate 50 --reminders-seconds 40 --reminders-delay 20 \
 	--sustained-rates 25,50 --sustained-seconds 20
 
