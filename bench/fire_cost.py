@@ -40,7 +40,7 @@ import threading
 import time
 import uuid
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AsyncExitStack, contextmanager
 from dataclasses import dataclass, field
@@ -127,7 +127,7 @@ class StatementCounter:
         event.listen(engine, "before_execute", self._before_execute)
         event.listen(engine, "commit", self._commit)
 
-    def _owner(self, params: dict[str, Any]) -> str | None:
+    def _owner(self, params: Mapping[str, Any]) -> str | None:
         for value in params.values():
             if isinstance(value, str):
                 task = value.split(":", 1)[0]
@@ -143,9 +143,7 @@ class StatementCounter:
             return
         # Values come bound in the clause, or as the execute call's parameters (one dict or a list).
         given = [dict(compiled.params), *(p for p in (params, *(multiparams or ()))
-                                          if isinstance(p, dict)),
-                 *(p for m in (multiparams or ()) if isinstance(m, list | tuple) for p in m
-                   if isinstance(p, dict))]
+                                          if isinstance(p, Mapping))]
         owner = next((o for o in map(self._owner, given) if o is not None), None)
         if owner is None:
             return

@@ -85,7 +85,7 @@ PAUSED_SHOWS_PAUSED = "paused-shows-paused"
 # Workflows from here on: fires due before an update or a cancel are decided first; each run
 # takes its options from its worker; the self-healing breaker; task events; backfills;
 # calendars; unstarted_at on the row (docs/upgrades.md lists each). One patch for all of them:
-# each patch costs every new workflow a marker and a search-attribute upsert, and 13 of them
+# each patch costs every new workflow a marker and a search-attribute upsert, and 12 of them
 # made a herd of 1,000 run seconds late (docs/capacity.md).
 PLANNING_AND_TRUST = "planning-and-trust"
 # How long a cancel waits for the runs it stops to end before it answers.
@@ -108,10 +108,8 @@ class TaskWorkflow:
         self._runs = RunsInFlight()
         # Here, not in run: a signal or update that came with the start is handled before run.
         self._runs.reported = workflow.patched(REPORTED_STARTS)
-        # Asked here too, not where it is used: after the run options' local activity, a
-        # replay without a cache can ask before it has seen the marker (TMPRL1100).
-        self._paused_first = workflow.patched(PAUSED_SHOWS_PAUSED)
-        # False while replaying a history written before PLANNING_AND_TRUST (it implies reported).
+        # False while replaying a history written before PLANNING_AND_TRUST (it implies reported
+        # and paused-shows-paused).
         self._current = workflow.patched(PLANNING_AND_TRUST)
         self._healing = SelfHealing(self._state, enabled=self._current)
         self._record = TaskRecord(self._state)
@@ -544,8 +542,12 @@ class TaskWorkflow:
         return self._draining() and not len(self._runs) and not self._runs.ended
 
     def _refresh_status(self) -> None:
+        # An older workflow asks paused-shows-paused here, where the release that wrote its
+        # history first asked it: asked earlier, its marker would come before commands the
+        # history has before it (a run sent ahead), and the replay fails (TMPRL1100).
+        paused_first = self._current or workflow.patched(PAUSED_SHOWS_PAUSED)
         self._state.refresh_status(running=bool(self._runs.flight(workflow.now()).started),
-                                   paused_first=self._paused_first)
+                                   paused_first=paused_first)
 
     # -- messages ---------------------------------------------------------------------------
 
