@@ -16,9 +16,10 @@ SECONDS_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2
 WORKER_HEARTBEAT_INTERVAL = timedelta(seconds=2)
 
 
-def make_runtime(bind_address: str | None) -> Runtime:
-    """The worker's runtime: heartbeats every ``WORKER_HEARTBEAT_INTERVAL``, and Prometheus
-    metrics on ``bind_address`` when one is given."""
+def make_runtime(bind_address: str | None,
+                 heartbeat_every: timedelta = WORKER_HEARTBEAT_INTERVAL) -> Runtime:
+    """The worker's runtime: heartbeats every ``WORKER_HEARTBEAT_INTERVAL`` (or as told), and
+    Prometheus metrics on ``bind_address`` when one is given."""
     metrics = None if not bind_address else PrometheusConfig(
         bind_address=bind_address,
         counters_total_suffix=True,
@@ -30,5 +31,5 @@ def make_runtime(bind_address: str | None) -> Runtime:
     )
     return Runtime(
         telemetry=TelemetryConfig(metrics=metrics),
-        worker_heartbeat_interval=WORKER_HEARTBEAT_INTERVAL,
+        worker_heartbeat_interval=heartbeat_every,
     )

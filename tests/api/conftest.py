@@ -8,6 +8,7 @@ import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -84,10 +85,12 @@ async def stack(
     set_quota(engine, "t1", workflow_types=["EchoWorkflow"], workflow_task_queues=[f"{queue}-echo"])
     settings = settings_of(env="test", **allowed)
     rules = workflow_job_rules(settings)
-    # The worker's client heartbeats as a worker process does, so /checkHealth sees it alive.
+    # The worker's client heartbeats as a worker process does, so /checkHealth sees it alive
+    # (the first heartbeat comes an interval in: a short one, so the stack is up sooner).
     worker_client = await Client.connect(
         dev_env.client.service_client.config.target_host, namespace=dev_env.client.namespace,
-        data_converter=pydantic_data_converter, runtime=make_runtime(None),
+        data_converter=pydantic_data_converter,
+        runtime=make_runtime(None, heartbeat_every=timedelta(seconds=1)),
     )
     # The workflows worker of a deployment, with its settings' lead (the API passes none).
     async with new_worker(worker_client, engine, task_queue=queue, workflow_jobs=rules,

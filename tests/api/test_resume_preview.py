@@ -65,20 +65,22 @@ async def _check_resume_does_what_it_showed(api: Any, task_id: str, missed: str)
     return choice
 
 
-async def test_resume_with_policy_runs_what_the_preview_showed(stack: Stack) -> None:
-    async with stack.client("t1") as api:
+async def test_a_resume_with_policy_or_with_skip_does_what_the_preview_showed(stack: Stack) -> None:
+    """Both choices at once, on two tasks paused side by side."""
+    async def with_policy(api: Any) -> None:
         task_id = await _paused_across_fires(api, missed_run_policy="catchup", max_catchup_runs=2)
         choice = await _check_resume_does_what_it_showed(api, task_id, "policy")
-    decided = [(f["trigger"], f["skipped"]) for f in choice["fires"]]
-    assert decided[-3:] == [("catchup", None), ("catchup", None), ("schedule", None)]
-    assert set(decided[:-3]) <= {(None, "catchup_cap")}
+        decided = [(f["trigger"], f["skipped"]) for f in choice["fires"]]
+        assert decided[-3:] == [("catchup", None), ("catchup", None), ("schedule", None)]
+        assert set(decided[:-3]) <= {(None, "catchup_cap")}
 
-
-async def test_resume_with_skip_skips_what_the_preview_showed(stack: Stack) -> None:
-    async with stack.client("t1") as api:
+    async def with_skip(api: Any) -> None:
         task_id = await _paused_across_fires(api, missed_run_policy="catchup")
         choice = await _check_resume_does_what_it_showed(api, task_id, "skip")
-    assert {f["skipped"] for f in choice["fires"]} == {"paused"} and choice["runs"] == 0
+        assert {f["skipped"] for f in choice["fires"]} == {"paused"} and choice["runs"] == 0
+
+    async with stack.client("t1") as api:
+        await asyncio.gather(with_policy(api), with_skip(api))
 
 
 async def test_only_a_paused_task_shows_a_resume_and_only_to_its_tenant(stack: Stack) -> None:
