@@ -309,7 +309,8 @@ async def history_cross_check(stack: SchedulerStack, ids: dict[str, str], sample
         if isinstance(outcome, Exception):
             continue
         for run_id, started in outcome:
-            stamp = run_id.split(":", 1)[1]
+            # A run sent again while its first activity is still out has "#n" after its id.
+            stamp = run_id.split(":", 1)[1].split("#", 1)[0]
             if stamp.startswith("manual"):
                 continue
             lateness.append(started - datetime.fromisoformat(stamp).timestamp())

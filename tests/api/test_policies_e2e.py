@@ -178,8 +178,11 @@ async def test_jitter_spreads_runs_and_next_run_at_shows_the_planned_instant(sta
 
 async def test_cancel_during_the_lead_withdraws_the_waiting_run(stack: Stack, target: TargetServer) -> None:
     async with stack.client() as api:
+        # 8 s: inside the 10 s lead (sent at once), and far enough that the cancel comes while
+        # the run may still be withdrawn (more than 3 s before its instant).
+        run_at = datetime.now(UTC) + timedelta(seconds=8)
         created = await api.post("/task/create", json={
-            "task_name": "withdrawn", "schedule_type": "once", "run_at": iso(datetime.now(UTC) + timedelta(seconds=4)),
+            "task_name": "withdrawn", "schedule_type": "once", "run_at": iso(run_at),
             "job_details": {"type": "http", "url": target.url("/never")},
         })
         task_id = created.json()["task_id"]
@@ -191,8 +194,8 @@ async def test_cancel_during_the_lead_withdraws_the_waiting_run(stack: Stack, ta
         await _until(dispatched, timeout=10)  # the run went out ahead of its instant
         assert (await api.patch("/task/cancel", json={"task_id": task_id})).status_code == 202
         await wait_for_status(api, task_id, {"CANCELLED"})
-    await asyncio.sleep(4.5)  # past the instant: nothing was sent
-    assert [r for r in target.received if r.path == "/never"] == []
+    await asyncio.sleep(max(0.0, (run_at - datetime.now(UTC)).total_seconds()) + 1.5)
+    assert [r for r in target.received if r.path == "/never"] == []  # past the instant: nothing sent
     rows, _ = list_executions(stack.engine, task_id=task_id, limit=5)
     # It never ran: its fire is recorded as skipped because the task was cancelled.
     assert [(r.status, r.reason, r.started_at) for r in rows] == [("SKIPPED", "cancelled", None)]
@@ -200,7 +203,7 @@ async def test_cancel_during_the_lead_withdraws_the_waiting_run(stack: Stack, ta
 
 async def test_pause_during_the_lead_withdraws_and_resume_runs_on_time(stack: Stack, target: TargetServer) -> None:
     async with stack.client() as api:
-        run_at = datetime.now(UTC) + timedelta(seconds=4)
+        run_at = datetime.now(UTC) + timedelta(seconds=8)  # as in the cancel test above
         created = await api.post("/task/create", json={
             "task_name": "pause-lead", "schedule_type": "once", "run_at": iso(run_at),
             "job_details": {"type": "http", "url": target.url("/later")},

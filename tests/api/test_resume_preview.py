@@ -12,7 +12,7 @@ from tests.api.test_policies_e2e import _until
 
 pytestmark = ON_BOTH_DATABASES
 
-EVERY = 3  # seconds between fires
+EVERY = 4  # seconds between fires (the preview and the resume come in one gap)
 FINAL = {"COMPLETED", "FAILED", "SKIPPED", "CANCELLED"}
 
 

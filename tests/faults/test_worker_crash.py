@@ -5,16 +5,33 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import AsyncIterator
+from pathlib import Path
 
+import pytest
 from temporalio.api.enums.v1 import PendingActivityState
 from temporalio.testing import WorkflowEnvironment
 
-from tests.faults.conftest import Stack, log_events
+from tests.faults.conftest import Stack, log_events, make_stack
 from tests.faults.driver import Api, http_job, later, once_task, sleep_job
 from tests.faults.invariants import audit, plans, settle
 from tests.target import TargetServer
 
 HEARTBEAT = 3
+LEAD = 15  # "waiting" is held from LEAD s before its instant: time to start B and kill A
+
+
+@pytest.fixture
+async def stack(dev_env: WorkflowEnvironment, tmp_path: Path) -> AsyncIterator[Stack]:
+    """The faults stack with a longer dispatch lead (the kill must come before the instant)."""
+    built = make_stack(tmp_path, temporal=dev_env.client.service_client.config.target_host,
+                       database_url=f"sqlite:///{tmp_path / 'scheduler.db'}",
+                       dispatch_lead_seconds=str(LEAD))
+    try:
+        yield built
+    finally:
+        built.fleet.close()
+        built.engine.dispose()
 
 
 async def _job_started(env: WorkflowEnvironment, task_id: str, timeout: float = 30) -> None:
@@ -43,7 +60,7 @@ async def test_worker_killed_mid_job_is_retried_on_another_worker(
             "sleeper": once_task("sleeper", sleep_job(long), later(2)),
             "slow-http": once_task("slow-http", http_job(target.url(f"/slow/{long}"), timeout=60), later(2)),
             # Dispatched ahead of its instant: its job waits on the worker when the worker dies.
-            "waiting": once_task("waiting", http_job(target.url("/waiting")), later(10)),
+            "waiting": once_task("waiting", http_job(target.url("/waiting")), later(LEAD + 5)),
         }
         for body in bodies.values():
             body["heartbeat_timeout_seconds"] = HEARTBEAT

@@ -113,15 +113,16 @@ async def _started_then_down(env: WorkflowEnvironment, engine: Engine, task: Tas
 
 
 async def test_continue_as_new_with_runs_in_flight_keeps_the_history_bounded_and_loses_no_run(
-    time_env: WorkflowEnvironment, sqlite_engine: Engine
+    dev_env: WorkflowEnvironment, sqlite_engine: Engine
 ) -> None:
+    # On the dev server, as tests/workflows/test_queue_order.py says why.
     job = Sleeping(1.3)  # longer than the interval: a run is always in flight
     task = spec(schedule_type="interval", interval_seconds=1, overlap_policy="allow",
                 job_details=handler_job("slow"), max_runs=8)
     async with (
-        new_worker(time_env.client, sqlite_engine, handlers={"slow": job},
+        new_worker(dev_env.client, sqlite_engine, handlers={"slow": job},
                    run_options=RunOptions(history_limit=60)) as worker,
-        running_task(time_env, worker.task_queue, task) as handle,
+        running_task(dev_env, worker.task_queue, task) as handle,
     ):
         final = await handle.result()
     assert final.status is TaskStatus.COMPLETED and final.continued_as_new >= 1
