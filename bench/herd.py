@@ -10,6 +10,7 @@ import argparse
 import math
 import sys
 import time
+from collections import Counter
 from typing import Any
 
 from aiohttp import web
@@ -106,6 +107,13 @@ async def _run(args: argparse.Namespace, sizes: list[int], job: dict[str, Any] |
                 label = "scheduler (executions table)" if job is None else (
                     f"scheduler (signed HTTP, {target.signed if target else 0} calls signed)")
             rows.append(row(label, result, lateness, size))
+            if system == "scheduler" and target is not None:
+                # "dup" counts retries too (a retried noop may have run twice); the target
+                # knows what an HTTP job delivered.
+                twice = sum(1 for n in target.keys.values() if n > 1)
+                result.notes.append(f"signed HTTP: {sum(target.keys.values())} deliveries, "
+                                    f"{twice} keys delivered more than once")
+                target.keys.clear()
             p99[system] = summary(lateness)["p99"]
             samples[f"{system} n={size}"] = lateness
             data[f"{size}/{system}"] = _data(result, size, lateness)
@@ -129,10 +137,12 @@ async def _run(args: argparse.Namespace, sizes: list[int], job: dict[str, Any] |
 
 
 class HttpTarget:
-    """A local HTTP server the scheduler's jobs POST to; counts the signed calls."""
+    """A local HTTP server the scheduler's jobs POST to; counts the signed calls and the calls
+    per Idempotency-Key (a key seen twice is a run delivered twice, whatever its attempts)."""
 
     def __init__(self, runner: web.AppRunner, url: str) -> None:
         self._runner, self.url, self.signed = runner, url, 0
+        self.keys: Counter[str] = Counter()
 
     @classmethod
     async def started(cls) -> HttpTarget:
@@ -143,6 +153,7 @@ class HttpTarget:
         async def answer(request: web.Request) -> web.Response:
             await request.read()
             target.signed += "webhook-signature" in request.headers
+            target.keys[request.headers.get("Idempotency-Key", "")] += 1
             return web.json_response({"ok": True})
 
         app.router.add_post("/herd", answer)
