@@ -95,24 +95,23 @@ async def test_plain_signals_act_from_a_tasks_first_second(stack: Stack) -> None
         handle = stack.env.client.get_workflow_handle_for(TaskWorkflow.run, f"task-{task_id}")
         assert (await handle.query(TaskWorkflow.query_state)).status == "PENDING"
 
+        # Each acts within seconds, an hour before the run (15 s: CI's load, not the bound).
         _signal(stack, task_id, "pause")
-        await wait_for_status(api, task_id, {"PAUSED"}, timeout=5)
+        await wait_for_status(api, task_id, {"PAUSED"}, timeout=15)
         _signal(stack, task_id, "resume")
-        await wait_for_status(api, task_id, {"PENDING"}, timeout=5)
+        await wait_for_status(api, task_id, {"PENDING"}, timeout=15)
         _signal(stack, task_id, "trigger")
 
         async def triggered() -> bool:
             runs = (await api.get(f"/tasks/{task_id}/executions")).json()["items"]
             return [r["status"] for r in runs] == ["COMPLETED"]
 
-        deadline = asyncio.get_running_loop().time() + 5
+        deadline = asyncio.get_running_loop().time() + 15
         while not await triggered():
             assert asyncio.get_running_loop().time() < deadline, "the trigger signal did not run"
             await asyncio.sleep(0.1)
-        signalled = asyncio.get_running_loop().time()
         _signal(stack, task_id, "cancel")
-        final = await wait_for_status(api, task_id, {"CANCELLED"}, timeout=5)
-        assert asyncio.get_running_loop().time() - signalled < 5
+        final = await wait_for_status(api, task_id, {"CANCELLED"}, timeout=15)
         assert final["next_run_at"] is None
         assert (await handle.query(TaskWorkflow.query_state)).status == "CANCELLED"
 
