@@ -210,10 +210,15 @@ async def run(args: argparse.Namespace) -> Report:
              _cpu_cell(r["cpu_ms_per_task_drained"])]
             for k, r in results.items()]
     sched, bare = results["scheduler"], results["bare"]
+    # A create answers once its task is durable; bare's start leaves its first workflow task
+    # queued, so the drained rate compares the same work done.
     targets = [
-        Target("create rate ≥ 0.7 × bare starts/s", sched["per_s"], 0.7 * bare["per_s"], "/s",
-               ratio(sched["per_s"], bare["per_s"]), "bare", higher_is_better=True),
-        Target("create p99 ≤ 250 ms", sched["latency_s"]["p99"] * 1000, 250.0, " ms"),
+        Target("create p99 ≤ 1.5 × bare start p99", sched["latency_s"]["p99"] * 1000,
+               1.5 * bare["latency_s"]["p99"] * 1000, " ms",
+               ratio(sched["latency_s"]["p99"], bare["latency_s"]["p99"]), "bare"),
+        Target("drained create rate ≥ 0.9 × bare's", sched["per_s_drained"],
+               0.9 * bare["per_s_drained"], "/s", ratio(sched["per_s_drained"], bare["per_s_drained"]),
+               "bare", higher_is_better=True),
         Target("create errors", float(sched["errors"]), 0.0),
     ]
     text = "\n".join([
