@@ -265,11 +265,11 @@ def _tasks_history(api: OpsClient, a: argparse.Namespace) -> tuple[Any, str]:
 def _tasks_backfill(api: OpsClient, a: argparse.Namespace) -> tuple[Any, str]:
     body = _query(start=a.start, end=a.end, mode=a.mode, dry_run=a.dry_run)
     answer = api.call("POST", f"/tasks/{quote(a.task_id, safe='')}/backfill", json=body)
-    rows = [[i["execution_id"], _when(i["scheduled_at"]), i["current"] or "-", i["action"]]
-            for i in answer["instants"]]
+    rows = [[i["execution_id"], _when(i["scheduled_at"]), i["current"] or "-", i["action"],
+             i.get("reason") or ""] for i in answer["instants"]]
     head = (f"dry run: {answer['to_run']} of {len(rows)} instants would run" if a.dry_run
             else f"backfill accepted: {answer['to_run']} of {len(rows)} instants run")
-    table = _table(["EXECUTION", "SCHEDULED", "NOW", "ACTION"], rows, width=72) if rows else "no instants"
+    table = _table(["EXECUTION", "SCHEDULED", "NOW", "ACTION", "WHY"], rows, width=72) if rows else "no instants"
     return answer, f"{head}\n{table}"
 
 
