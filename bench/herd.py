@@ -114,6 +114,7 @@ async def _run(args: argparse.Namespace, sizes: list[int], job: dict[str, Any] |
                 result.notes.append(f"signed HTTP: {sum(target.keys.values())} deliveries, "
                                     f"{twice} keys delivered more than once")
                 target.keys.clear()
+                target.signed = 0
             p99[system] = summary(lateness)["p99"]
             samples[f"{system} n={size}"] = lateness
             data[f"{size}/{system}"] = _data(result, size, lateness)

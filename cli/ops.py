@@ -269,7 +269,8 @@ def _tasks_backfill(api: OpsClient, a: argparse.Namespace) -> tuple[Any, str]:
              i.get("reason") or ""] for i in answer["instants"]]
     head = (f"dry run: {answer['to_run']} of {len(rows)} instants would run" if a.dry_run
             else f"backfill accepted: {answer['to_run']} of {len(rows)} instants run")
-    table = _table(["EXECUTION", "SCHEDULED", "NOW", "ACTION", "WHY"], rows, width=72) if rows else "no instants"
+    # WHY is last and whole (up to 140 characters): it is the answer to "why not run".
+    table = _table(["EXECUTION", "SCHEDULED", "NOW", "ACTION", "WHY"], rows, width=140) if rows else "no instants"
     return answer, f"{head}\n{table}"
 
 

@@ -133,12 +133,12 @@ async def test_fires_inside_a_pause_are_recorded_across_a_continue_as_new(
 ) -> None:
     # On the dev server: the time-skipping server can strand the run a continue-as-new starts
     # (a query never answered; temporalio/sdk-java#3088).
-    task = spec(schedule_type="interval", interval_seconds=5, max_runs=1)
+    task = spec(schedule_type="interval", interval_seconds=8, max_runs=1)  # 8 s to pause in
     async with new_worker(dev_env.client, sqlite_engine, run_options=RunOptions(history_limit=80)) as worker:
         handle = await start_task(dev_env, worker.task_queue, task)
         await handle.execute_update(TaskWorkflow.pause_update, "hold")
         created = (await task_state(handle)).created_at
-        await asyncio.sleep(max(0.0, (created + timedelta(seconds=11)
+        await asyncio.sleep(max(0.0, (created + timedelta(seconds=17)
                                       - await dev_env.get_current_time()).total_seconds()))
         for _ in range(30):  # manual runs go on in a pause, and grow the history
             await handle.execute_update(TaskWorkflow.trigger_update)
@@ -148,12 +148,12 @@ async def test_fires_inside_a_pause_are_recorded_across_a_continue_as_new(
         resumed = await handle.execute_update(TaskWorkflow.resume_update)
         final = await asyncio.wait_for(handle.result(), timeout=60)
 
-    # Every fire while paused (+5 and +10 before the continue-as-new, any more before the
+    # Every fire while paused (+8 and +16 before the continue-as-new, any more before the
     # resume) is SKIPPED paused; the first after the resume runs.
     rows = [r for r in executions(sqlite_engine, final.task_id) if r.trigger != "manual"]
     assert len(rows) >= 3
     assert [r.scheduled_at - created for r in rows] == [
-        timedelta(seconds=5 * k) for k in range(1, len(rows) + 1)]
+        timedelta(seconds=8 * k) for k in range(1, len(rows) + 1)]
     assert [(r.status, r.reason) for r in rows] == [("SKIPPED", "paused")] * (len(rows) - 1) + [
         ("COMPLETED", None)]
     assert resumed.resumed_at is not None
