@@ -95,10 +95,17 @@ def make_stack(tmp_path: Path, *, temporal: str, database_url: str, **extra: str
 
 
 @pytest.fixture
-async def stack(dev_env: WorkflowEnvironment, tmp_path: Path) -> AsyncIterator[Stack]:
+def stack_settings() -> dict[str, str]:
+    """More settings of the stack's processes; a test module overrides this to change them."""
+    return {}
+
+
+@pytest.fixture
+async def stack(dev_env: WorkflowEnvironment, tmp_path: Path,
+                stack_settings: dict[str, str]) -> AsyncIterator[Stack]:
     """A stack on the session's dev server and a SQLite file; every process killed after."""
     built = make_stack(tmp_path, temporal=dev_env.client.service_client.config.target_host,
-                       database_url=f"sqlite:///{tmp_path / 'scheduler.db'}")
+                       database_url=f"sqlite:///{tmp_path / 'scheduler.db'}", **stack_settings)
     try:
         yield built
     finally:

@@ -5,14 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
 from temporalio.api.enums.v1 import PendingActivityState
 from temporalio.testing import WorkflowEnvironment
 
-from tests.faults.conftest import Stack, log_events, make_stack
+from tests.faults.conftest import Stack, log_events
 from tests.faults.driver import Api, http_job, later, once_task, sleep_job
 from tests.faults.invariants import audit, plans, settle
 from tests.target import TargetServer
@@ -22,16 +20,9 @@ LEAD = 15  # "waiting" is held from LEAD s before its instant: time to start B a
 
 
 @pytest.fixture
-async def stack(dev_env: WorkflowEnvironment, tmp_path: Path) -> AsyncIterator[Stack]:
-    """The faults stack with a longer dispatch lead (the kill must come before the instant)."""
-    built = make_stack(tmp_path, temporal=dev_env.client.service_client.config.target_host,
-                       database_url=f"sqlite:///{tmp_path / 'scheduler.db'}",
-                       dispatch_lead_seconds=str(LEAD))
-    try:
-        yield built
-    finally:
-        built.fleet.close()
-        built.engine.dispose()
+def stack_settings() -> dict[str, str]:
+    """A longer dispatch lead than the faults stack's: the kill must come before the instant."""
+    return {"dispatch_lead_seconds": str(LEAD)}
 
 
 async def _job_started(env: WorkflowEnvironment, task_id: str, timeout: float = 30) -> None:
