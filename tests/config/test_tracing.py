@@ -28,5 +28,11 @@ def test_one_trace_spans_api_workflow_activity_and_http_call(dev_env: WorkflowEn
     for expected in ("StartWorkflow:TaskWorkflow", "RunWorkflow:TaskWorkflow",
                      "StartActivity:run_job", "RunActivity:run_job", "HTTP POST"):
         assert expected in in_trace, (expected, sorted(names))
+    # the job's HTTP span says what it called (the URL without its path) and for which run
+    call = next(s for s in spans if s["name"] == "HTTP POST" and s["trace_id"] == trace_id)
+    assert call["attributes"]["url.full"].endswith("/…"), call
+    assert call["attributes"]["http.request.method"] == "POST"
+    assert call["attributes"]["http.response.status_code"] == 200
+    assert call["attributes"]["task_scheduler.execution_id"].startswith(f"{report['task_id']}:"), call
     # the target saw the same trace in its traceparent header
     assert report["traceparent"] and report["traceparent"].split("-")[1] == trace_id

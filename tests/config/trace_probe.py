@@ -52,9 +52,10 @@ async def main(address: str) -> None:
                         "job_details": {"type": "http", "url": target.url("/traced")},
                     })
                     assert created.status_code == 201, created.text
+                    task_id = created.json()["task_id"]
                     await target.wait_for(1)
                     for _ in range(100):
-                        if (await api.get(f"/tasks/{created.json()['task_id']}")).json()["status"] == "COMPLETED":
+                        if (await api.get(f"/tasks/{task_id}")).json()["status"] == "COMPLETED":
                             break
                         await asyncio.sleep(0.1)
         engine.dispose()
@@ -62,10 +63,10 @@ async def main(address: str) -> None:
     spans = [
         {"name": s.name, "trace_id": format(s.context.trace_id, "032x"),
          "parent": format(s.parent.span_id, "016x") if s.parent else None,
-         "span_id": format(s.context.span_id, "016x")}
+         "span_id": format(s.context.span_id, "016x"), "attributes": dict(s.attributes or {})}
         for s in memory.get_finished_spans()
     ]
-    print(json.dumps({"spans": spans, "traceparent": target.received[0].headers.get("traceparent")}))
+    print(json.dumps({"spans": spans, "task_id": task_id, "traceparent": target.received[0].headers.get("traceparent")}))
 
 
 if __name__ == "__main__":
