@@ -84,9 +84,12 @@ class Fired:
     # Runs the scheduler did not run but recorded as SKIPPED (policy), with the reason.
     skipped: dict[tuple[str, float], str] = field(default_factory=dict)
     cross_check: dict[str, Any] = field(default_factory=dict)
-    # Job attempts past the first in the scheduler's rows: the job (a no-op that never fails)
-    # ran again, e.g. after its worker died, so each counts as a duplicate run.
-    reruns: int = 0
+    # Job attempts past the first in the scheduler's rows. Not counted as doubled: an attempt
+    # the server gave up on (its heartbeat late under load) may never have started the job,
+    # and a no-op cannot tell. Where a target counts deliveries per key, ``doubled`` says.
+    retried: int = 0
+    # Runs a target saw more than once (deliveries per Idempotency-Key), when one counts them.
+    doubled: int = 0
 
     def add(self, task: str, instant: float, start: float) -> None:
         """Record one observed run start."""
@@ -111,13 +114,17 @@ class Fired:
             found.append("lost runs, first: " + ", ".join(f"{t} at {iso(i)}" for t, i in lost[:4]))
         if skipped:
             found.append(f"runs recorded SKIPPED (not run): {dict(Counter(self.skipped[k] for k in skipped))}")
+        if self.retried:
+            found.append(f"{self.retried} job attempts past the first (not counted as doubled: a "
+                         "no-op cannot tell whether a lost attempt ran it)")
         self.notes += [note for note in found if note not in self.notes]
         return {
             "expected": len(want),
             "present": len(want & have),
             "skipped": len(skipped),
             "lost": len(lost),
-            "duplicates": sum(len(s) - 1 for s in self.starts.values() if len(s) > 1) + self.reruns,
+            "duplicates": sum(len(s) - 1 for s in self.starts.values() if len(s) > 1) + self.doubled,
+            "retried": self.retried,
             "unexpected": len(have - want),
         }
 
@@ -227,7 +234,7 @@ async def fire_scheduler(plan_at: Callable[[], Plan], *, history_sample: int,
                 fired.skipped[(key, round(scheduled, 3))] = reason or status
                 continue
             fired.add(key, scheduled, started)
-            fired.reruns += max(0, attempts - 1)
+            fired.retried += max(0, attempts - 1)
         if dead := stack.check_alive():
             fired.notes.append(f"processes exited during the run: {dead}: {stack.tail(dead[0])}")
         if history_sample:
