@@ -84,12 +84,12 @@ class Fired:
     # Runs the scheduler did not run but recorded as SKIPPED (policy), with the reason.
     skipped: dict[tuple[str, float], str] = field(default_factory=dict)
     cross_check: dict[str, Any] = field(default_factory=dict)
-    # Job attempts past the first in the scheduler's rows. Not counted as doubled: an attempt
-    # the server gave up on (its heartbeat late under load) may never have started the job,
-    # and a no-op cannot tell. Where a target counts deliveries per key, ``doubled`` says.
+    # Job attempts past the first in the scheduler's rows. A no-op job cannot tell whether an
+    # earlier attempt ran it (its worker died, or the server gave up on it), so each counts as
+    # a doubled run, unless a target counted the deliveries (``doubled``).
     retried: int = 0
-    # Runs a target saw more than once (deliveries per Idempotency-Key), when one counts them.
-    doubled: int = 0
+    # Runs a target saw more than once (deliveries per Idempotency-Key); None: none counted.
+    doubled: int | None = None
 
     def add(self, task: str, instant: float, start: float) -> None:
         """Record one observed run start."""
@@ -115,15 +115,17 @@ class Fired:
         if skipped:
             found.append(f"runs recorded SKIPPED (not run): {dict(Counter(self.skipped[k] for k in skipped))}")
         if self.retried:
-            found.append(f"{self.retried} job attempts past the first (not counted as doubled: a "
-                         "no-op cannot tell whether a lost attempt ran it)")
+            found.append(f"{self.retried} job attempts past the first" + (
+                " (counted as doubled: a no-op cannot tell whether an earlier attempt ran it)"
+                if self.doubled is None else "; the target counted the doubled runs"))
         self.notes += [note for note in found if note not in self.notes]
         return {
             "expected": len(want),
             "present": len(want & have),
             "skipped": len(skipped),
             "lost": len(lost),
-            "duplicates": sum(len(s) - 1 for s in self.starts.values() if len(s) > 1) + self.doubled,
+            "duplicates": sum(len(s) - 1 for s in self.starts.values() if len(s) > 1)
+            + (self.retried if self.doubled is None else self.doubled),
             "retried": self.retried,
             "unexpected": len(have - want),
         }

@@ -45,20 +45,12 @@ def herd_plan(system: str, size: int, margin: float, job: dict[str, Any] | None 
     return Plan(once=[float(math.ceil(time.time() + lead))] * size, job=job)
 
 
-def dup_cell(counts: dict[str, int]) -> str:
-    """Doubled runs, and the job attempts past the first beside them (not counted as doubled)."""
-    if "duplicates" not in counts:
-        return "-"
-    retried = counts.get("retried", 0)
-    return f"{counts['duplicates']}" + (f" ({retried} retried)" if retried else "")
-
-
 def row(label: str, fired: Fired | None, lateness: list[float], size: int) -> list[str]:
     """One table row."""
     s = summary(lateness)
     counts = fired.exactly_once() if fired else {}
     return [
-        label, str(size), str(len(lateness)), str(counts.get("lost", "-")), dup_cell(counts),
+        label, str(size), str(len(lateness)), str(counts.get("lost", "-")), str(counts.get("duplicates", "-")),
         fmt(s["p50"] * 1000, " ms"), fmt(s["p99"] * 1000, " ms"), fmt(s["max"] * 1000, " ms"),
         fmt(fired.drain_rate()) if fired else "-",
         fmt(fired.create_seconds, " s") if fired else "-", fmt(fired.slack_seconds, " s") if fired else "-",
@@ -121,9 +113,8 @@ async def _run(args: argparse.Namespace, sizes: list[int], job: dict[str, Any] |
                 result.notes.append(f"signed HTTP: {sum(target.keys.values())} deliveries, "
                                     f"{twice} keys delivered more than once")
                 target.keys.clear()
-            rows.append(row(label, result, lateness, size))
-            if target is not None:
                 target.signed = 0
+            rows.append(row(label, result, lateness, size))
             p99[system] = summary(lateness)["p99"]
             samples[f"{system} n={size}"] = lateness
             data[f"{size}/{system}"] = _data(result, size, lateness)
