@@ -110,7 +110,10 @@ class JobActivities:
             refuse_if_late(job_input, started_before=started_before)
             if not started_before and must_claim(job_input.trigger, due_of(job_input),
                                                  datetime.now(UTC)):
-                # Past the time its workflow may have decided the fire again: ask first.
+                # Past the time its workflow may have decided the fire again: ask first. The
+                # answer carries a withdrawal: beat only to show the worker alive meanwhile.
+                heartbeats.cancel()
+                heartbeats = asyncio.create_task(heartbeat_forever(info.heartbeat_timeout))
                 await self._starts.claim(job_input, info.workflow_id, info.attempt)
             heartbeats.cancel()
             # From here the job has started: a retry after a crash is a retry, not a late start.

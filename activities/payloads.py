@@ -17,7 +17,7 @@ RUN_JOB = "run_job"
 RECORD = "record"
 NOTIFY = "notify"
 # What a jobs worker tells a task's workflow: a run's job started (signal), or may it start
-# this late (update, answered True or False).
+# this late (update: False, or the time of its grant; older workflow code answers True).
 RUN_STARTED = "run_started"
 # The heartbeat detail of a job that has started: its retry is a retry, not a late start, and
 # an attempt that timed out with it had run.
@@ -61,6 +61,8 @@ class RunStart(BaseModel):
     at: datetime
     # The attempt's activity: a run found untaken and its catch-up share the execution id.
     activity_id: str | None = None
+    # A claim that asks for the time of its grant (a workflow of older code answers True).
+    timed: bool = False
 
 
 class AttemptOutcome(BaseModel):

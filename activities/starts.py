@@ -18,17 +18,23 @@ from temporalio.client import (
 )
 from temporalio.service import RPCError
 
+from activities.on_time import due_of
 from activities.payloads import CLAIM_RUN, RUN_STARTED, JobInput, RunStart, job_failure
-from scheduling.policy import UNTAKEN_AFTER
+from scheduling.policy import UNTAKEN_AFTER, fresh_grant
 from scheduling.status import JobFailure
 
 log = structlog.get_logger("task_scheduler.jobs")
 
-# A claim the workflow has not answered in this time is refused: the workflow decides the
-# fire (it finds the run untaken), and a later answer cannot start a job nobody waits for.
-# Shorter than UNTAKEN_AFTER - CLAIM_AFTER: an answer that comes later is not waited for, so a
-# granted claim never starts a job after the workflow found the run untaken.
+# A claim waits for its answer while a grant could still start the job in time (claim_patience):
+# a backlogged workflow answers late, and a refusal on a short timeout only adds a failed
+# attempt and a catch-up to the backlog. The grant's own time says whether it is still fresh
+# (policy.fresh_grant). A workflow of older code answers a bare True, trusted only when it came
+# within CLAIM_TIMEOUT of the ask (its grant is no earlier than the ask).
 CLAIM_TIMEOUT = timedelta(seconds=3)
+# Room left, past the job's run timeout, in the attempt's start-to-close timeout: the attempt
+# reports its end only once its start report is out (retried up to UNTAKEN_AFTER), then
+# completes over one more call.
+CLAIM_MARGIN = UNTAKEN_AFTER + timedelta(seconds=2)
 # How long a cancelled job waits for its start report to go out before it reports its end.
 REPORT_WAIT_ON_CANCEL = 2.0
 # A start report that fails is sent again, until the workflow would find the run untaken.
@@ -68,23 +74,27 @@ class StartReports:
         """Ask the workflow whether the run may start now; raise Late if not."""
         if self._client is None or workflow_id is None:
             return
-        handle = self._client.get_workflow_handle(workflow_id,
-                                                  run_id=activity.info().workflow_run_id)
-        claim = RunStart(execution_id=job_input.execution_id, attempt=attempt,
-                         at=datetime.now(UTC), activity_id=activity.info().activity_id)
+        info = activity.info()
+        handle = self._client.get_workflow_handle(workflow_id, run_id=info.workflow_run_id)
+        asked = datetime.now(UTC)
+        claim = RunStart(execution_id=job_input.execution_id, attempt=attempt, at=asked,
+                         activity_id=info.activity_id, timed=True)
+        patience = claim_patience(job_input, info, asked)
         try:
-            allowed = await handle.execute_update(
-                CLAIM_RUN, claim, result_type=bool, rpc_timeout=CLAIM_TIMEOUT,
-                id=f"claim-{claim.activity_id}-{attempt}")  # a ghost's catch-up asks anew
+            async with asyncio.timeout(patience.total_seconds()):
+                answer = await handle.execute_update(
+                    CLAIM_RUN, claim, rpc_timeout=patience,
+                    id=f"claim-{claim.activity_id}-{attempt}")  # a ghost's catch-up asks anew
         except (TimeoutError, RPCError, WorkflowUpdateFailedError,
                 WorkflowUpdateRPCTimeoutOrCancelledError) as exc:
             # Unanswered (or this worker is stopping): it does not start.
-            log.warning("job.claim_unanswered", execution_id=job_input.execution_id, error=str(exc))
-            allowed = False
-        if not allowed:
+            log.warning("job.claim_unanswered", execution_id=job_input.execution_id,
+                        waited=round((datetime.now(UTC) - asked).total_seconds(), 3), error=str(exc))
+            answer = False
+        if not granted(answer, asked, datetime.now(UTC)):
             raise job_failure(
                 JobFailure.LATE,
-                "not started: it reached its worker late and its fire was decided again",
+                "not started: it reached its worker late and its workflow did not let it start in time",
                 retryable=False,
             )
 
@@ -98,3 +108,28 @@ class StartReports:
                 last = exc
                 await asyncio.sleep(REPORT_RETRY_SECONDS)
         log.warning("job.start_unreported", execution_id=report.execution_id, error=str(last))
+
+
+def claim_patience(job_input: JobInput, info: activity.Info, now: datetime) -> timedelta:
+    """How long a claim waits for its answer: while a grant would still start the run within
+    its grace (late_after_seconds past its due time) and leave the job its whole run timeout
+    in the attempt's start-to-close timeout; never less than CLAIM_TIMEOUT."""
+    ends = []
+    if info.start_to_close_timeout is not None:
+        ends.append(info.started_time + info.start_to_close_timeout - CLAIM_MARGIN
+                    - timedelta(seconds=job_input.run_timeout_seconds))
+    if job_input.late_after_seconds is not None:
+        ends.append(due_of(job_input) + timedelta(seconds=job_input.late_after_seconds))
+    return max(CLAIM_TIMEOUT, min(ends) - now) if ends else CLAIM_TIMEOUT
+
+
+def granted(answer: object, asked: datetime, now: datetime) -> bool:
+    """Whether the workflow's answer to a claim lets the run start now."""
+    if answer is True:  # older workflow code: its grant came after the ask
+        return now - asked <= CLAIM_TIMEOUT
+    if isinstance(answer, str):
+        try:
+            answer = datetime.fromisoformat(answer)
+        except ValueError:
+            return False
+    return isinstance(answer, datetime) and answer.tzinfo is not None and fresh_grant(answer, now)

@@ -433,6 +433,13 @@ def must_claim(trigger: Trigger, due: datetime, now: datetime) -> bool:
     return trigger is Trigger.SCHEDULE and now - due > CLAIM_AFTER
 
 
+def fresh_grant(granted_at: datetime, now: datetime) -> bool:
+    """A late attempt's claim, granted by its workflow at ``granted_at``, may start the job:
+    its start report then reaches the workflow before the run could be found untaken
+    (UNTAKEN_AFTER after the grant), with the margin an unasked start has (CLAIM_AFTER)."""
+    return now - granted_at <= CLAIM_AFTER
+
+
 def untaken(instant: datetime, now: datetime) -> bool:
     """A scheduled run no worker reported started by now was taken by none: it may no longer
     start unasked (see CLAIM_AFTER), so the workflow decides its fire again."""

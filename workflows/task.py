@@ -807,9 +807,10 @@ class TaskWorkflow:
             self._wake = True
 
     @workflow.update(name=CLAIM_RUN)
-    def claim_run(self, claim: RunStart) -> bool:
-        """May this run start this late? Yes unless it was withdrawn or its fire decided again."""
+    def claim_run(self, claim: RunStart) -> bool | datetime:
+        """May this run start this late? Yes unless it was withdrawn or its fire decided again;
+        a timed claim is told when it was granted (the run is found untaken from then on)."""
         if not self._runs.claim(claim):
             return False
         self._wake = True
-        return True
+        return workflow.now() if claim.timed else True

@@ -8,19 +8,20 @@ import uuid
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import httpx
 from sqlalchemy import Engine
 from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Worker
 
 from activities.handlers import HandlerContext
 from activities.options import RunOptions
-from scheduling.policy import UNTAKEN_AFTER
+from scheduling.policy import CLAIM_AFTER, UNTAKEN_AFTER
 from scheduling.spec import TaskSpec
 from scheduling.status import TaskStatus, workflow_id
 from tests.workflows.helpers import TaskHandle, executions, handler_job, spec, task_state, until
-from worker.build import build_activities, build_jobs_worker, build_workflow_worker
+from worker.build import ActivitySet, build_activities, build_jobs_worker, build_workflow_worker
 from workflows.starter import start_task_workflow
 from workflows.task import TaskWorkflow
 
@@ -165,3 +166,54 @@ async def test_a_trigger_before_a_dispatched_instant_meets_the_overlap_policy(
     by_trigger = {r.trigger: (r.status, r.reason) for r in rows}
     assert by_trigger["manual"] == ("COMPLETED", None)
     assert by_trigger["schedule"] == ("SKIPPED", "overlap")
+
+
+async def test_a_late_run_whose_workflow_answers_its_claim_late_runs_as_scheduled_once(
+    dev_env: WorkflowEnvironment, sqlite_engine: Engine
+) -> None:
+    """A run reaches its jobs worker more than CLAIM_AFTER late, while its workflow worker is
+    down: the claim waits for the answer (past the old 3 s refusal) and the run starts once,
+    as the schedule's run, not as a catch-up."""
+    job = Counting()
+    queue = f"tq-{uuid.uuid4()}"
+    executor = ThreadPoolExecutor(max_workers=4)
+
+    def workflows_worker(activities: ActivitySet) -> Worker:
+        # No cache, so no sticky queue: the next workflow worker takes the workflow at once.
+        return build_workflow_worker(dev_env.client, task_queue=queue, activities=activities,
+                                     executor=executor, max_cached_workflows=0)
+
+    async with httpx.AsyncClient() as http:
+        activities = build_activities(engine=sqlite_engine, http=http, client=dev_env.client,
+                                      extra_handlers={"count": job},
+                                      run_options=RunOptions(lead_seconds=5))
+        now = await dev_env.get_current_time()
+        instant = now + timedelta(seconds=7)
+        task = spec(schedule_type="once", run_at=instant, job_details=handler_job("count"),
+                    missed_run_policy="single_catchup")
+        async with workflows_worker(activities):
+            handle = await start_ahead(dev_env, queue, task)
+
+            async def dispatched() -> bool:
+                return bool((await task_state(handle)).running)
+
+            await until(dispatched)  # sent 5 s ahead, to no jobs worker yet
+        try:
+            await sleep_until(dev_env, instant + CLAIM_AFTER + timedelta(seconds=1))
+            async with build_jobs_worker(dev_env.client, task_queue=queue, activities=activities):
+                # The jobs worker takes the run 5 s late and asks; nobody answers for 5 s (its
+                # patience: 5 s of lead + 15 s of slack - 10 s of margin).
+                await sleep_until(dev_env, instant + CLAIM_AFTER + timedelta(seconds=6))
+                assert job.started == []
+                async with workflows_worker(activities):
+                    final = await asyncio.wait_for(handle.result(), timeout=60)
+        finally:
+            executor.shutdown(wait=False)
+    [row] = executions(sqlite_engine, final.task_id)
+    assert (row.status, row.trigger) == ("COMPLETED", "schedule"), row
+    assert job.started == [row.id]
+    assert final.run_count == 1
+
+
+async def sleep_until(env: WorkflowEnvironment, moment: datetime) -> None:
+    await asyncio.sleep(max(0.0, (moment - await env.get_current_time()).total_seconds()))
