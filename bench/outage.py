@@ -25,7 +25,7 @@ from temporalio.client import Client
 from bench.baseline import BareInput
 from bench.firing import CONCURRENCY, bounded, iso, parse_db_time, sleep_until
 from bench.firing_baselines import result_of
-from bench.herd import notes
+from bench.herd import HttpTarget, notes
 from bench.measure import Report, Target, fmt, summary, table, targets_table
 from bench.stack import TOPOLOGIES, BareStack, SchedulerStack
 
@@ -40,6 +40,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--outage-before", type=int, default=2, help="minutes of fires before the outage")
     parser.add_argument("--outage-after", type=int, default=3, help="minutes of fires after it")
     parser.add_argument("--outage-systems", default="scheduler,bare", help="systems, in order")
+    parser.add_argument("--outage-job", choices=["http", "noop"], default="http",
+                        help="the scheduler's job: an HTTP POST to a local target that counts "
+                             "each run's Idempotency-Key (a key seen twice is a doubled run), or "
+                             "a noop handler, whose attempts past the first count as doubled")
 
 
 class Timeline:
@@ -77,7 +81,12 @@ def decided_rows(stack: SchedulerStack) -> list[tuple[str, float, str, str | Non
 
 async def run_scheduler(args: argparse.Namespace) -> dict[str, Any]:
     """Create the tasks, stop the workers across fires, and account for every fire."""
-    stack = SchedulerStack("scheduler", topology="split")
+    target = await HttpTarget.started() if args.outage_job == "http" else None
+    job: dict[str, Any] = {"type": "handler", "name": "noop"} if target is None else {
+        "type": "http", "url": target.url, "method": "POST", "body": {"outage": True}}
+    # The HTTP job's target is local: let the stack's egress guard reach it.
+    stack = SchedulerStack("scheduler", topology="split",
+                           settings={} if target is None else {"SCHEDULER_EGRESS_ALLOW": "127.0.0.1"})
     try:
         await asyncio.to_thread(stack.start)
         timeline = Timeline(args, time.time() + args.outage_tasks / 40)
@@ -87,7 +96,7 @@ async def run_scheduler(args: argparse.Namespace) -> dict[str, Any]:
                 async def go() -> None:
                     chosen = POLICIES[i % len(POLICIES)]
                     answer = await http.post("/task/recurring", json={
-                        "task_name": f"bench-outage-{i}", "job_details": {"type": "handler", "name": "noop"},
+                        "task_name": f"bench-outage-{i}", "job_details": job,
                         "schedule_type": "cron", "cron": "* * * * *", "timezone": "UTC",
                         "missed_run_policy": chosen, "start_date": iso(timeline.first),
                         "end_date": iso(timeline.instants[-1] + 0.5)})
@@ -107,22 +116,27 @@ async def run_scheduler(args: argparse.Namespace) -> dict[str, Any]:
             if time.time() > timeline.instants[-1] and sum(r[2] != "RUNNING" for r in rows) >= expected:
                 break
             await asyncio.sleep(2)
-        result = account(rows, policy, timeline)
+        result = account(rows, policy, timeline, delivered=None if target is None else target.keys)
         result["create_errors"] = len(errors)
         if errors:
             result["notes"].append(f"{len(errors)} creates failed, first: {errors[0]}")
         return result
     finally:
         await asyncio.to_thread(stack.stop)
+        if target is not None:
+            await target.stop()
 
 
 def account(rows: list[tuple[str, float, str, str | None, int, float, float]], policy: dict[str, str],
-            timeline: Timeline) -> dict[str, Any]:
-    """Each expected fire once; how the missed ones were decided, and when."""
+            timeline: Timeline, delivered: Counter[str] | None = None) -> dict[str, Any]:
+    """Each expected fire once; how the missed ones were decided, and when. ``delivered``: the
+    HTTP target's calls per Idempotency-Key (a key seen twice is a doubled run); without it
+    a job attempt past the first counts as doubled (a noop cannot tell whether one ran)."""
     seen: Counter[tuple[str, float]] = Counter()
     outcome: Counter[str] = Counter()
     decided_after: list[float] = []
     on_time_lateness: list[float] = []
+    by_policy: dict[str, list[float]] = {chosen: [] for chosen in POLICIES}
     reruns = 0
     for task_id, scheduled, status, reason, attempts, started, decided in rows:
         if task_id not in policy:
@@ -134,13 +148,27 @@ def account(rows: list[tuple[str, float, str, str | None, int, float, float]], p
             decided_after.append(decided - timeline.up_at)
         elif not math.isnan(started):
             on_time_lateness.append(started - scheduled)
+            by_policy[policy[task_id]].append(started - scheduled)
     want = {(t, round(i, 3)) for t in policy for i in timeline.instants}
+    doubled = reruns if delivered is None else sum(n - 1 for n in delivered.values() if n > 1)
+    notes_ = []
+    if reruns:
+        notes_.append(f"{reruns} job attempts past the first" + (
+            " (counted as doubled: a noop cannot tell whether an earlier attempt ran it)"
+            if delivered is None else ""))
+    if delivered is not None:
+        notes_.append(f"HTTP target: {sum(delivered.values())} calls, "
+                      f"{sum(1 for n in delivered.values() if n > 1)} keys more than once")
+    p99s = {chosen: summary(late)["p99"] for chosen, late in by_policy.items()}
+    notes_.append("on-time p99 by missed-run policy: " + ", ".join(
+        f"{chosen} {fmt(p99 * 1000, ' ms')}" for chosen, p99 in p99s.items()))
     return {
         "expected": len(want), "missed_fires": sum(timeline.missed(i) for i in timeline.instants) * len(policy),
-        "lost": len(want - set(seen)), "duplicates": sum(n - 1 for n in seen.values() if n > 1) + reruns,
+        "lost": len(want - set(seen)), "duplicates": sum(n - 1 for n in seen.values() if n > 1) + doubled,
         "unexpected": len(set(seen) - want), "outcome": dict(outcome),
         "decided_after_s": summary(decided_after), "on_time_lateness_s": summary(on_time_lateness),
-        "notes": [],
+        "on_time_p99_by_policy_s": p99s,
+        "notes": notes_,
     }
 
 
