@@ -17,8 +17,11 @@ $(STAMP): pyproject.toml
 run: $(STAMP)
 	$(BIN)/task-scheduler dev
 
+# Test files run side by side in TEST_WORKERS processes, each file whole in one of them (its
+# module-scoped stacks start once); `make test TEST_WORKERS=0` runs them one after another.
+TEST_WORKERS ?= 3
 test: $(STAMP) chromium
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 # Headless Chromium (Debian's package) for the /ui browser tests; installed once, if missing.
 chromium:
