@@ -46,10 +46,12 @@ class Stack:
         return httpx.AsyncClient(base_url=self.base_url, headers=headers, timeout=30)
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+def _bound_socket() -> socket.socket:
+    """A socket bound to a free port, handed to the server as it is: no other process can take
+    the port between choosing it and serving on it."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    return sock
 
 
 # A module runs its tests on both databases with: pytestmark = ON_BOTH_DATABASES
@@ -112,7 +114,8 @@ async def _until_healthy(base_url: str, timeout: float = 30) -> None:
 @asynccontextmanager
 async def serve_api(env: WorkflowEnvironment, engine: Engine, /, **settings: Any) -> AsyncIterator[str]:
     """Serve the API with the given settings on a free port; yields its base URL."""
-    port = _free_port()
+    sock = _bound_socket()
+    port = int(sock.getsockname()[1])
     settings.setdefault("egress_allow", "127.0.0.1")
     settings.setdefault("env", "test")
     # Every test client is 127.0.0.1: a module's wrong keys would add up to the failure limit,
@@ -122,7 +125,7 @@ async def serve_api(env: WorkflowEnvironment, engine: Engine, /, **settings: Any
     server = uvicorn.Server(uvicorn.Config(
         app, host="127.0.0.1", port=port, log_level="warning", lifespan="on", **SERVER_OPTIONS
     ))
-    serving = asyncio.create_task(server.serve())
+    serving = asyncio.create_task(server.serve(sockets=[sock]))
     while not server.started:
         await asyncio.sleep(0.02)
     try:
@@ -130,3 +133,4 @@ async def serve_api(env: WorkflowEnvironment, engine: Engine, /, **settings: Any
     finally:
         server.should_exit = True
         await serving
+        sock.close()
