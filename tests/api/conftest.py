@@ -121,16 +121,19 @@ async def serve_api(env: WorkflowEnvironment, engine: Engine, /, **settings: Any
     # Every test client is 127.0.0.1: a module's wrong keys would add up to the failure limit,
     # which tests/api/test_exposure.py sets and tests on servers of its own.
     settings.setdefault("rate_limit_auth_failures", "10000/minute")
-    app = create_app(settings_of(api_port=port, **settings), engine=engine, client=env.client)
-    server = uvicorn.Server(uvicorn.Config(
-        app, host="127.0.0.1", port=port, log_level="warning", lifespan="on", **SERVER_OPTIONS
-    ))
-    serving = asyncio.create_task(server.serve(sockets=[sock]))
-    while not server.started:
-        await asyncio.sleep(0.02)
     try:
-        yield f"http://127.0.0.1:{port}"
+        app = create_app(settings_of(api_port=port, **settings), engine=engine, client=env.client)
+        server = uvicorn.Server(uvicorn.Config(
+            app, host="127.0.0.1", port=port, log_level="warning", lifespan="on", **SERVER_OPTIONS
+        ))
+        serving = asyncio.create_task(server.serve(sockets=[sock]))
+        while not server.started:
+            assert not serving.done(), "the API server ended before it started serving"
+            await asyncio.sleep(0.02)
+        try:
+            yield f"http://127.0.0.1:{port}"
+        finally:
+            server.should_exit = True
+            await serving
     finally:
-        server.should_exit = True
-        await serving
         sock.close()
