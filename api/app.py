@@ -13,6 +13,7 @@ from temporalio.client import Client
 
 from activities.handlers import load_handlers
 from activities.signing import Signer
+from api.admission import CreateAdmission
 from api.deps import storable_params
 from api.errors import install_error_handlers
 from api.guards import BodyGuard
@@ -108,6 +109,10 @@ def create_app(
         FastAPIInstrumentor.instrument_app(app, excluded_urls="metrics,livez,readyz")
     metrics = ApiMetrics()
     app.state.metrics = metrics
+    admission = CreateAdmission(settings.api.max_creates_in_progress,
+                                settings.api.max_creates_in_progress_per_tenant)
+    metrics.creates_in_progress.set_function(lambda: admission.in_progress)
+    app.state.admission = admission
     token = settings.metrics.token
     app.state.metrics_token = token.get_secret_value().encode() if token else None
     app.state.health = health.HealthCache(settings.api.health_cache_seconds)

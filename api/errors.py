@@ -82,6 +82,10 @@ class ServiceUnavailable(ApiError):
     status, slug, title = 503, "unavailable", "A dependency is unavailable"
 
 
+class Overloaded(ApiError):
+    status, slug, title = 503, "overloaded", "The API has as many creates in progress as it takes"
+
+
 def problem(status: int, slug: str, title: str, detail: str, **extra: Any) -> JSONResponse:
     """A problem+json response."""
     body = {"type": TYPE_BASE + slug, "title": title, "status": status, "detail": detail}

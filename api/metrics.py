@@ -7,7 +7,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
@@ -175,10 +175,16 @@ def _le(bound: float) -> str:
 
 
 class ApiMetrics:
-    """HTTP request counts and latencies by route, the start slots, and the service collector."""
+    """HTTP request counts and latencies by route, the creates in progress, and the service
+    collector."""
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
+        self.creates_in_progress = Gauge(
+            "scheduler_api_creates_in_progress",
+            "creates this API process is working on (bounded by SCHEDULER_API_MAX_CREATES_IN_PROGRESS)",
+            registry=self.registry,
+        )
         self.requests = Counter(
             "scheduler_http_requests_total", "HTTP requests by route, method and status",
             ["route", "method", "status"], registry=self.registry,

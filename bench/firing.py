@@ -45,10 +45,12 @@ class Plan:
     cron: str | None = None
     # The scheduler's job: a noop handler unless given (e.g. a signed HTTP call to a target).
     job: dict[str, Any] | None = None
+    # One-time tasks whose create was refused (429/503: nothing created): not expected to run.
+    refused: set[int] = field(default_factory=set)
 
     def expected(self) -> dict[str, list[float]]:
         """Task key → the instants it must run at."""
-        tasks = {f"once-{i}": [t] for i, t in enumerate(self.once)}
+        tasks = {f"once-{i}": [t] for i, t in enumerate(self.once) if i not in self.refused}
         for j in range(self.interval_tasks):
             tasks[f"interval-{j}"] = [self.interval_start + k * self.interval_every
                                       for k in range(self.interval_fires)]

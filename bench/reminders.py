@@ -14,6 +14,7 @@ import math
 import sys
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
@@ -46,28 +47,44 @@ def sends(args: argparse.Namespace, start: float) -> list[float]:
     return [round(start + i / args.reminders_rate, 3) for i in range(count)]
 
 
-async def open_loop(due: list[float], send: Callable[[int], Awaitable[None]]) -> tuple[list[float], int]:
-    """Send create i at due[i] whatever came back before; (latencies from due, errors)."""
+class Refused(Exception):
+    """The create was refused with Retry-After (429 or 503): nothing was created."""
+
+
+@dataclass
+class Sent:
+    """What came back of the creates sent open-loop."""
+
+    latencies: list[float] = field(default_factory=list)  # answered 201, seconds from due
+    errors: int = 0
+    refused: set[int] = field(default_factory=set)
+    refusal_latencies: list[float] = field(default_factory=list)
+
+
+async def open_loop(due: list[float], send: Callable[[int], Awaitable[None]]) -> Sent:
+    """Send create i at due[i] whatever came back before, never again after a refusal."""
     gate = asyncio.Semaphore(IN_FLIGHT)
-    latencies: list[float] = []
-    errors = 0
+    sent = Sent()
 
     async def one(i: int) -> None:
-        nonlocal errors
         await sleep_until(due[i])
         async with gate:
             try:
                 await send(i)
-            except Exception:  # noqa: BLE001 - counted, and the first reported by the caller
-                errors += 1
+            except Refused:
+                sent.refused.add(i)
+                sent.refusal_latencies.append(time.time() - due[i])
                 return
-        latencies.append(time.time() - due[i])
+            except Exception:  # noqa: BLE001 - counted, and the first reported by the caller
+                sent.errors += 1
+                return
+        sent.latencies.append(time.time() - due[i])
 
     await asyncio.gather(*(one(i) for i in range(len(due))))
-    return latencies, errors
+    return sent
 
 
-async def fire_scheduler(args: argparse.Namespace) -> tuple[Fired, list[float]]:
+async def fire_scheduler(args: argparse.Namespace) -> tuple[Fired, Sent]:
     """POST /task/create open-loop; lateness from the executions table."""
     stack = SchedulerStack("scheduler")
     try:
@@ -82,11 +99,14 @@ async def fire_scheduler(args: argparse.Namespace) -> tuple[Fired, list[float]]:
                 answer = await http.post("/task/create", json={
                     "task_name": f"bench-once-{i}", "job_details": {"type": "handler", "name": "noop"},
                     "schedule_type": "once", "run_at": iso(plan.once[i])})
+                if answer.status_code in (429, 503) and "Retry-After" in answer.headers:
+                    raise Refused(answer.status_code)
                 if answer.status_code != 201:
                     raise RuntimeError(f"{answer.status_code} {answer.text[:200]}")
                 ids[answer.json()["task_id"]] = f"once-{i}"
 
-            latencies, fired.create_errors = await open_loop(due, send)
+            sent = await open_loop(due, send)
+            fired.create_errors, plan.refused = sent.errors, sent.refused
         await wait_scheduler(stack, plan, len(ids), fired)
         for task_id, scheduled, started, status, reason, _ in read_executions(stack):
             fired.statuses[status] += 1
@@ -97,12 +117,12 @@ async def fire_scheduler(args: argparse.Namespace) -> tuple[Fired, list[float]]:
                 fired.skipped[(key, round(scheduled, 3))] = reason or status
             else:
                 fired.add(key, scheduled, started)
-        return fired, latencies
+        return fired, sent
     finally:
         await asyncio.to_thread(stack.stop)
 
 
-async def fire_bare(args: argparse.Namespace) -> tuple[Fired, list[float]]:
+async def fire_bare(args: argparse.Namespace) -> tuple[Fired, Sent]:
     """Bare Temporal: start_workflow open-loop, each workflow sleeping to its instant."""
     stack = BareStack("bare")
     try:
@@ -116,7 +136,8 @@ async def fire_bare(args: argparse.Namespace) -> tuple[Fired, list[float]]:
             await client.start_workflow("BareWorkflow", BareInput([plan.once[i]]), id=f"bare-once-{i}",
                                         task_queue=stack.task_queue)
 
-        latencies, fired.create_errors = await open_loop(due, send)
+        sent = await open_loop(due, send)
+        fired.create_errors = sent.errors
         await wait_visibility(client, "BareWorkflow", len(due), plan, fired)
         results = await _results(client, len(due))
         for i, result in enumerate(results):
@@ -125,7 +146,7 @@ async def fire_bare(args: argparse.Namespace) -> tuple[Fired, list[float]]:
                 continue
             for instant, started in result:
                 fired.add(f"once-{i}", instant, started)
-        return fired, latencies
+        return fired, sent
     finally:
         await asyncio.to_thread(stack.stop)
 
@@ -143,22 +164,25 @@ async def run(args: argparse.Namespace) -> Report:
     for system in systems:
         print(f"reminders: {system} ...", flush=True)
         if system == "scheduler":
-            fired, latencies = await fire_scheduler(args)
+            fired, sent = await fire_scheduler(args)
         elif system == "bare":
-            fired, latencies = await fire_bare(args)
+            fired, sent = await fire_bare(args)
         else:
             raise SystemExit(f"unknown system {system!r}")
         lateness = fired.lateness()
-        late, create, counts = summary(lateness), summary(latencies), fired.exactly_once()
+        late, create, counts = summary(lateness), summary(sent.latencies), fired.exactly_once()
+        refusal = summary(sent.refusal_latencies)
         fire_p99[system], create_p99[system] = late["p99"], create["p99"]
         samples[f"{system} reminders"] = lateness
-        rows.append([system, str(counts["expected"]), str(fired.create_errors), str(counts["skipped"]),
-                     str(counts["lost"]), str(counts["duplicates"]),
+        rows.append([system, str(counts["expected"]), str(len(sent.refused)),
+                     fmt(refusal["p99"] * 1000, " ms"), str(fired.create_errors),
+                     str(counts["skipped"]), str(counts["lost"]), str(counts["duplicates"]),
                      fmt(create["p50"] * 1000, " ms"), fmt(create["p99"] * 1000, " ms"),
                      fmt(late["p50"] * 1000, " ms"), fmt(late["p99"] * 1000, " ms"),
                      fmt(late["max"] * 1000, " ms")])
         data[system] = {"lateness_s": late, "create_latency_s": create, "exactly_once": counts,
-                        "create_errors": fired.create_errors, "statuses": dict(fired.statuses),
+                        "create_errors": fired.create_errors, "refused": len(sent.refused),
+                        "refusal_latency_s": refusal, "statuses": dict(fired.statuses),
                         "notes": fired.notes}
     targets = []
     if "scheduler" in fire_p99 and "bare" in fire_p99:
@@ -171,8 +195,8 @@ async def run(args: argparse.Namespace) -> Report:
     text = "\n".join([
         f"## Reminders: creates at {args.reminders_rate:g}/s for {args.reminders_seconds:g} s, each "
         f"due {args.reminders_delay:g} s after its create",
-        table(["system", "tasks", "create errors", "skipped", "lost", "dup", "create p50",
-               "create p99", "fire p50", "fire p99", "fire max"], rows),
+        table(["system", "tasks", "refused", "refusal p99", "create errors", "skipped",
+               "lost", "dup", "create p50", "create p99", "fire p50", "fire p99", "fire max"], rows),
         "",
         targets_table(targets),
         *notes(data),

@@ -8,6 +8,7 @@ from fastapi import APIRouter, Body, Path, Query, Request, Response, status
 from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
 
+from api.admission import CreateAdmission
 from api.cursors import CursorQuery
 from api.deps import ServiceDep
 from api.examples import CREATE_EXAMPLES
@@ -51,7 +52,12 @@ RecurringBody = Annotated[
 ]
 CREATE_RESPONSES = {
     **ERRORS,
-    **problem_responses({403: "a tenant quota is exceeded", 422: KEY_REUSED}),
+    **problem_responses({
+        403: "a tenant quota is exceeded", 422: KEY_REUSED,
+        429: "over the tenant's rate limit, or the tenant has its share of this API process's "
+             "creates in progress; see Retry-After",
+        503: "Temporal or the database is unavailable, or this API process has as many creates "
+             "in progress as it takes; see Retry-After"}),
     200: {"description": "the same Idempotency-Key and body were seen before: the same task",
           "model": TaskOut},
 }
@@ -65,10 +71,12 @@ async def _create(
         spec = body.spec()
     except ValidationError as exc:  # rendered as any other invalid body
         raise RequestValidationError(exc.errors()) from exc
-    task, created = await service.create(
-        caller.who, spec, recurring_only=recurring_only, body_size=len(await request.body()),
-        idempotency_key=key, usage=caller.usage,
-    )
+    admission: CreateAdmission = request.app.state.admission
+    async with admission.admit(caller.who.tenant_id):
+        task, created = await service.create(
+            caller.who, spec, recurring_only=recurring_only, body_size=len(await request.body()),
+            idempotency_key=key, usage=caller.usage,
+        )
     if not created:
         response.status_code = status.HTTP_200_OK
     return task
