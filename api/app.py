@@ -109,8 +109,7 @@ def create_app(
         FastAPIInstrumentor.instrument_app(app, excluded_urls="metrics,livez,readyz")
     metrics = ApiMetrics()
     app.state.metrics = metrics
-    admission = CreateAdmission(settings.api.max_creates_in_progress,
-                                settings.api.max_creates_in_progress_per_tenant)
+    admission = CreateAdmission(settings.api.max_creates_in_progress)
     metrics.creates_in_progress.set_function(lambda: admission.in_progress)
     app.state.admission = admission
     token = settings.metrics.token

@@ -57,13 +57,9 @@ class ApiSettings(BaseModel):
     max_request_bytes: int = Field(default=1024 * 1024, description="largest request body accepted")
     max_creates_in_progress: int = Field(
         default=128, ge=1,
-        description="creates one API process works on at once (starting the workflow, writing the "
-        "row); past it a create is refused at once, 503 with Retry-After",
-    )
-    max_creates_in_progress_per_tenant: int = Field(
-        default=64, ge=1,
-        description="of those, what one tenant may hold; past it its create gets 429 with "
-        "Retry-After, so one tenant's burst leaves room for the others",
+        description="creates one API process works on at once, from arrival to the row written; "
+        "past it a create gets 503 at once, and a tenant past its share of it (this over 2 + "
+        "the other tenants with creates in progress) 429, both with Retry-After",
     )
     health_cache_seconds: float = Field(
         default=1.0, ge=0,

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Body, Path, Query, Request, Response, status
 from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
 
-from api.admission import CreateAdmission
+from api.admission import CreateAdmission, CreateArrival
 from api.cursors import CursorQuery
 from api.deps import ServiceDep
 from api.examples import CREATE_EXAMPLES
@@ -72,7 +72,7 @@ async def _create(
     except ValidationError as exc:  # rendered as any other invalid body
         raise RequestValidationError(exc.errors()) from exc
     admission: CreateAdmission = request.app.state.admission
-    async with admission.admit(caller.who.tenant_id):
+    async with admission.tenant(caller.who.tenant_id):
         task, created = await service.create(
             caller.who, spec, recurring_only=recurring_only, body_size=len(await request.body()),
             idempotency_key=key, usage=caller.usage,
@@ -82,7 +82,8 @@ async def _create(
     return task
 
 
-@router.post("/task/create", status_code=status.HTTP_201_CREATED, responses=CREATE_RESPONSES)
+@router.post("/task/create", status_code=status.HTTP_201_CREATED, responses=CREATE_RESPONSES,
+             dependencies=[CreateArrival])
 async def create_task(
     request: Request, response: Response, body: CreateBody, caller: CreatorDep, service: ServiceDep,
     idempotency_key: IdempotencyHeader = None,
@@ -91,7 +92,8 @@ async def create_task(
     return await _create(request, response, body, caller, service, idempotency_key, False)
 
 
-@router.post("/task/recurring", status_code=status.HTTP_201_CREATED, responses=CREATE_RESPONSES)
+@router.post("/task/recurring", status_code=status.HTTP_201_CREATED, responses=CREATE_RESPONSES,
+             dependencies=[CreateArrival])
 async def create_recurring_task(
     request: Request, response: Response, body: RecurringBody, caller: CreatorDep, service: ServiceDep,
     idempotency_key: IdempotencyHeader = None,

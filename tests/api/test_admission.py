@@ -1,7 +1,7 @@
-"""Creates in progress are bounded per API process and per tenant: with the database holding
-the creates' row writes, a create past the tenant's share gets 429 and one past the process's
-bound 503, both at once and with Retry-After, while another tenant still gets in; the held
-creates complete once the database lets them, and a refused one left nothing behind."""
+"""Creates in progress are bounded per API process, and each tenant within its share: with the
+database holding the creates' row writes, a tenant past its share gets 429 while other tenants
+still get in, a create past the process's bound gets 503, both at once and with Retry-After;
+the held creates complete once the database lets them, and a refused one left nothing."""
 
 from __future__ import annotations
 
@@ -52,51 +52,55 @@ async def _in_progress(http: httpx.AsyncClient) -> float:
     return float(line.split()[1])
 
 
-async def test_creates_past_the_bounds_are_refused_at_once_and_the_held_ones_complete(
-    stack: Stack,
-) -> None:
-    names = {f"admission-{n}-{time.time_ns()}": n for n in ("a", "b", "c", "d", "e", "f")}
-    by = {n: name for name, n in names.items()}
+async def test_creates_past_the_bound_or_a_tenants_share_are_refused_at_once(stack: Stack) -> None:
+    names = {n: f"admission-{n}-{time.time_ns()}" for n in "abcdefg"}
     async with serve_api(stack.env, stack.engine, temporal_task_queue=stack.task_queue,
-                         api_max_creates_in_progress=3,
-                         api_max_creates_in_progress_per_tenant=2) as base:
+                         api_max_creates_in_progress=4) as base:
         keys = {t: {"Authorization": f"Bearer {stack.keys[t]}"} for t in ("t1", "t2", "admin")}
         async with httpx.AsyncClient(base_url=base, timeout=60) as http:
             def create(tenant: str, n: str) -> Any:
-                return http.post("/task/create", json=_once(by[n]), headers=keys[tenant])
+                return http.post("/task/create", json=_once(names[n]), headers=keys[tenant])
 
-            with _row_writes_held(stack.engine):
-                held = [asyncio.create_task(create("t1", "a")), asyncio.create_task(create("t1", "b")),
-                        asyncio.create_task(create("t2", "c"))]
+            held: list[asyncio.Task[httpx.Response]] = []
+
+            async def hold(tenant: str, n: str) -> None:
+                held.append(asyncio.create_task(create(tenant, n)))
                 deadline = time.monotonic() + 30
-                while await _in_progress(http) < 3:
-                    assert time.monotonic() < deadline, "the creates did not reach their row writes"
+                while await _in_progress(http) < len(held):
+                    assert time.monotonic() < deadline, "a create was not taken on"
                     assert not any(h.done() for h in held), [h.result().text for h in held if h.done()]
                     await asyncio.sleep(0.05)
-                over_share = await create("t1", "d")  # t1 holds its share of 2
-                full = await create("t2", "e")  # t2 holds 1 of its 2, but the process holds 3 of 3
-                other = await create("admin", "f")
+
+            with _row_writes_held(stack.engine):
+                await hold("t1", "a")
+                await hold("t1", "b")  # alone, t1's share is half of 4
+                await hold("t2", "c")  # t1 at its share: t2 still gets in
+                over_t1 = await create("t1", "d")  # with t2 in: 4 // 3 = 1 each, t1 holds 2
+                over_t2 = await create("t2", "e")  # t2 holds its 1
+                await hold("admin", "f")  # a third tenant finds room: the 4th create
+                full = await create("t1", "g")  # the process holds 4 of 4
                 listed = await http.get("/tasks", headers=keys["t1"])  # reads are not bounded
                 # Refused while the held creates were still held: none waited for a slot.
                 assert not any(h.done() for h in held)
             answers = await asyncio.gather(*held)
             assert await _in_progress(http) == 0
 
-            assert [a.status_code for a in answers] == [201, 201, 201], [a.text for a in answers]
-            assert over_share.status_code == 429, over_share.text
-            assert "t1 has 2 creates in progress" in over_share.json()["detail"]
-            for refused in (full, other):
-                assert refused.status_code == 503, refused.text
-                assert refused.json()["type"].endswith("/overloaded")
-            for refused in (over_share, full, other):
+            assert [a.status_code for a in answers] == [201] * 4, [a.text for a in answers]
+            for refused, tenant, held in ((over_t1, "t1", 2), (over_t2, "t2", 1)):
+                assert refused.status_code == 429, refused.text
+                assert (f"tenant {tenant} has {held} creates in progress, its share of this API "
+                        "process's 4 is 1 now") in refused.json()["detail"]
+            assert full.status_code == 503, full.text
+            assert full.json()["type"].endswith("/overloaded")
+            for refused in (over_t1, over_t2, full):
                 assert refused.headers["Retry-After"] == "1"
                 assert refused.headers["content-type"].startswith("application/problem+json")
             assert listed.status_code == 200
             # The refused creates left no task; the held ones are there, each once.
-            for tenant, wanted in (("t1", {"a", "b"}), ("t2", {"c"}), ("admin", set())):
-                found = set()
-                for name, n in names.items():
-                    page = await http.get("/tasks", params={"name": name}, headers=keys[tenant])
-                    assert page.status_code == 200, page.text
-                    found |= {n for item in page.json()["items"] if item["task_name"] == name}
-                assert found == wanted, (tenant, found)
+            owners = {"a": "t1", "b": "t1", "c": "t2", "d": "t1", "e": "t2", "f": "admin", "g": "t1"}
+            found = set()
+            for n, name in names.items():
+                page = await http.get("/tasks", params={"name": name}, headers=keys[owners[n]])
+                assert page.status_code == 200, page.text
+                found |= {n for item in page.json()["items"] if item["task_name"] == name}
+            assert found == {"a", "b", "c", "f"}
