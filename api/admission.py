@@ -18,7 +18,8 @@ from fastapi import Depends, Request
 
 from api.errors import Overloaded, RateLimited
 
-RETRY_AFTER = {"Retry-After": "1"}
+RETRY_AFTER_SECONDS = 1
+RETRY_AFTER = {"Retry-After": str(RETRY_AFTER_SECONDS)}
 
 
 class CreateAdmission:
@@ -43,7 +44,7 @@ class CreateAdmission:
         """Count a create from its arrival; refuse it (503) when the process has ``limit``."""
         if self._arrived >= self.limit:
             raise Overloaded(f"this API process has {self.limit} creates in progress, as many as "
-                             "it takes; retry after 1s", headers=RETRY_AFTER)
+                             f"it takes; retry after {RETRY_AFTER_SECONDS}s", headers=RETRY_AFTER)
         self._arrived += 1
         try:
             yield
@@ -56,7 +57,8 @@ class CreateAdmission:
         share, held = self.share(tenant_id), self._by_tenant[tenant_id]
         if held >= share:
             raise RateLimited(f"tenant {tenant_id} has {held} creates in progress, its share of this "
-                              f"API process's {self.limit} is {share} now; retry after 1s",
+                              f"API process's {self.limit} is {share} now; retry after "
+                              f"{RETRY_AFTER_SECONDS}s",
                               headers=RETRY_AFTER)
         self._by_tenant[tenant_id] += 1
         try:
