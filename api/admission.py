@@ -5,30 +5,61 @@ started and its row written. When Temporal or the database falls behind, creates
 past the process's bound a create is refused at once (503), and a tenant past its share of the
 bound gets 429, both with Retry-After, instead of waiting until the client gives up. A tenant's
 share is the bound over 2 + the other tenants with creates in progress: one tenant alone takes
-half, and a tenant that comes while others burst still finds room. One instance per API
-process, used from its event loop only (no lock)."""
+half, and a tenant that comes while others burst still finds room.
+
+The bound holds the API's own queue, not Temporal's: when the workers fall behind, workflow
+tasks wait in the task queue, every tenant's runs start late, and each new task adds its first
+workflow task to that wait. So while the workers take workflow tasks but the oldest has waited
+longer than a bound, a create is refused too (503). While nobody takes them (the workers down)
+creates go on: their tasks wait for the workers like the rest. One instance per API process,
+used from its event loop only (no lock)."""
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+import structlog
 from fastapi import Depends, Request
 
 from api.errors import Overloaded, RateLimited
+from api.temporal import TemporalGateway
+from config.temporal import QueueReading
 
 RETRY_AFTER_SECONDS = 1
 RETRY_AFTER = {"Retry-After": str(RETRY_AFTER_SECONDS)}
+# Temporal refreshes a queue's backlog figures every few seconds (5 on the dev server): the
+# workflow queue is read this often, and a create refused for its backlog retries after that.
+BACKLOG_READ_EVERY = 1.0
+BEHIND_RETRY_AFTER_SECONDS = 5
+
+log = structlog.get_logger("task_scheduler.api")
 
 
 class CreateAdmission:
     """At most ``limit`` creates in progress in this process; each tenant within its share."""
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, max_backlog_seconds: float = 0.0) -> None:
         self.limit = limit
+        self.max_backlog_seconds = max_backlog_seconds
         self._arrived = 0
         self._by_tenant: Counter[str] = Counter()
+        self._backlog_age = 0.0  # of the workflow queue, while workers take its tasks
+
+    def note_backlog(self, reading: QueueReading | None) -> None:
+        """The workflow queue's latest reading (None: it could not be read). A backlog nobody
+        takes tasks from is the workers being down, not behind: it refuses nothing."""
+        if reading is None or reading.dispatch_rate <= 0:
+            self._backlog_age = 0.0
+        else:
+            self._backlog_age = reading.backlog_age_seconds
+
+    @property
+    def behind(self) -> bool:
+        """Temporal is behind: the oldest workflow task has waited past the bound."""
+        return 0 < self.max_backlog_seconds < self._backlog_age
 
     @property
     def in_progress(self) -> int:
@@ -41,7 +72,14 @@ class CreateAdmission:
 
     @asynccontextmanager
     async def arrival(self) -> AsyncIterator[None]:
-        """Count a create from its arrival; refuse it (503) when the process has ``limit``."""
+        """Count a create from its arrival; refuse it (503) when Temporal is behind or the
+        process has ``limit``."""
+        if self.behind:
+            raise Overloaded(f"the scheduler is behind: workflow tasks have waited "
+                             f"{self._backlog_age:.0f}s in Temporal's queue (bound "
+                             f"{self.max_backlog_seconds:g}s), and new tasks would make runs "
+                             f"later still; retry after {BEHIND_RETRY_AFTER_SECONDS}s",
+                             headers={"Retry-After": str(BEHIND_RETRY_AFTER_SECONDS)})
         if self._arrived >= self.limit:
             raise Overloaded(f"this API process has {self.limit} creates in progress, as many as "
                              f"it takes; retry after {RETRY_AFTER_SECONDS}s", headers=RETRY_AFTER)
@@ -67,6 +105,29 @@ class CreateAdmission:
             self._by_tenant[tenant_id] -= 1
             if not self._by_tenant[tenant_id]:
                 del self._by_tenant[tenant_id]
+
+
+@asynccontextmanager
+async def following_backlog(admission: CreateAdmission, temporal: TemporalGateway) -> AsyncIterator[None]:
+    """Read the workflow queue's backlog into ``admission`` in the background while the
+    context lasts (not at all when its bound is off)."""
+
+    async def follow() -> None:
+        while True:
+            try:
+                admission.note_backlog(await temporal.workflow_queue())
+            except Exception as exc:  # Temporal down: the creates themselves will say so
+                log.debug("backlog.unread", error=type(exc).__name__)
+                admission.note_backlog(None)
+            await asyncio.sleep(BACKLOG_READ_EVERY)
+
+    reader = asyncio.create_task(follow()) if admission.max_backlog_seconds else None
+    try:
+        yield
+    finally:
+        if reader is not None:
+            reader.cancel()
+            await asyncio.gather(reader, return_exceptions=True)
 
 
 async def _arrival(request: Request) -> AsyncIterator[None]:

@@ -13,7 +13,7 @@ from temporalio.client import Client
 
 from activities.handlers import load_handlers
 from activities.signing import Signer
-from api.admission import CreateAdmission
+from api.admission import CreateAdmission, following_backlog
 from api.deps import storable_params
 from api.errors import install_error_handlers
 from api.guards import BodyGuard
@@ -85,7 +85,8 @@ def create_app(
         gc.collect()
         gc.freeze()
         try:
-            async with http, overdue_check(db, settings.overdue, http, Signer(db, box)):
+            async with (http, overdue_check(db, settings.overdue, http, Signer(db, box)),
+                        following_backlog(app.state.admission, app.state.service.temporal)):
                 yield
         finally:
             gc.unfreeze()
@@ -109,7 +110,8 @@ def create_app(
         FastAPIInstrumentor.instrument_app(app, excluded_urls="metrics,livez,readyz")
     metrics = ApiMetrics()
     app.state.metrics = metrics
-    admission = CreateAdmission(settings.api.max_creates_in_progress)
+    admission = CreateAdmission(settings.api.max_creates_in_progress,
+                                 settings.api.max_workflow_backlog_seconds)
     metrics.creates_in_progress.set_function(lambda: admission.in_progress)
     app.state.admission = admission
     token = settings.metrics.token

@@ -23,7 +23,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from api.errors import InvalidTask, OutcomeUnknown, ServiceUnavailable, TaskConflict
 from config.telemetry import WORKER_HEARTBEAT_INTERVAL
-from config.temporal import QueueReading, describe_queues, jobs_queue
+from config.temporal import QueueReading, describe_queue, describe_queues, jobs_queue
 from scheduling.policy import Run
 from scheduling.spec import TaskChanges, TaskSpec
 from scheduling.status import ResumeMissed, Trigger, workflow_id
@@ -190,6 +190,10 @@ class TemporalGateway:
     async def describe_queues(self) -> list[QueueReading]:
         """The scheduler's task queues as Temporal describes them."""
         return await describe_queues(self.client, self.task_queue)
+
+    async def workflow_queue(self) -> QueueReading:
+        """The task workflows' queue (workflow tasks) as Temporal describes it."""
+        return await describe_queue(self.client, "workflow", self.task_queue, "workflow")
 
     async def live_workers(self) -> dict[str, int] | None:
         """Workers of the task queue and of the jobs queue whose last heartbeat is younger than

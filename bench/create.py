@@ -22,7 +22,7 @@ from bench.baseline import BareInput
 from bench.firing import CONCURRENCY, iso
 from bench.firing_baselines import once_spec
 from bench.measure import Report, Target, fmt, ratio, summary, table, targets_table
-from bench.stack import BareStack, SchedulerStack, Stack
+from bench.stack import BareStack, SchedulerStack, Stack, api_session
 
 DAY = 86400.0
 
@@ -116,18 +116,6 @@ def pooled(rounds: list[dict[str, Any]]) -> dict[str, Any]:
             "rounds_per_s": [r["per_s"] for r in rounds], "cpu_ms_per_task": cpu_ms,
             "drain_s": drain_s, "per_s_drained": len(latencies) / (seconds + drain_s),
             "cpu_ms_per_task_drained": drained_ms}
-
-
-def api_session(stack: SchedulerStack, concurrency: int) -> aiohttp.ClientSession:
-    """HTTP client of the driver, keeping up to `concurrency` connections to the API.
-
-    aiohttp rather than httpx: the driver shares the machine with what it measures, and httpx
-    spent about 2.5 ms of CPU per request here, aiohttp about 0.4 ms (the Temporal client of the
-    baselines about 0.6 ms)."""
-    return aiohttp.ClientSession(
-        base_url=stack.api_url, headers=stack.headers(), timeout=aiohttp.ClientTimeout(total=60),
-        connector=aiohttp.TCPConnector(limit=concurrency),
-    )
 
 
 async def post_created(http: aiohttp.ClientSession, path: str, body: dict[str, Any]) -> None:

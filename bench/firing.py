@@ -18,13 +18,12 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-import httpx
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import (
     Client,
 )
 
-from bench.stack import SchedulerStack
+from bench.stack import SchedulerStack, api_session
 
 CONCURRENCY = 32
 RUN_JOB_ACTIVITY = "run_job"
@@ -205,18 +204,15 @@ async def fire_scheduler(plan_at: Callable[[], Plan], *, history_sample: int,
         fired = Fired("scheduler", plan)
         ids: dict[str, str] = {}
         began = time.time()
-        async with httpx.AsyncClient(
-            base_url=stack.api_url, headers=stack.headers(), timeout=60,
-            limits=httpx.Limits(max_connections=CONCURRENCY),
-        ) as http:
+        async with api_session(stack, CONCURRENCY) as http:
 
             def create(key: str) -> Callable[[], Awaitable[None]]:
                 async def go() -> None:
                     path, body = task_body(key, plan, expected[key])
-                    answer = await http.post(path, json=body)
-                    if answer.status_code != 201:
-                        raise RuntimeError(f"{answer.status_code} {answer.text[:200]}")
-                    ids[answer.json()["task_id"]] = key
+                    async with http.post(path, json=body) as answer:
+                        if answer.status != 201:
+                            raise RuntimeError(f"{answer.status} {(await answer.text())[:200]}")
+                        ids[(await answer.json())["task_id"]] = key
                 return go
 
             outcomes = await bounded([create(k) for k in expected], CONCURRENCY)

@@ -17,7 +17,6 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
 from temporalio.client import Client
 
 from bench.baseline import BareInput
@@ -25,7 +24,8 @@ from bench.firing import Fired, Plan, bounded, iso, read_executions, sleep_until
 from bench.firing_baselines import result_of, wait_visibility
 from bench.herd import notes
 from bench.measure import Report, Target, fmt, ratio, summary, table, targets_table
-from bench.stack import BareStack, SchedulerStack
+from bench.stack import BareStack, SchedulerStack, api_session
+from config.settings import ApiSettings
 
 # Creates in flight at most; a create waiting for a slot still counts from when it was due.
 IN_FLIGHT = 256
@@ -86,24 +86,24 @@ async def open_loop(due: list[float], send: Callable[[int], Awaitable[None]]) ->
 
 async def fire_scheduler(args: argparse.Namespace) -> tuple[Fired, Sent]:
     """POST /task/create open-loop; lateness from the executions table."""
-    stack = SchedulerStack("scheduler")
+    stack = SchedulerStack("scheduler", settings={"SCHEDULER_API_MAX_WORKFLOW_BACKLOG_SECONDS": str(
+        ApiSettings.model_fields["max_workflow_backlog_seconds"].default)})  # as in production
     try:
         await asyncio.to_thread(stack.start)
         due = sends(args, time.time() + 2)
         plan = Plan(once=[round(t + args.reminders_delay, 3) for t in due])
         fired = Fired("scheduler", plan)
         ids: dict[str, str] = {}
-        async with httpx.AsyncClient(base_url=stack.api_url, headers=stack.headers(), timeout=120,
-                                     limits=httpx.Limits(max_connections=IN_FLIGHT)) as http:
+        async with api_session(stack, IN_FLIGHT, timeout=120) as http:
             async def send(i: int) -> None:
-                answer = await http.post("/task/create", json={
-                    "task_name": f"bench-once-{i}", "job_details": {"type": "handler", "name": "noop"},
-                    "schedule_type": "once", "run_at": iso(plan.once[i])})
-                if answer.status_code in (429, 503) and "Retry-After" in answer.headers:
-                    raise Refused(answer.status_code)
-                if answer.status_code != 201:
-                    raise RuntimeError(f"{answer.status_code} {answer.text[:200]}")
-                ids[answer.json()["task_id"]] = f"once-{i}"
+                async with http.post("/task/create", json={
+                        "task_name": f"bench-once-{i}", "job_details": {"type": "handler", "name": "noop"},
+                        "schedule_type": "once", "run_at": iso(plan.once[i])}) as answer:
+                    if answer.status in (429, 503) and "Retry-After" in answer.headers:
+                        raise Refused(answer.status)
+                    if answer.status != 201:
+                        raise RuntimeError(f"{answer.status} {(await answer.text())[:200]}")
+                    ids[(await answer.json())["task_id"]] = f"once-{i}"
 
             sent = await open_loop(due, send)
             fired.create_errors, plan.refused = sent.errors, sent.refused

@@ -61,6 +61,13 @@ class ApiSettings(BaseModel):
         "past it a create gets 503 at once, and a tenant past its share of it (this over 2 + "
         "the other tenants with creates in progress) 429, both with Retry-After",
     )
+    max_workflow_backlog_seconds: float = Field(
+        default=5.0, ge=0,
+        description="creates get 503 with Retry-After while the workers take workflow tasks but "
+        "the oldest has waited longer than this in the task queue: Temporal is behind, and more "
+        "tasks would make every tenant's runs late. Not while nobody takes them (the workers "
+        "down): those creates wait for the workers as before. 0: off",
+    )
     health_cache_seconds: float = Field(
         default=1.0, ge=0,
         description="/checkHealth and /readyz answer from one check of the database and Temporal "

@@ -44,27 +44,35 @@ class QueueReading:
     pollers: int
     backlog: int
     backlog_age_seconds: float
+    dispatch_rate: float = 0.0  # tasks a second the workers took lately
+
+
+async def describe_queue(client: Client, name: str, task_queue: str, kind: str, *,
+                         timeout: float = 3.0) -> QueueReading:
+    """One task queue (``kind`` workflow or activity) as the server describes it: approximate
+    backlog, how fast workers take its tasks, and the pollers it saw in the last minute. The
+    server refreshes the backlog figures every few seconds."""
+    kind_enum = (TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW if kind == "workflow"
+                 else TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY)
+    response = await client.workflow_service.describe_task_queue(
+        DescribeTaskQueueRequest(namespace=client.namespace, task_queue=TaskQueue(name=task_queue),
+                                 task_queue_type=kind_enum, report_stats=True),
+        timeout=timedelta(seconds=timeout),
+    )
+    return QueueReading(
+        name=name, task_queue=task_queue, type=kind, pollers=len(response.pollers),
+        backlog=int(response.stats.approximate_backlog_count),
+        backlog_age_seconds=response.stats.approximate_backlog_age.ToTimedelta().total_seconds(),
+        dispatch_rate=float(response.stats.tasks_dispatch_rate),
+    )
 
 
 async def describe_queues(client: Client, task_queue: str, *, timeout: float = 3.0) -> list[QueueReading]:
     """The task queue (workflow and activity side) and the jobs queue, as the server
-    describes them: approximate backlog and the pollers it saw in the last minute."""
+    describes them (``describe_queue``)."""
     watched = (
-        ("workflow", task_queue, "workflow", TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW),
-        ("activity", task_queue, "activity", TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY),
-        ("jobs", jobs_queue(task_queue), "activity", TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY),
+        ("workflow", task_queue, "workflow"),
+        ("activity", task_queue, "activity"),
+        ("jobs", jobs_queue(task_queue), "activity"),
     )
-
-    async def describe(name: str, queue: str, kind: str, kind_enum: TaskQueueType.ValueType) -> QueueReading:
-        response = await client.workflow_service.describe_task_queue(
-            DescribeTaskQueueRequest(namespace=client.namespace, task_queue=TaskQueue(name=queue),
-                                     task_queue_type=kind_enum, report_stats=True),
-            timeout=timedelta(seconds=timeout),
-        )
-        return QueueReading(
-            name=name, task_queue=queue, type=kind, pollers=len(response.pollers),
-            backlog=int(response.stats.approximate_backlog_count),
-            backlog_age_seconds=response.stats.approximate_backlog_age.ToTimedelta().total_seconds(),
-        )
-
-    return list(await asyncio.gather(*(describe(*w) for w in watched)))
+    return list(await asyncio.gather(*(describe_queue(client, *w, timeout=timeout) for w in watched)))
