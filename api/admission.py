@@ -10,13 +10,15 @@ half, and a tenant that comes while others burst still finds room.
 The bound holds the API's own queue, not Temporal's: when the workers fall behind, workflow
 tasks wait in the task queue, every tenant's runs start late, and each new task adds its first
 workflow task to that wait. So while the workers take workflow tasks but the oldest has waited
-longer than a bound, a create is refused too (503). While nobody takes them (the workers down)
-creates go on: their tasks wait for the workers like the rest. One instance per API process,
+longer than a bound, a create is refused too (503, once its key is read and its body checked).
+While nobody takes them (the workers down) creates go on: their tasks wait for the workers like
+the rest. One instance per API process,
 used from its event loop only (no lock)."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import Counter
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -33,6 +35,7 @@ RETRY_AFTER = {"Retry-After": str(RETRY_AFTER_SECONDS)}
 # Temporal refreshes a queue's backlog figures every few seconds (5 on the dev server): the
 # workflow queue is read this often, and a create refused for its backlog retries after that.
 BACKLOG_READ_EVERY = 1.0
+BACKLOG_STALE_AFTER = 5 * BACKLOG_READ_EVERY
 BEHIND_RETRY_AFTER_SECONDS = 5
 
 log = structlog.get_logger("task_scheduler.api")
@@ -47,10 +50,12 @@ class CreateAdmission:
         self._arrived = 0
         self._by_tenant: Counter[str] = Counter()
         self._backlog_age = 0.0  # of the workflow queue, while workers take its tasks
+        self._read_at = float("-inf")  # monotonic time of the reading
 
     def note_backlog(self, reading: QueueReading | None) -> None:
         """The workflow queue's latest reading (None: it could not be read). A backlog nobody
         takes tasks from is the workers being down, not behind: it refuses nothing."""
+        self._read_at = time.monotonic()
         if reading is None or reading.dispatch_rate <= 0:
             self._backlog_age = 0.0
         else:
@@ -58,8 +63,10 @@ class CreateAdmission:
 
     @property
     def behind(self) -> bool:
-        """Temporal is behind: the oldest workflow task has waited past the bound."""
-        return 0 < self.max_backlog_seconds < self._backlog_age
+        """Temporal is behind: the oldest workflow task has waited past the bound (as read
+        lately: a reading the reader could not renew refuses nothing)."""
+        fresh = time.monotonic() - self._read_at < BACKLOG_STALE_AFTER
+        return fresh and 0 < self.max_backlog_seconds < self._backlog_age
 
     @property
     def in_progress(self) -> int:
@@ -72,14 +79,7 @@ class CreateAdmission:
 
     @asynccontextmanager
     async def arrival(self) -> AsyncIterator[None]:
-        """Count a create from its arrival; refuse it (503) when Temporal is behind or the
-        process has ``limit``."""
-        if self.behind:
-            raise Overloaded(f"the scheduler is behind: workflow tasks have waited "
-                             f"{self._backlog_age:.0f}s in Temporal's queue (bound "
-                             f"{self.max_backlog_seconds:g}s), and new tasks would make runs "
-                             f"later still; retry after {BEHIND_RETRY_AFTER_SECONDS}s",
-                             headers={"Retry-After": str(BEHIND_RETRY_AFTER_SECONDS)})
+        """Count a create from its arrival; refuse it (503) when the process has ``limit``."""
         if self._arrived >= self.limit:
             raise Overloaded(f"this API process has {self.limit} creates in progress, as many as "
                              f"it takes; retry after {RETRY_AFTER_SECONDS}s", headers=RETRY_AFTER)
@@ -91,7 +91,14 @@ class CreateAdmission:
 
     @asynccontextmanager
     async def tenant(self, tenant_id: str) -> AsyncIterator[None]:
-        """Count a create of ``tenant_id``; refuse it (429) past the tenant's share."""
+        """Count a create of ``tenant_id`` (its key read, its body valid); refuse it (503) while
+        Temporal is behind, or (429) past the tenant's share."""
+        if self.behind:
+            raise Overloaded(f"the scheduler is behind: workflow tasks have waited "
+                             f"{self._backlog_age:.0f}s in Temporal's queue (bound "
+                             f"{self.max_backlog_seconds:g}s), and new tasks would make runs "
+                             f"later still; retry after {BEHIND_RETRY_AFTER_SECONDS}s",
+                             headers={"Retry-After": str(BEHIND_RETRY_AFTER_SECONDS)})
         share, held = self.share(tenant_id), self._by_tenant[tenant_id]
         if held >= share:
             raise RateLimited(f"tenant {tenant_id} has {held} creates in progress, its share of this "

@@ -19,7 +19,6 @@ from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import httpx
 from temporalio.client import Client
 
 from bench.baseline import BareInput
@@ -27,7 +26,7 @@ from bench.firing import CONCURRENCY, bounded, iso, parse_db_time, sleep_until
 from bench.firing_baselines import result_of
 from bench.herd import HttpTarget, notes
 from bench.measure import Report, Target, fmt, summary, table, targets_table
-from bench.stack import TOPOLOGIES, BareStack, SchedulerStack
+from bench.stack import TOPOLOGIES, BareStack, SchedulerStack, api_session
 
 POLICIES = ("skip", "single_catchup", "catchup")
 WORKER_ROLES = [role for role, _ in TOPOLOGIES["split"]]
@@ -91,18 +90,18 @@ async def run_scheduler(args: argparse.Namespace) -> dict[str, Any]:
         await asyncio.to_thread(stack.start)
         timeline = Timeline(args, time.time() + args.outage_tasks / 40)
         policy: dict[str, str] = {}
-        async with httpx.AsyncClient(base_url=stack.api_url, headers=stack.headers(), timeout=60) as http:
+        async with api_session(stack, CONCURRENCY) as http:
             def create(i: int) -> Callable[[], Awaitable[None]]:
                 async def go() -> None:
                     chosen = POLICIES[i % len(POLICIES)]
-                    answer = await http.post("/task/recurring", json={
-                        "task_name": f"bench-outage-{i}", "job_details": job,
-                        "schedule_type": "cron", "cron": "* * * * *", "timezone": "UTC",
-                        "missed_run_policy": chosen, "start_date": iso(timeline.first),
-                        "end_date": iso(timeline.instants[-1] + 0.5)})
-                    if answer.status_code != 201:
-                        raise RuntimeError(f"{answer.status_code} {answer.text[:200]}")
-                    policy[answer.json()["task_id"]] = chosen
+                    async with http.post("/task/recurring", json={
+                            "task_name": f"bench-outage-{i}", "job_details": job,
+                            "schedule_type": "cron", "cron": "* * * * *", "timezone": "UTC",
+                            "missed_run_policy": chosen, "start_date": iso(timeline.first),
+                            "end_date": iso(timeline.instants[-1] + 0.5)}) as answer:
+                        if answer.status != 201:
+                            raise RuntimeError(f"{answer.status} {(await answer.text())[:200]}")
+                        policy[(await answer.json())["task_id"]] = chosen
                 return go
 
             outcomes = await bounded([create(i) for i in range(args.outage_tasks)], CONCURRENCY)

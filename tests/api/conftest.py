@@ -121,6 +121,9 @@ async def serve_api(env: WorkflowEnvironment, engine: Engine, /, **settings: Any
     # Every test client is 127.0.0.1: a module's wrong keys would add up to the failure limit,
     # which tests/api/test_exposure.py sets and tests on servers of its own.
     settings.setdefault("rate_limit_auth_failures", "10000/minute")
+    # Modules share one dev server, and some stop their workers: a create refused because
+    # Temporal's queue waits is tests/api/test_admission_backlog.py's, which turns it on.
+    settings.setdefault("api_max_workflow_backlog_seconds", 0)
     try:
         app = create_app(settings_of(api_port=port, **settings), engine=engine, client=env.client)
         server = uvicorn.Server(uvicorn.Config(
