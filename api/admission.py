@@ -12,8 +12,7 @@ tasks wait in the task queue, every tenant's runs start late, and each new task 
 workflow task to that wait. So while the workers take workflow tasks but the oldest has waited
 longer than a bound, a create is refused too (503, once its key is read and its body checked).
 While nobody takes them (the workers down) creates go on: their tasks wait for the workers like
-the rest. One instance per API process,
-used from its event loop only (no lock)."""
+the rest. One instance per API process, used from its event loop only (no lock)."""
 
 from __future__ import annotations
 
