@@ -36,6 +36,7 @@ RETRY_AFTER = {"Retry-After": str(RETRY_AFTER_SECONDS)}
 BACKLOG_READ_EVERY = 1.0
 BACKLOG_STALE_AFTER = 5 * BACKLOG_READ_EVERY
 BEHIND_RETRY_AFTER_SECONDS = 5
+BEHIND_RETRY_AFTER = {"Retry-After": str(BEHIND_RETRY_AFTER_SECONDS)}
 
 log = structlog.get_logger("task_scheduler.api")
 
@@ -97,7 +98,7 @@ class CreateAdmission:
                              f"{self._backlog_age:.0f}s in Temporal's queue (bound "
                              f"{self.max_backlog_seconds:g}s), and new tasks would make runs "
                              f"later still; retry after {BEHIND_RETRY_AFTER_SECONDS}s",
-                             headers={"Retry-After": str(BEHIND_RETRY_AFTER_SECONDS)})
+                             headers=BEHIND_RETRY_AFTER)
         share, held = self.share(tenant_id), self._by_tenant[tenant_id]
         if held >= share:
             raise RateLimited(f"tenant {tenant_id} has {held} creates in progress, its share of this "

@@ -83,7 +83,7 @@ class ServiceUnavailable(ApiError):
 
 
 class Overloaded(ApiError):
-    status, slug, title = 503, "overloaded", "The API has as many creates in progress as it takes"
+    status, slug, title = 503, "overloaded", "The scheduler takes no more creates for now"
 
 
 def problem(status: int, slug: str, title: str, detail: str, **extra: Any) -> JSONResponse:

@@ -24,7 +24,7 @@ from bench.firing import Fired, Plan, bounded, iso, read_executions, sleep_until
 from bench.firing_baselines import result_of, wait_visibility
 from bench.herd import notes
 from bench.measure import Report, Target, fmt, ratio, summary, table, targets_table
-from bench.stack import BareStack, SchedulerStack, api_session
+from bench.stack import BACKLOG_BOUND, BareStack, SchedulerStack, api_session
 from config.settings import ApiSettings
 
 # Creates in flight at most; a create waiting for a slot still counts from when it was due.
@@ -86,8 +86,8 @@ async def open_loop(due: list[float], send: Callable[[int], Awaitable[None]]) ->
 
 async def fire_scheduler(args: argparse.Namespace) -> tuple[Fired, Sent]:
     """POST /task/create open-loop; lateness from the executions table."""
-    stack = SchedulerStack("scheduler", settings={"SCHEDULER_API_MAX_WORKFLOW_BACKLOG_SECONDS": str(
-        ApiSettings.model_fields["max_workflow_backlog_seconds"].default)})  # as in production
+    stack = SchedulerStack("scheduler", settings={BACKLOG_BOUND: str(  # as in production
+        ApiSettings.model_fields["max_workflow_backlog_seconds"].default)})
     try:
         await asyncio.to_thread(stack.start)
         due = sends(args, time.time() + 2)

@@ -191,6 +191,10 @@ class Stack:
             shutil.rmtree(self.directory, ignore_errors=True)
 
 
+# The API's bound on Temporal's workflow-queue wait (ApiSettings.max_workflow_backlog_seconds).
+BACKLOG_BOUND = "SCHEDULER_API_MAX_WORKFLOW_BACKLOG_SECONDS"
+
+
 @dataclass
 class SchedulerStack(Stack):
     """The scheduler as in production: dev server, `task-scheduler worker` (one process per role
@@ -248,7 +252,7 @@ class SchedulerStack(Stack):
             # Most workloads create every task before they measure: a create refused while the
             # workers are behind would only stretch that set-up. Reminders, where creates and
             # fires overlap, runs with the product's bound (bench/reminders.py).
-            "SCHEDULER_API_MAX_WORKFLOW_BACKLOG_SECONDS": "0",
+            BACKLOG_BOUND: "0",
         } | self.settings
         for role, command in TOPOLOGIES[self.topology]:
             self.spawn(role, command, env)

@@ -56,8 +56,9 @@ CREATE_RESPONSES = {
         403: "a tenant quota is exceeded", 422: KEY_REUSED,
         429: "over the tenant's rate limit, or the tenant has its share of this API process's "
              "creates in progress; see Retry-After",
-        503: "Temporal or the database is unavailable, or this API process has as many creates "
-             "in progress as it takes; see Retry-After"}),
+        503: "Temporal or the database is unavailable, this API process has as many creates in "
+             "progress as it takes, or Temporal's workflow tasks wait past the bound; see "
+             "Retry-After"}),
     200: {"description": "the same Idempotency-Key and body were seen before: the same task",
           "model": TaskOut},
 }

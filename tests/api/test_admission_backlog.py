@@ -13,9 +13,12 @@ from datetime import UTC, datetime, timedelta
 from typing import TypeVar
 
 import httpx
+import pytest
 
+from api import admission as admission_module
+from api.admission import BACKLOG_STALE_AFTER, BEHIND_RETRY_AFTER_SECONDS, CreateAdmission
 from config.temporal import QueueReading, describe_queue
-from tests.api.conftest import Stack, serve_api
+from tests.api.conftest import ON_BOTH_DATABASES, Stack, serve_api
 from tests.conftest import new_worker
 
 T = TypeVar("T")
@@ -33,6 +36,7 @@ async def _until(check: Callable[[], Awaitable[T | None]], what: str) -> T:
     return answer
 
 
+@ON_BOTH_DATABASES
 async def test_creates_are_refused_while_the_workers_fall_behind(stack: Stack) -> None:
     queue = f"behind-{uuid.uuid4()}"
     tag = f"backlog-{time.time_ns()}"
@@ -75,7 +79,7 @@ async def test_creates_are_refused_while_the_workers_fall_behind(stack: Stack) -
                 return answer if answer.status_code == 503 else None
 
             behind = await _until(refused, "no create was refused while the workflow tasks waited")
-            assert behind.headers["Retry-After"] == "5"
+            assert behind.headers["Retry-After"] == str(BEHIND_RETRY_AFTER_SECONDS)
             assert behind.headers["content-type"].startswith("application/problem+json")
             problem = behind.json()
             assert problem["type"].endswith("/overloaded")
@@ -99,3 +103,21 @@ async def test_creates_are_refused_while_the_workers_fall_behind(stack: Stack) -
                 made += [item["task_name"] for item in page.json()["items"]]
             assert sorted(made) == sorted(name for name, status in answered.items() if status == 201)
             assert 503 in answered.values()
+
+
+def test_a_reading_not_renewed_refuses_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A reader that stopped renewing (a hung call, a stalled loop) leaves its last reading:
+    once that is older than BACKLOG_STALE_AFTER it no longer refuses creates."""
+    now = [1000.0]
+    monkeypatch.setattr(admission_module.time, "monotonic", lambda: now[0])
+    gate = CreateAdmission(limit=10, max_backlog_seconds=BOUND)
+    behind = QueueReading(name="workflow", task_queue="q", type="workflow", pollers=1, backlog=9,
+                          backlog_age_seconds=BOUND + 1, dispatch_rate=3.0)
+    gate.note_backlog(behind)
+    assert gate.behind
+    now[0] += BACKLOG_STALE_AFTER - 0.1
+    assert gate.behind
+    now[0] += 0.2
+    assert not gate.behind
+    gate.note_backlog(behind)  # renewed
+    assert gate.behind
