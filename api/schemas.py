@@ -477,7 +477,7 @@ class BackfillIn(BaseModel):
     mode: BackfillMode = Field(default=BackfillMode.MISSING, description=(
         "missing: instants with no execution or a SKIPPED one; failed: FAILED or dead-lettered; "
         "all: every instant"))
-    dry_run: bool = Field(default=False, description="answer what would run, change nothing")
+    dry_run: bool = Field(default=False, strict=True, description="answer what would run, change nothing")
 
 
 class BackfillInstantOut(BaseModel):

@@ -232,6 +232,8 @@ async def test_bad_ranges_and_tasks_get_a_4xx(stack: Stack, target: TargetServer
             "start must be before end": {"start": RANGE["end"], "end": RANGE["start"]},
             "time zone": {"start": "2020-01-01T00:00:00", "end": RANGE["end"]},
             "mode": {**RANGE, "mode": "some"},
+            # 0 is not false: a body that is not what the document says changes nothing.
+            "valid boolean": {**RANGE, "dry_run": 0},
         }
         for words, body in cases.items():
             answer = await api.post(path, json=body)
