@@ -9,6 +9,8 @@ from typing import Any
 
 import httpx
 
+from scheduling.status import ExecutionStatus
+
 XSS_NAME = "<script>alert(1)</script>"
 
 
@@ -32,7 +34,17 @@ async def ran_and_paused(api: httpx.AsyncClient, name: str, runs: int = 4) -> di
         await asyncio.sleep(0.2)
     paused = await api.post(f"/tasks/{task['task_id']}/pause", json={"reason": "ui test"})
     assert paused.status_code == 202, paused.text
-    return task
+    # A run that started before the pause still ends: wait until every run has ended and no
+    # new one came for longer than the interval.
+    seen: list[Any] = []
+    while True:
+        assert asyncio.get_running_loop().time() < deadline, "the paused task did not hold still"
+        runs = (await api.get(f"/tasks/{task['task_id']}/executions")).json()["items"]
+        ended = all(run["status"] != ExecutionStatus.RUNNING for run in runs)
+        if ended and runs == seen:
+            return task
+        seen = runs
+        await asyncio.sleep(1.5)
 
 
 @asynccontextmanager
