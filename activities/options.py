@@ -28,6 +28,11 @@ class RunOptions(BaseModel):
     )
     max_lead_seconds: float = Field(default=60.0, ge=0,
                                     description="the lead grows with the task's backlog up to this")
+    herd_rate: float = Field(
+        default=0.0, ge=0,
+        description="runs per second dispatched ahead of a herd: the runs of a task created into "
+        "a herd go TaskState.crowd / rate further ahead (0: off)",
+    )
     history_limit: int = Field(default=10_000, gt=0, description="continue-as-new past this length")
 
     @classmethod
@@ -35,6 +40,7 @@ class RunOptions(BaseModel):
         """The options a workflow worker with these settings gives its workflow runs."""
         return cls(lead_seconds=settings.dispatch.lead_seconds,
                    max_lead_seconds=settings.dispatch.max_lead_seconds,
+                   herd_rate=settings.dispatch.herd_rate,
                    history_limit=settings.worker.history_limit)
 
 

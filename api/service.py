@@ -22,6 +22,7 @@ from api.database import in_thread
 from api.errors import (
     InvalidTask,
     NotFound,
+    ServiceUnavailable,
     TaskConflict,
     TaskNotFound,
 )
@@ -54,6 +55,7 @@ from store.tasks import (
     set_dead_letter,
     write_snapshot,
 )
+from store.upcoming import tasks_due_in_second
 from workflows.events import Origin
 from workflows.state import TaskState, TaskWorkflowInput
 
@@ -128,7 +130,8 @@ class TaskService:
                                          create_request(spec, recurring_only), task_id)
         snapshot = _first_snapshot(task_id, who.tenant_id, spec, now)
         started = await self.temporal.start_task(
-            task_id=task_id, tenant_id=who.tenant_id, spec=spec, created_at=now, actor=who.key_id
+            task_id=task_id, tenant_id=who.tenant_id, spec=spec, created_at=now, actor=who.key_id,
+            crowd=await self._crowd(snapshot.next_run_at),
         )
         if not started:
             # Same key, same body: the task exists already (or is being created right now).
@@ -145,6 +148,16 @@ class TaskService:
         known = await task_of_key(self.engine, who.tenant_id, key, request)
         row = None if known is None else await in_thread(read_task, self.engine, known, who.tenant_id)
         return None if row is None else TaskOut.of(row)
+
+    async def _crowd(self, first_run_at: datetime | None) -> int:
+        """The tasks due in the second of a new task's first run: the herd it joins (0 when
+        the database does not say; only how far ahead its run is dispatched hangs on it)."""
+        if first_run_at is None:
+            return 0
+        try:
+            return await in_thread(tasks_due_in_second, self.engine, first_run_at)
+        except (ServiceUnavailable, SQLAlchemyError):
+            return 0
 
     async def _usage(self, tenant_id: str) -> TenantUsage:
         quota, active = await in_thread(

@@ -82,13 +82,14 @@ class TemporalGateway:
 
     async def start_task(
         self, *, task_id: str, tenant_id: str, spec: TaskSpec, created_at: datetime,
-        actor: str | None = None,
+        actor: str | None = None, crowd: int = 0,
     ) -> bool:
-        """Start the task's workflow (id derived from the task id); False if it exists."""
+        """Start the task's workflow (id derived from the task id); False if it exists.
+        ``crowd``: the tasks due in its first run's second already (TaskWorkflowInput)."""
         async with _temporal_errors(task_id):
             return await start_task_workflow(
                 self.client, task_queue=self.task_queue, task_id=task_id, tenant_id=tenant_id,
-                spec=spec, created_at=created_at, actor=actor,
+                spec=spec, created_at=created_at, actor=actor, crowd=crowd,
             )
 
     # Every change names its actor (the caller's API key id): the task's history records it.

@@ -211,6 +211,13 @@ class DispatchSettings(BaseModel):
         description="the longest lead: a task whose timers fire late (a backlogged engine) "
         "dispatches up to this long ahead",
     )
+    herd_rate: float = Field(
+        default=50.0, ge=0,
+        description="runs per second the cluster dispatches ahead when many are due at once: a "
+        "task created as the Nth due in its first run's second dispatches its runs N / rate "
+        "further ahead (up to the longest lead), so a herd's dispatches spread out before it "
+        "(0 turns it off)",
+    )
 
 
 class ReconcileSettings(BaseModel):

@@ -414,12 +414,21 @@ def may_dispatch_ahead(flight: Flight, queue: list[Run], *, paused: bool, draini
     return flight.total == 0 and not queue and not paused and not draining
 
 
-def lead(base_seconds: float, wake_lag_seconds: float, max_seconds: float) -> timedelta:
+def lead(base_seconds: float, wake_lag_seconds: float, max_seconds: float,
+         herd_seconds: float = 0.0) -> timedelta:
     """How far ahead of its instant a run is dispatched: the configured lead, plus twice how
-    late the task's last timer fired (a backlogged engine), up to the maximum."""
+    late the task's last timer fired (a backlogged engine), plus its place in a herd (see
+    herd_lead), up to the maximum."""
     if base_seconds <= 0:
         return timedelta(0)
-    return timedelta(seconds=min(base_seconds + 2 * wake_lag_seconds, max(base_seconds, max_seconds)))
+    return timedelta(seconds=min(base_seconds + 2 * wake_lag_seconds + herd_seconds,
+                                 max(base_seconds, max_seconds)))
+
+
+def herd_lead(ahead: int, rate: float) -> float:
+    """Seconds further ahead a run goes when ``ahead`` runs are due in its second before it:
+    the time the cluster takes to dispatch them at ``rate`` a second (0: no herd lead)."""
+    return ahead / rate if rate > 0 else 0.0
 
 
 def may_withdraw(instant: datetime, now: datetime) -> bool:

@@ -1,9 +1,10 @@
-"""Queries for previews: which of a tenant's tasks run next at given instants."""
+"""Queries of which tasks run next when: a tenant's at given instants (previews), and every
+tenant's in one second (the herd a new task joins)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from sqlalchemy import Engine, func
 from sqlmodel import Session, col, select
@@ -25,5 +26,18 @@ def tasks_running_next_at(
     )
     if besides is not None:
         query = query.where(col(Task.id) != besides)
+    with Session(engine) as session:
+        return int(session.exec(query).one())
+
+
+def tasks_due_in_second(engine: Engine, at: datetime) -> int:
+    """How many tasks, of every tenant, have their next run in ``at``'s whole second: the herd
+    a task due then joins. Its workflow dispatches further ahead by their number; no tenant is
+    shown it. Only a task that will run shows a next run (a paused, cancelled or ended one
+    shows none), so the count reads the index alone: a herd's creates stay cheap."""
+    second = at.replace(microsecond=0)
+    query = select(func.count()).select_from(Task).where(
+        col(Task.next_run_at) >= second, col(Task.next_run_at) < second + timedelta(seconds=1),
+    )
     with Session(engine) as session:
         return int(session.exec(query).one())

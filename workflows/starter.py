@@ -33,13 +33,14 @@ async def start_task_workflow(
     state: TaskState | None = None,
     reuse_closed_id: bool = False,
     actor: str | None = None,
+    crowd: int = 0,
 ) -> bool:
     """Start the task's workflow at once; False when a workflow with that id exists or existed."""
     try:
         await client.start_workflow(
             "TaskWorkflow",
             TaskWorkflowInput(task_id=task_id, tenant_id=tenant_id, spec=spec, created_at=created_at,
-                              state=state, actor=actor),
+                              state=state, actor=actor, crowd=crowd),
             id_reuse_policy=(
                 WorkflowIDReusePolicy.ALLOW_DUPLICATE
                 if reuse_closed_id

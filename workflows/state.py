@@ -156,6 +156,11 @@ class TaskState(BaseModel):
     wake_lag_seconds: float = Field(
         default=0.0, description="how late the last timer fired: the dispatch lead grows with it"
     )
+    crowd: int = Field(
+        default=0, ge=0, description="the herd it was created into: tasks due in its first "
+        "run's second, created before it. Each run is dispatched further ahead by their number "
+        "(RunOptions.herd_rate), so a herd's dispatches leave one after another before its "
+        "instant, not all at once")
     probe: Probe | None = Field(
         default=None, description="auto-paused by the breaker: the next probe run and its "
         "cool-down (auto_resume_after_seconds)")
@@ -324,6 +329,8 @@ class TaskWorkflowInput(BaseModel):
     state: TaskState | None = None
     actor: str | None = Field(default=None, description="who started it: the API key's id "
                               "for a create, the reconciler for a restart")
+    crowd: int = Field(default=0, ge=0, description="tasks due in the first run's second, "
+                       "created before this one (a create counts them)")
     # Runtime options are the workflow worker's (RunOptions, asked once per workflow run); the
     # starters of older workflows froze them here, and the runs recorded so replay with them.
     history_limit: int | None = Field(default=None, description="set by older starters only")
@@ -336,7 +343,7 @@ class TaskWorkflowInput(BaseModel):
         return self.state or TaskState(
             task_id=self.task_id, tenant_id=self.tenant_id, spec=self.spec,
             created_at=self.created_at, anchor=self.created_at,
-            next_fire_at=first_fire(self.spec, self.created_at),
+            next_fire_at=first_fire(self.spec, self.created_at), crowd=self.crowd,
         )
 
     def frozen_options(self) -> RunOptions:

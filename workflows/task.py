@@ -521,9 +521,9 @@ class TaskWorkflow:
             workflow.logger.warning("calendars not read; the dates read last stand")
 
     def _lead(self) -> timedelta:
-        options = self._options
-        return policy.lead(options.lead_seconds, self._state.wake_lag_seconds,
-                           options.max_lead_seconds)
+        options, state = self._options, self._state
+        return policy.lead(options.lead_seconds, state.wake_lag_seconds, options.max_lead_seconds,
+                           policy.herd_lead(state.crowd, options.herd_rate))
 
     def _draining(self) -> bool:
         """The history is long: no new run starts here; the next workflow run starts them.

@@ -53,3 +53,35 @@ async def test_a_workflow_started_with_a_lead_in_its_input_takes_its_workers_lea
     assert final.status is TaskStatus.COMPLETED
     [lead] = await _leads(dev_env, task_id)
     assert 2.0 <= lead <= 3.5, lead
+
+
+async def test_the_runs_of_a_task_created_into_a_herd_are_dispatched_ahead_by_its_place_in_it(
+    dev_env: WorkflowEnvironment, sqlite_engine: Engine
+) -> None:
+    # Base lead 2 s, 10 runs a second dispatched ahead of a herd, at most 6 s ahead: 20 tasks
+    # before it add 2 s, 1,000 reach the longest lead. The herd meets again at the interval's
+    # second run, 9 s later: it goes as far ahead.
+    now = await dev_env.get_current_time()
+    options = RunOptions(lead_seconds=2, max_lead_seconds=6, herd_rate=10)
+    first = now + timedelta(seconds=9)
+    tasks = {crowd: uuid.uuid4().hex for crowd in (0, 20, 1000)}
+    async with new_worker(dev_env.client, sqlite_engine, run_options=options) as worker:
+        handles = []
+        for crowd, task_id in tasks.items():
+            task = spec(schedule_type="interval", interval_seconds=9, start_date=first, max_runs=2)
+            handles.append(await dev_env.client.start_workflow(
+                TaskWorkflow.run,
+                TaskWorkflowInput(task_id=task_id, tenant_id="t1", spec=task, created_at=now,
+                                  crowd=crowd),
+                id=workflow_id(task_id), task_queue=worker.task_queue,
+                search_attributes=attributes.initial(
+                    task_id=task_id, tenant_id="t1", name=task.task_name,
+                    schedule_type=task.schedule_type.value, next_run_at=first),
+            ))
+        for handle in handles:
+            assert (await handle.result()).status is TaskStatus.COMPLETED
+    leads = {crowd: await _leads(dev_env, task_id) for crowd, task_id in tasks.items()}
+    for crowd, expected in {0: 2.0, 20: 4.0, 1000: 6.0}.items():
+        assert len(leads[crowd]) == 2, leads
+        for lead in leads[crowd]:
+            assert expected - 1.0 <= lead <= expected + 0.5, leads

@@ -1,0 +1,62 @@
+"""A create counts the herd its task joins: the active tasks of every tenant due in the second of
+its first run. Its workflow gets the count and dispatches that run further ahead by it."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+
+from temporalio.api.enums.v1 import EventType
+
+from scheduling.status import TaskStatus
+from tests.api.conftest import ON_BOTH_DATABASES, Stack
+from tests.api.test_e2e import iso
+from workflows.state import TaskWorkflowInput
+
+pytestmark = ON_BOTH_DATABASES
+
+
+async def _crowd(stack: Stack, task_id: str) -> int:
+    """The herd count the task's workflow was started with."""
+    handle = stack.env.client.get_workflow_handle(f"task-{task_id}")
+    async for event in handle.fetch_history_events():
+        assert event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED
+        payloads = event.workflow_execution_started_event_attributes.input.payloads
+        [start] = await stack.env.client.data_converter.decode(payloads, [TaskWorkflowInput])
+        assert isinstance(start, TaskWorkflowInput)
+        return start.crowd
+    raise AssertionError("no history")
+
+
+async def test_each_create_counts_the_tasks_due_in_its_first_runs_second(stack: Stack) -> None:
+    herd = (datetime.now(UTC) + timedelta(hours=3)).replace(microsecond=0)
+    created: list[tuple[str, str]] = []
+
+    async def create(tenant: str, run_at: datetime) -> str:
+        async with stack.client(tenant) as api:
+            answer = await api.post("/task/create", json={
+                "task_name": "herd", "job_details": {"type": "handler", "name": "noop"},
+                "schedule_type": "once", "run_at": iso(run_at)})
+        assert answer.status_code == 201, answer.text
+        created.append((tenant, answer.json()["task_id"]))
+        return str(answer.json()["task_id"])
+
+    try:
+        # Within one second, of any tenant: each counts those created before it.
+        herd_ids = [await create("t1", herd), await create("t1", herd + timedelta(milliseconds=400)),
+                    await create("t2", herd + timedelta(milliseconds=900))]
+        assert [await _crowd(stack, task_id) for task_id in herd_ids] == [0, 1, 2]
+        # The next second is another herd; a cancelled task leaves its herd.
+        assert await _crowd(stack, await create("t1", herd + timedelta(seconds=1))) == 0
+        async with stack.client("t1") as api:
+            cancelled = await api.patch("/task/cancel", json={"task_id": herd_ids[0]})
+            assert cancelled.status_code == 202, cancelled.text
+            for _ in range(100):  # the row says so once the workflow has written it
+                if (await api.get(f"/tasks/{herd_ids[0]}")).json()["status"] == TaskStatus.CANCELLED:
+                    break
+                await asyncio.sleep(0.1)
+        assert await _crowd(stack, await create("t2", herd)) == 2
+    finally:
+        for tenant, task_id in created:
+            async with stack.client(tenant) as api:
+                await api.patch("/task/cancel", json={"task_id": task_id})

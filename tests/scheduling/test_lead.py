@@ -1,0 +1,35 @@
+"""How far ahead a run is dispatched: the base lead, grown by a late timer and by a herd, never
+past the longest lead, and none at all when the lead is off."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from scheduling.policy import herd_lead, lead
+
+seconds = st.floats(min_value=0, max_value=600, allow_nan=False)
+
+
+def test_a_herd_adds_the_time_its_earlier_runs_take_to_dispatch() -> None:
+    assert herd_lead(0, 50) == 0
+    assert herd_lead(500, 50) == 10
+    assert herd_lead(500, 0) == 0  # off
+    assert lead(10, 0, 60, herd_lead(500, 50)) == timedelta(seconds=20)
+    assert lead(10, 2, 60, herd_lead(500, 50)) == timedelta(seconds=24)
+    assert lead(10, 0, 60, herd_lead(10_000, 50)) == timedelta(seconds=60)
+    assert lead(0, 5, 60, herd_lead(500, 50)) == timedelta(0)
+
+
+@given(base=seconds, lag=seconds, longest=seconds, herd=seconds, more=seconds)
+def test_the_lead_grows_with_the_herd_up_to_the_longest(
+    base: float, lag: float, longest: float, herd: float, more: float
+) -> None:
+    shorter, longer = lead(base, lag, longest, herd), lead(base, lag, longest, herd + more)
+    assert shorter <= longer <= timedelta(seconds=max(base, longest))
+    if base == 0:
+        assert longer == timedelta(0)
+    else:
+        assert shorter >= timedelta(seconds=base)
