@@ -30,8 +30,7 @@ class RunOptions(BaseModel):
                                     description="the lead grows with the task's backlog up to this")
     herd_rate: float = Field(
         default=0.0, ge=0,
-        description="runs per second dispatched ahead of a herd: the runs of a task created into "
-        "a herd go TaskState.crowd / rate further ahead (0: off)",
+        description="runs per second dispatched ahead of a herd (policy.herd_lead; 0: off)",
     )
     history_limit: int = Field(default=10_000, gt=0, description="continue-as-new past this length")
 

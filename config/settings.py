@@ -213,10 +213,9 @@ class DispatchSettings(BaseModel):
     )
     herd_rate: float = Field(
         default=50.0, ge=0,
-        description="runs per second the cluster dispatches ahead when many are due at once: a "
-        "task created as the Nth due in its first run's second dispatches its runs N / rate "
-        "further ahead (up to the longest lead), so a herd's dispatches spread out before it "
-        "(0 turns it off)",
+        description="runs per second the cluster dispatches ahead of a herd: a task created into "
+        "one dispatches its runs further ahead by the tasks due before it (policy.herd_lead; "
+        "0 turns it off)",
     )
 
 

@@ -426,8 +426,10 @@ def lead(base_seconds: float, wake_lag_seconds: float, max_seconds: float,
 
 
 def herd_lead(ahead: int, rate: float) -> float:
-    """Seconds further ahead a run goes when ``ahead`` runs are due in its second before it:
-    the time the cluster takes to dispatch them at ``rate`` a second (0: no herd lead)."""
+    """Seconds further ahead a task's runs go when it was created into a herd, ``ahead`` tasks
+    due in its first run's second before it: the time the cluster takes to dispatch those at
+    ``rate`` a second (0: no herd lead). The herd's dispatches then leave one after another
+    before its instant, not all at once; a cron herd meets again at every fire."""
     return ahead / rate if rate > 0 else 0.0
 
 

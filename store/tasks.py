@@ -385,11 +385,13 @@ def scheduled_runs_executed(engine: Engine, task_id: str) -> int:
 
 
 def mark_task(engine: Engine, task_id: str, *, status: str, reason: str) -> None:
-    """Set a task's status directly (used when its workflow cannot be reached)."""
+    """Set a task's status directly (used when its workflow closed without writing its end):
+    it will not run again, so it shows no next run."""
     with Session(engine) as session:
         task = session.get(Task, task_id)
         if task is not None:
             task.status, task.status_reason, task.updated_at = status, reason, utcnow()
+            task.next_run_at = None
             session.add(task)
             session.commit()
 

@@ -158,9 +158,7 @@ class TaskState(BaseModel):
     )
     crowd: int = Field(
         default=0, ge=0, description="the herd it was created into: tasks due in its first "
-        "run's second, created before it. Each run is dispatched further ahead by their number "
-        "(RunOptions.herd_rate), so a herd's dispatches leave one after another before its "
-        "instant, not all at once")
+        "run's second, created before it (policy.herd_lead); 0 once its schedule is retimed")
     probe: Probe | None = Field(
         default=None, description="auto-paused by the breaker: the next probe run and its "
         "cool-down (auto_resume_after_seconds)")

@@ -695,6 +695,7 @@ class TaskWorkflow:
             state.next_fire_at, state.anchor, state.queue = change.next_fire_at, change.anchor, change.queue
             if change.retimed:
                 state.latest_taken = None
+                state.crowd = 0  # its new instants are not those of the herd it was created into
             for old in change.dropped:
                 self._record.skip(old.scheduled_at, SkipReason.RESCHEDULED)
             if self._current and healing_changed:

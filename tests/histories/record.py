@@ -51,7 +51,7 @@ from workflows.state import BackfillItem, BackfillRequest, ReplayRequest, TaskSt
 from workflows.task import TaskWorkflow
 
 HERE = Path(__file__).parent
-STAMP = "20261205"
+STAMP = "20261206"
 MINUTE = timedelta(minutes=1)
 
 Scenario = Callable[[WorkflowEnvironment, Engine], Awaitable[TaskHandle]]
@@ -249,6 +249,28 @@ async def update_during_lead(env: WorkflowEnvironment, engine: Engine) -> TaskHa
                                     TaskChanges(interval_seconds=5, max_runs=1))
         state = await handle.result()
     assert (state.success_count, state.skipped_count) == (1, 1), state
+    return handle
+
+
+@scenario
+async def herd_lead(env: WorkflowEnvironment, engine: Engine) -> TaskHandle:
+    # Created as the 21st of a herd: its two runs are dispatched 2 s further ahead than the
+    # 2 s lead (10 a second); then a retime leaves the herd, and the last run has the usual lead.
+    options = RunOptions(lead_seconds=2, herd_rate=10)
+    async with new_worker(env.client, engine, run_options=options) as worker:
+        task_id = uuid.uuid4().hex
+        await start_task_workflow(env.client, task_queue=worker.task_queue, task_id=task_id,
+                                  tenant_id="t1", spec=spec(schedule_type="interval",
+                                                            interval_seconds=10, max_runs=3),
+                                  created_at=await env.get_current_time(), crowd=20)
+        handle = env.client.get_workflow_handle(workflow_id(task_id), result_type=TaskState)
+
+        async def ran_twice() -> bool:
+            return (await task_state(handle)).success_count == 2
+        await until(ran_twice)
+        await handle.execute_update(TaskWorkflow.update_task, TaskChanges(interval_seconds=5))
+        state = await handle.result()
+    assert state.success_count == 3 and state.crowd == 0, state
     return handle
 
 

@@ -14,6 +14,7 @@ from scheduling.status import workflow_id
 from store.events import list_events
 from store.models import ExecutionRecord, Task, TaskSnapshot
 from store.tasks import list_executions, read_task, save_snapshot
+from store.upcoming import tasks_due_in_second
 from tests.conftest import new_worker
 from tests.store.writes import workflow_rows
 from tests.workflows.helpers import spec, start_task, until
@@ -61,6 +62,8 @@ async def test_terminated_workflow_marks_row_and_lost_row_is_rewritten(
             return all(read_task(sqlite_engine, i, "t1") is not None for i in ids)
 
         await until(rows_written)
+        due = read_task(sqlite_engine, ids[0], "t1")
+        assert due is not None and due.next_run_at is not None
         await terminated.terminate("operator cleanup")
         assert (await terminated.describe()).status is WorkflowExecutionStatus.TERMINATED
         with sqlite_engine.begin() as connection:  # the orphan's row is lost (e.g. a DB restore)
@@ -72,6 +75,8 @@ async def test_terminated_workflow_marks_row_and_lost_row_is_rewritten(
     assert ids[0] in report.marked
     marked = read_task(sqlite_engine, ids[0], "t1")
     assert marked is not None and marked.status == "CANCELLED" and "terminated" in (marked.status_reason or "")
+    # It will not run: it shows no next run, and a herd due then does not count it.
+    assert marked.next_run_at is None and tasks_due_in_second(sqlite_engine, due.next_run_at) == 0
     events, _ = list_events(sqlite_engine, task_id=ids[0], tenant_id="t1", limit=10)
     assert [(e.action, e.actor) for e in events] == [("marked", "reconciler"), ("create", "temporal signal")]
     assert events[0].detail == {"status": "CANCELLED", "reason": "workflow terminated in Temporal"}

@@ -10,6 +10,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from activities.options import RunOptions
 from activities.payloads import RUN_JOB, JobInput
+from scheduling.spec import TaskChanges
 from scheduling.status import TaskStatus, workflow_id
 from tests.conftest import new_worker
 from tests.workflows.helpers import spec
@@ -85,3 +86,28 @@ async def test_the_runs_of_a_task_created_into_a_herd_are_dispatched_ahead_by_it
         assert len(leads[crowd]) == 2, leads
         for lead in leads[crowd]:
             assert expected - 1.0 <= lead <= expected + 0.5, leads
+
+
+async def test_a_task_retimed_out_of_its_herd_keeps_the_usual_lead(
+    dev_env: WorkflowEnvironment, sqlite_engine: Engine
+) -> None:
+    # Created as the 21st of a herd at +30 s (2 s further ahead), then moved to +8 s: its run
+    # there goes the usual 2 s ahead.
+    now = await dev_env.get_current_time()
+    task_id = uuid.uuid4().hex
+    task = spec(schedule_type="once", run_at=now + timedelta(seconds=30))
+    options = RunOptions(lead_seconds=2, max_lead_seconds=6, herd_rate=10)
+    async with new_worker(dev_env.client, sqlite_engine, run_options=options) as worker:
+        handle = await dev_env.client.start_workflow(
+            TaskWorkflow.run,
+            TaskWorkflowInput(task_id=task_id, tenant_id="t1", spec=task, created_at=now, crowd=20),
+            id=workflow_id(task_id), task_queue=worker.task_queue,
+            search_attributes=attributes.initial(
+                task_id=task_id, tenant_id="t1", name=task.task_name,
+                schedule_type=task.schedule_type.value, next_run_at=task.run_at),
+        )
+        await handle.execute_update(TaskWorkflow.update_task,
+                                    TaskChanges(run_at=now + timedelta(seconds=8)))
+        assert (await handle.result()).status is TaskStatus.COMPLETED
+    [lead] = await _leads(dev_env, task_id)
+    assert 1.0 <= lead <= 2.5, lead
