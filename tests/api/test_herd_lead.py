@@ -1,13 +1,17 @@
-"""A create counts the herd its task joins: the active tasks of every tenant due in the second of
-its first run. Its workflow gets the count and dispatches that run further ahead by it."""
+"""A create counts the herd its task joins: the tasks of every tenant due in the second of its
+first run. Its workflow gets the count and dispatches its runs further ahead by it."""
 
 from __future__ import annotations
 
 import asyncio
 from datetime import UTC, datetime, timedelta
 
+import pytest
+from sqlalchemy import Engine
+from sqlalchemy.exc import OperationalError
 from temporalio.api.enums.v1 import EventType
 
+from api import service
 from scheduling.status import TaskStatus
 from tests.api.conftest import ON_BOTH_DATABASES, Stack
 from tests.api.test_e2e import iso
@@ -60,3 +64,21 @@ async def test_each_create_counts_the_tasks_due_in_its_first_runs_second(stack: 
         for tenant, task_id in created:
             async with stack.client(tenant) as api:
                 await api.patch("/task/cancel", json={"task_id": task_id})
+
+
+async def test_a_create_whose_count_the_database_cannot_give_still_makes_its_task(
+    stack: Stack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Only how far ahead its runs go hangs on the count: unread, the task is created, counted 0.
+    def outage(engine: Engine, at: datetime) -> int:
+        raise OperationalError("SELECT count(*)", {}, Exception("the database is unavailable"))
+
+    monkeypatch.setattr(service, "tasks_due_in_second", outage)
+    async with stack.client("t1") as api:
+        answer = await api.post("/task/create", json={
+            "task_name": "unread-herd", "job_details": {"type": "handler", "name": "noop"},
+            "schedule_type": "once", "run_at": iso(datetime.now(UTC) + timedelta(hours=3))})
+        assert answer.status_code == 201, answer.text
+        task_id = answer.json()["task_id"]
+        assert await _crowd(stack, task_id) == 0
+        await api.patch("/task/cancel", json={"task_id": task_id})
