@@ -40,6 +40,7 @@ from api.schemas import (
 from api.temporal import TemporalGateway
 from api.validation import TaskRules, TenantUsage, validate_new_task
 from outbound.egress import EgressPolicy
+from scheduling import policy
 from scheduling.spec import TaskChanges, TaskSpec
 from scheduling.status import DeadLetter, ResumeMissed, TaskStatus
 from store.batch import BatchWriter
@@ -264,7 +265,14 @@ class TaskService:
                                 body_size=body_size, before=spec)
         if new_spec.exclude_calendars != spec.exclude_calendars:
             await self.calendars.check_refs(row.tenant_id, new_spec)
-        return self._out(await self.temporal.update(task_id, changes, origin, request_id=request_id))
+        herd: dict[str, Any] = {}
+        if policy.retimes(spec, new_spec):
+            # The herd its next run joins, as a create counts it; the workflow keeps the count
+            # only if its next run lands in that second.
+            next_run = _first_snapshot(task_id, row.tenant_id, new_spec, datetime.now(UTC)).next_run_at
+            herd = {"crowd": await self._crowd(next_run), "crowd_at": next_run}
+        return self._out(await self.temporal.update(task_id, changes, origin,
+                                                    request_id=request_id, **herd))
 
     async def cancel(
         self, who: Principal, task_id: str, task_name: str | None, reason: str | None, *,

@@ -94,10 +94,12 @@ class TemporalGateway:
 
     # Every change names its actor (the caller's API key id): the task's history records it.
     async def update(self, task_id: str, changes: TaskChanges, origin: Origin, *,
-                     request_id: str | None = None) -> TaskState:
-        """Apply changes through the workflow's validated update."""
-        return await self._update(task_id, TaskWorkflow.change_task,
-                                  SpecChange(changes=changes, origin=origin), request_id=request_id)
+                     request_id: str | None = None, crowd: int = 0,
+                     crowd_at: datetime | None = None) -> TaskState:
+        """Apply changes through the workflow's validated update (``crowd``, ``crowd_at``: the
+        herd a retimed task's next run joins, SpecChange)."""
+        change = SpecChange(changes=changes, origin=origin, crowd=crowd, crowd_at=crowd_at)
+        return await self._update(task_id, TaskWorkflow.change_task, change, request_id=request_id)
 
     async def cancel(self, task_id: str, reason: str | None, actor: str | None = None, *,
                      request_id: str | None = None) -> TaskState:

@@ -425,6 +425,20 @@ def lead(base_seconds: float, wake_lag_seconds: float, max_seconds: float,
                                  max(base_seconds, max_seconds)))
 
 
+def herd_second(at: datetime) -> datetime:
+    """The whole second a run due ``at`` shares with its herd: the tasks due in it are
+    dispatched one after another (herd_lead)."""
+    return at.replace(microsecond=0)
+
+
+def retimed_crowd(crowd: int, counted_at: datetime | None, next_run: datetime | None) -> int:
+    """The herd a retimed task joins: the tasks counted due in ``counted_at``'s second when the
+    change was sent, if the new schedule's next run falls in that second; else none."""
+    if counted_at is None or next_run is None or herd_second(counted_at) != herd_second(next_run):
+        return 0
+    return crowd
+
+
 def herd_lead(ahead: int, rate: float) -> float:
     """Seconds further ahead a task's runs go when it was created into a herd, ``ahead`` tasks
     due in its first run's second before it: the time the cluster takes to dispatch those at
@@ -582,6 +596,13 @@ def due_at_cancel(pos: Position, cancelled_at: datetime) -> Due:
         fire = None if is_fixed_delay(pos.spec) else next_fire(pos.spec, anchor=pos.anchor, after=fire)
     result.next_fire_at = fire
     return result
+
+
+def retimes(old: TaskSpec, new: TaskSpec) -> bool:
+    """Whether changing ``old`` to ``new`` starts the schedule over (change_schedule): a change
+    of its timing, not only of its bounds."""
+    changed = {name for name in ScheduleFields.model_fields if getattr(new, name) != getattr(old, name)}
+    return not changed <= BOUND_FIELDS
 
 
 def change_schedule(pos: Position, flight: Flight, new_spec: TaskSpec, now: datetime) -> Change:

@@ -35,6 +35,7 @@ from store.events import record_event
 from store.models import Task, TaskEventRecord
 from store.quotas import ACTIVE_STATUSES
 from store.tasks import mark_task, read_task, save_snapshot, scheduled_runs_executed
+from store.upcoming import tasks_due_in_second
 from workflows.events import MARKED, RECONCILER
 from workflows.starter import start_task_workflow, state_from_row
 from workflows.state import TaskState
@@ -203,6 +204,10 @@ class Reconciler:
         executed = await asyncio.to_thread(scheduled_runs_executed, self._engine, row.id)
         state = state_from_row(row, next_fire_at=upcoming, executed=executed,
                                reason="restarted by the reconciler")
+        if (instant := state.next_instant()) is not None:
+            # The herd its next run joins, counted as a create counts it.
+            state.crowd = await asyncio.to_thread(tasks_due_in_second, self._engine, instant,
+                                                  besides=row.id)
         await start_task_workflow(
             self._client, task_queue=self._task_queue, task_id=row.id, tenant_id=row.tenant_id,
             spec=spec, created_at=row.created_at, state=state, actor=RECONCILER,

@@ -7,6 +7,7 @@ one; pure models, imported by the workflow and the API."""
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from pydantic import BaseModel, Field
@@ -43,7 +44,13 @@ def actor_of(actor: str | None) -> str:
 
 
 class SpecChange(BaseModel):
-    """A change of the spec as the API sends it: the changes, and who asked as what."""
+    """A change of the spec as the API sends it: the changes, who asked as what, and the herd
+    the task's first run under the new schedule would join."""
 
     changes: TaskChanges
     origin: Origin = Field(default_factory=Origin)
+    crowd: int = Field(default=0, ge=0, description="tasks due in the second ``crowd_at`` "
+                       "when the API sent the change (TaskState.crowd)")
+    crowd_at: datetime | None = Field(
+        default=None, description="the second of the next run the API expects after the change; "
+        "the count holds only if a retime puts the next run there (None: not counted)")

@@ -158,7 +158,8 @@ class TaskState(BaseModel):
     )
     crowd: int = Field(
         default=0, ge=0, description="the herd it was created into: tasks due in its first "
-        "run's second, created before it (policy.herd_lead); 0 once its schedule is retimed")
+        "run's second, created before it (policy.herd_lead); once its schedule is retimed, the "
+        "herd the update counted for its new next run (policy.retimed_crowd)")
     probe: Probe | None = Field(
         default=None, description="auto-paused by the breaker: the next probe run and its "
         "cool-down (auto_resume_after_seconds)")

@@ -664,9 +664,10 @@ class TaskWorkflow:
     @workflow.update(name=CHANGE_TASK)
     async def change_task(self, change: SpecChange) -> TaskState:
         """``update_task`` as the API sends it: with who asked, and as what (a rollback)."""
-        return await self._change(change.changes, change.origin)
+        return await self._change(change.changes, change.origin, change)
 
-    async def _change(self, changes: TaskChanges, origin: Origin) -> TaskState:
+    async def _change(self, changes: TaskChanges, origin: Origin,
+                      sent: SpecChange | None = None) -> TaskState:
         async with self._lock:
             state = self._state
             new_spec = changes.apply_to(state.spec)
@@ -679,7 +680,7 @@ class TaskWorkflow:
                     while self._decide_due():
                         await self._write()
                 await self._close_pause()
-                retimed = not changed <= policy.BOUND_FIELDS
+                retimed = policy.retimes(state.spec, new_spec)
                 self._runs.withdraw(RESCHEDULED if retimed else "rebound")
                 if retimed and self._runs.reported:
                     self._runs.outdate()
@@ -695,7 +696,11 @@ class TaskWorkflow:
             state.next_fire_at, state.anchor, state.queue = change.next_fire_at, change.anchor, change.queue
             if change.retimed:
                 state.latest_taken = None
-                state.crowd = 0  # its new instants are not those of the herd it was created into
+                # Its new instants are not those of the herd it was created into: it joins
+                # the one the API counted for its next run, if the change put that run there.
+                counted = sent or SpecChange(changes=changes)  # a plain update counts none
+                state.crowd = policy.retimed_crowd(counted.crowd, counted.crowd_at,
+                                                   state.next_instant())
             for old in change.dropped:
                 self._record.skip(old.scheduled_at, SkipReason.RESCHEDULED)
             if self._current and healing_changed:

@@ -1,5 +1,6 @@
 """A create counts the herd its task joins: the tasks of every tenant due in the second of its
-first run. Its workflow gets the count and dispatches its runs further ahead by it."""
+first run. Its workflow gets the count and dispatches its runs further ahead by it. An update
+that retimes a task counts the herd of its new next run the same way."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ from api import service
 from scheduling.status import TaskStatus
 from tests.api.conftest import ON_BOTH_DATABASES, Stack
 from tests.api.test_e2e import iso
-from workflows.state import TaskWorkflowInput
+from workflows.state import TaskState, TaskWorkflowInput
+from workflows.task import TaskWorkflow
 
 pytestmark = ON_BOTH_DATABASES
 
@@ -32,18 +34,29 @@ async def _crowd(stack: Stack, task_id: str) -> int:
     raise AssertionError("no history")
 
 
+async def _kept(stack: Stack, task_id: str) -> int:
+    """The herd count the task's workflow holds now."""
+    handle = stack.env.client.get_workflow_handle(f"task-{task_id}")
+    state = await handle.query(TaskWorkflow.query_state, result_type=TaskState)
+    return state.crowd
+
+
+async def _create(stack: Stack, tenant: str, run_at: datetime, created: list[tuple[str, str]]) -> str:
+    async with stack.client(tenant) as api:
+        answer = await api.post("/task/create", json={
+            "task_name": "herd", "job_details": {"type": "handler", "name": "noop"},
+            "schedule_type": "once", "run_at": iso(run_at)})
+    assert answer.status_code == 201, answer.text
+    created.append((tenant, answer.json()["task_id"]))
+    return str(answer.json()["task_id"])
+
+
 async def test_each_create_counts_the_tasks_due_in_its_first_runs_second(stack: Stack) -> None:
     herd = (datetime.now(UTC) + timedelta(hours=3)).replace(microsecond=0)
     created: list[tuple[str, str]] = []
 
     async def create(tenant: str, run_at: datetime) -> str:
-        async with stack.client(tenant) as api:
-            answer = await api.post("/task/create", json={
-                "task_name": "herd", "job_details": {"type": "handler", "name": "noop"},
-                "schedule_type": "once", "run_at": iso(run_at)})
-        assert answer.status_code == 201, answer.text
-        created.append((tenant, answer.json()["task_id"]))
-        return str(answer.json()["task_id"])
+        return await _create(stack, tenant, run_at, created)
 
     try:
         # Within one second, of any tenant: each counts those created before it.
@@ -82,3 +95,31 @@ async def test_a_create_whose_count_the_database_cannot_give_still_makes_its_tas
         task_id = answer.json()["task_id"]
         assert await _crowd(stack, task_id) == 0
         await api.patch("/task/cancel", json={"task_id": task_id})
+
+
+async def test_an_update_that_retimes_a_task_counts_the_herd_of_its_new_next_run(stack: Stack) -> None:
+    herd = (datetime.now(UTC) + timedelta(hours=4)).replace(microsecond=0)
+    created: list[tuple[str, str]] = []
+    try:
+        for tenant, offset in (("t1", 0), ("t2", 300)):
+            await _create(stack, tenant, herd + timedelta(milliseconds=offset), created)
+        moved = await _create(stack, "t1", herd + timedelta(hours=1), created)
+        assert await _kept(stack, moved) == 0
+        async with stack.client("t1") as api:
+            async def update(**changes: object) -> None:
+                answer = await api.post("/task/update", json={"task_id": moved, **changes})
+                assert answer.status_code == 202, answer.text
+
+            # Into the herd's second: it counts the two there (of both tenants).
+            await update(run_at=iso(herd + timedelta(milliseconds=500)))
+            assert await _kept(stack, moved) == 2
+            # A change that keeps its timing keeps its herd.
+            await update(task_name="renamed")
+            assert await _kept(stack, moved) == 2
+            # Out of it, into a second where nothing else runs: none.
+            await update(run_at=iso(herd + timedelta(seconds=7)))
+            assert await _kept(stack, moved) == 0
+    finally:
+        for tenant, task_id in created:
+            async with stack.client(tenant) as api:
+                await api.patch("/task/cancel", json={"task_id": task_id})

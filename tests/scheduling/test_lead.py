@@ -3,12 +3,12 @@ past the longest lead, and none at all when the lead is off."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from scheduling.policy import herd_lead, lead
+from scheduling.policy import herd_lead, lead, retimed_crowd
 
 seconds = st.floats(min_value=0, max_value=600, allow_nan=False)
 
@@ -33,3 +33,11 @@ def test_the_lead_grows_with_the_herd_up_to_the_longest(
         assert longer == timedelta(0)
     else:
         assert shorter >= timedelta(seconds=base)
+
+
+def test_a_retimed_task_keeps_the_count_taken_for_the_second_of_its_next_run() -> None:
+    counted = datetime(2026, 12, 6, 9, 0, 0, 400_000, tzinfo=UTC)
+    assert retimed_crowd(7, counted, counted.replace(microsecond=999_999)) == 7
+    assert retimed_crowd(7, counted, counted + timedelta(seconds=1)) == 0
+    assert retimed_crowd(7, None, counted) == 0  # not counted: an older API, a plain update
+    assert retimed_crowd(7, counted, None) == 0  # no next run (paused, bounds reached)

@@ -50,6 +50,31 @@ async def test_row_without_workflow_is_restarted_and_runs(dev_env: WorkflowEnvir
     assert [(e.action, e.actor) for e in events] == [("restart", "reconciler")]
 
 
+async def test_a_restarted_task_joins_the_herd_due_in_its_next_runs_second(
+    dev_env: WorkflowEnvironment, sqlite_engine: Engine
+) -> None:
+    now = datetime.now(UTC)
+    herd = (now + timedelta(hours=2)).replace(microsecond=0)
+    created = now - timedelta(minutes=5)
+    ids = [uuid.uuid4().hex for _ in range(3)]
+    for n, task_id in enumerate(ids):  # three rows due in one second, their workflows lost
+        task_spec = spec(schedule_type="once", run_at=herd + timedelta(milliseconds=300 * n))
+        save_snapshot(sqlite_engine, TaskSnapshot(
+            task_id=task_id, tenant_id=f"t{n}", name=task_spec.task_name, schedule_type="once",
+            spec=task_spec.model_dump(mode="json"), status="PENDING", next_run_at=task_spec.run_at,
+            created_at=created, updated_at=created,
+        ))
+    async with new_worker(dev_env.client, sqlite_engine) as worker:
+        reconciler = Reconciler(sqlite_engine, dev_env.client, worker.task_queue, grace=timedelta(0))
+        report = await reconciler.reconcile_once()
+        assert set(ids) <= set(report.restarted)
+        for task_id in ids:
+            handle = dev_env.client.get_workflow_handle_for(TaskWorkflow.run, workflow_id(task_id))
+            # Each counts the others due in that second (not itself), as a create would.
+            assert (await handle.query(TaskWorkflow.query_state)).crowd == 2
+            await handle.terminate("test over")
+
+
 async def test_terminated_workflow_marks_row_and_lost_row_is_rewritten(
     dev_env: WorkflowEnvironment, sqlite_engine: Engine
 ) -> None:

@@ -49,8 +49,9 @@ async def start_task(
     task_spec: TaskSpec,
     *,
     task_id: str | None = None,
+    crowd: int = 0,
 ) -> TaskHandle:
-    """Start a task workflow the way the API does."""
+    """Start a task workflow the way the API does (``crowd``: the herd its create counted)."""
     task_id = task_id or uuid.uuid4().hex
     now = await env.get_current_time()
     return await env.client.start_workflow(
@@ -60,6 +61,7 @@ async def start_task(
             tenant_id="t1",
             spec=task_spec,
             created_at=now,
+            crowd=crowd,
         ),
         id=workflow_id(task_id),
         task_queue=task_queue,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import uuid
 from datetime import timedelta
 
+import pytest
 from sqlalchemy import Engine
 from temporalio.testing import WorkflowEnvironment
 
@@ -13,8 +14,9 @@ from activities.payloads import RUN_JOB, JobInput
 from scheduling.spec import TaskChanges
 from scheduling.status import TaskStatus, workflow_id
 from tests.conftest import new_worker
-from tests.workflows.helpers import spec
+from tests.workflows.helpers import spec, start_task
 from workflows import attributes
+from workflows.events import SpecChange
 from workflows.state import TaskWorkflowInput
 from workflows.task import TaskWorkflow
 
@@ -98,16 +100,30 @@ async def test_a_task_retimed_out_of_its_herd_keeps_the_usual_lead(
     task = spec(schedule_type="once", run_at=now + timedelta(seconds=30))
     options = RunOptions(lead_seconds=2, max_lead_seconds=6, herd_rate=10)
     async with new_worker(dev_env.client, sqlite_engine, run_options=options) as worker:
-        handle = await dev_env.client.start_workflow(
-            TaskWorkflow.run,
-            TaskWorkflowInput(task_id=task_id, tenant_id="t1", spec=task, created_at=now, crowd=20),
-            id=workflow_id(task_id), task_queue=worker.task_queue,
-            search_attributes=attributes.initial(
-                task_id=task_id, tenant_id="t1", name=task.task_name,
-                schedule_type=task.schedule_type.value, next_run_at=task.run_at),
-        )
+        handle = await start_task(dev_env, worker.task_queue, task, task_id=task_id, crowd=20)
         await handle.execute_update(TaskWorkflow.update_task,
                                     TaskChanges(run_at=now + timedelta(seconds=8)))
         assert (await handle.result()).status is TaskStatus.COMPLETED
     [lead] = await _leads(dev_env, task_id)
     assert 1.0 <= lead <= 2.5, lead
+
+
+@pytest.mark.parametrize(("counted_at", "expected"), [(0.0, 4.0), (1.0, 2.0)])
+async def test_a_task_retimed_into_a_herd_goes_ahead_by_the_count_sent_for_its_new_second(
+    counted_at: float, expected: float, dev_env: WorkflowEnvironment, sqlite_engine: Engine
+) -> None:
+    # Created alone at +30 s, moved to +8 s with 20 tasks counted there: 2 s further ahead.
+    # A count taken for another second than where the change puts its run is not its herd's.
+    now = await dev_env.get_current_time()
+    task_id = uuid.uuid4().hex
+    task = spec(schedule_type="once", run_at=now + timedelta(seconds=30))
+    moved_to = (now + timedelta(seconds=8)).replace(microsecond=0)
+    options = RunOptions(lead_seconds=2, max_lead_seconds=6, herd_rate=10)
+    async with new_worker(dev_env.client, sqlite_engine, run_options=options) as worker:
+        handle = await start_task(dev_env, worker.task_queue, task, task_id=task_id)
+        await handle.execute_update(TaskWorkflow.change_task, SpecChange(
+            changes=TaskChanges(run_at=moved_to), crowd=20,
+            crowd_at=moved_to + timedelta(seconds=counted_at)))
+        assert (await handle.result()).status is TaskStatus.COMPLETED
+    [lead] = await _leads(dev_env, task_id)
+    assert expected - 1.0 <= lead <= expected + 0.5, lead
