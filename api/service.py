@@ -296,7 +296,7 @@ class TaskService:
                 field="task_name",
             )
         self._refuse_final(row)
-        self.active_counts.forget(who.tenant_id)
+        self.active_counts.forget(row.tenant_id)  # the task's tenant (an admin may cancel another's)
         return self._out(await self.temporal.cancel(task_id, reason, who.key_id, request_id=request_id))
 
     async def pause(

@@ -7,7 +7,22 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import ColumnElement, Engine, Exists, and_, case, exists, func, or_, select, update
+from sqlalchemy import (
+    ColumnElement,
+    Engine,
+    Exists,
+    Float,
+    and_,
+    case,
+    exists,
+    func,
+    or_,
+    select,
+    update,
+)
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql.compiler import SQLCompiler
+from sqlalchemy.sql.functions import FunctionElement
 
 from scheduling.policy import overdue_after
 from scheduling.status import ExecutionStatus, TaskStatus
@@ -41,6 +56,23 @@ def _watched() -> ColumnElement[Any]:
                  task.c.unstarted_at), else_=task.c.next_run_at)
 
 
+class _epoch_seconds(FunctionElement[float]):  # noqa: N801 (a SQL function)
+    """An instant as seconds since the epoch, in SQL (SQLite keeps instants as text)."""
+
+    type = Float()
+    inherit_cache = True
+
+
+@compiles(_epoch_seconds)
+def _epoch_postgresql(element: _epoch_seconds, compiler: SQLCompiler, **kw: Any) -> str:
+    return f"CAST(EXTRACT(EPOCH FROM {compiler.process(element.clauses, **kw)}) AS DOUBLE PRECISION)"
+
+
+@compiles(_epoch_seconds, "sqlite")
+def _epoch_sqlite(element: _epoch_seconds, compiler: SQLCompiler, **kw: Any) -> str:
+    return f"((julianday({compiler.process(element.clauses, **kw)}) - 2440587.5) * 86400.0)"
+
+
 def _came(run_at: Any) -> Exists:
     """The run of the task's ``run_at`` instant has started, or its fire was decided."""
     execution = EXECUTION_TABLE
@@ -67,9 +99,12 @@ def overdue_runs(engine: Engine, now: datetime, default_seconds: float,
 
     due = or_(before(now - timedelta(seconds=default_seconds)),
               and_(own.is_not(None), before(now - timedelta(seconds=least_seconds))))
+    # Each task's own bound (policy.overdue_after) before the batch is cut: runs late by less
+    # than their long bounds, however many, never fill it ahead of another task's overdue run.
+    past_bound = _epoch_seconds(watched) + func.coalesce(own, default_seconds) <= now.timestamp()
     query = (
         select(task.c.id, task.c.tenant_id, task.c.name, task.c.spec, watched.label("run_at"))
-        .where(task.c.overdue_since.is_(None), task.c.status.not_in(AT_REST), due,
+        .where(task.c.overdue_since.is_(None), task.c.status.not_in(AT_REST), due, past_bound,
                ~_came(watched))
         .order_by(watched).limit(BATCH)
     )

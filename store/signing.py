@@ -20,6 +20,10 @@ SECRET_PREFIX = "whsec_"
 SECRET_BYTES = 32
 # Rotations at once: each that finds another's new secret current rotates that one instead.
 ROTATION_TRIES = 10
+# Secrets that sign at once: the current one and the ones the last rotations replaced, each
+# until its window ends. A rotation past this ends the oldest at once: every delivery is signed
+# with each live secret, on the jobs worker's event loop, so their number must stay small.
+MAX_LIVE_SECRETS = 3
 
 
 def new_secret() -> str:
@@ -66,13 +70,15 @@ def live_secrets(engine: Engine, tenant_id: str, now: datetime, box: SecretBox) 
 
 def rotate_secret(engine: Engine, tenant_id: str, now: datetime, window: timedelta,
                   box: SecretBox) -> list[LiveSecret]:
-    """Make a new current secret; the one it replaces signs beside it until ``now + window``.
-    Returns the live secrets, the new one first."""
+    """Make a new current secret; the one it replaces signs beside it until ``now + window``,
+    and the oldest live ones end now, so that at most MAX_LIVE_SECRETS sign. Returns the live
+    secrets, the new one first."""
     for tries_left in reversed(range(ROTATION_TRIES)):
         with Session(engine) as session:
-            for row in _live(session, tenant_id, now):
-                if row.expires_at is None or row.expires_at > now + window:
-                    row.expires_at = now + window
+            for kept, row in enumerate(_live(session, tenant_id, now), start=1):
+                ends = now if kept >= MAX_LIVE_SECRETS else now + window
+                if row.expires_at is None or row.expires_at > ends:
+                    row.expires_at = ends
                     session.add(row)
             session.flush()  # the current one ends before the new one begins
             _add(session, tenant_id, now, box)

@@ -22,6 +22,7 @@ from api.deps import ServiceDep, admitted_key
 from api.errors import ApiError, RateLimited, TaskNotFound
 from api.history import task_versions, version_diffs
 from api.preview import PreviewOut, Previews
+from api.ratelimit import TenantRateLimiter
 from api.schemas import ExecutionOut, TaskOut
 from api.service import Principal, TaskService
 from scheduling.status import TaskStatus
@@ -219,6 +220,19 @@ async def get_viewer(request: Request) -> Principal | None:
 ViewerDep = Annotated[Principal | None, Depends(get_viewer)]
 
 
+async def over_read_limit(request: Request, viewer: Principal) -> Response | None:
+    """A page is a read of the viewer's tenant, counted against its read limit as the API
+    counts one: past it, a 429 page with Retry-After (None: the page may be served)."""
+    limiter: TenantRateLimiter = request.app.state.rate_limiter
+    try:
+        await limiter.hit(viewer, "read")
+    except RateLimited as exc:
+        refused = page(request, "busy.html", {"viewer": viewer, "detail": exc.detail}, 429)
+        refused.headers.update(exc.headers)
+        return refused
+    return None
+
+
 def page(request: Request, name: str, context: dict[str, Any], code: int = 200) -> HTMLResponse:
     """A rendered template with the page's security headers."""
     response = templates.TemplateResponse(request, name, context, status_code=code)
@@ -277,6 +291,8 @@ async def tasks_page(
     """The tenant's tasks, newest first, optionally of one status."""
     if viewer is None:
         return to_login()
+    if (refused := await over_read_limit(request, viewer)) is not None:
+        return refused
     chosen = status_filter.upper() if status_filter.upper() in TaskStatus.__members__ else None
     overdue = status_filter.lower() == "overdue"
     tasks = await service.list(
@@ -298,6 +314,8 @@ async def task_page(
     """A task, its lateness chart, its run history and its spec versions."""
     if viewer is None:
         return to_login()
+    if (refused := await over_read_limit(request, viewer)) is not None:
+        return refused
     try:
         task = await service.get(viewer, task_id)
     except TaskNotFound:

@@ -156,6 +156,28 @@ async def test_rate_limit_answers_429_with_retry_after(stack: Stack) -> None:
     assert len(rows) == 3
 
 
+async def test_the_ui_pages_count_against_the_tenants_read_limit(stack: Stack) -> None:
+    # A page reads the tenant's rows as the API does: it cannot read past the limit the API keeps.
+    tenant = f"ui-rate-{uuid.uuid4().hex[:6]}"
+    _, key = create_key(stack.engine, tenant)
+    async with serve_api(stack.env, stack.engine, temporal_task_queue=stack.task_queue,
+                         rate_limit_reads="4/minute") as url:
+        async with httpx.AsyncClient(base_url=url, timeout=60) as browser:
+            browser.cookies.set("ts_ui_key", key, path="/ui")
+            pages = [await browser.get("/ui") for _ in range(3)]
+            api = [(await browser.get("/tasks", headers={"Authorization": f"Bearer {key}"})).status_code
+                   for _ in range(2)]
+    assert [p.status_code for p in pages] == [200, 200, 200] and api == [200, 429]
+    async with serve_api(stack.env, stack.engine, temporal_task_queue=stack.task_queue,
+                         rate_limit_reads="1/minute") as url:
+        async with httpx.AsyncClient(base_url=url, timeout=60) as browser:
+            browser.cookies.set("ts_ui_key", key, path="/ui")
+            assert (await browser.get("/ui")).status_code == 200
+            refused = await browser.get("/ui/tasks/no-such-task")
+    assert refused.status_code == 429 and 1 <= int(refused.headers["Retry-After"]) <= 60
+    assert refused.headers["content-type"].startswith("text/html") and "read limit" in refused.text
+
+
 async def test_error_format_for_protocol_errors(stack: Stack) -> None:
     async with stack.client() as api:
         unknown = await api.get("/no/such/route")

@@ -17,7 +17,7 @@ from activities.signing import Signer
 from api.errors import ServiceUnavailable
 from api.signing import SigningService
 from outbound.signing import signed_headers, traceparent
-from store.signing import SecretBox, live_secrets, new_secret, rotate_secret
+from store.signing import MAX_LIVE_SECRETS, SecretBox, live_secrets, new_secret, rotate_secret
 from tests.target import TargetServer
 
 KEY = SecretBox("dGFzay1zY2hlZHVsZXIgZGV2ZWxvcG1lbnQga2V5ISE=")
@@ -72,6 +72,21 @@ def test_secrets_are_made_once_rotated_with_a_window_and_encrypted_at_rest(any_e
     assert [s.secret for s in live_secrets(any_engine, "t1", later, KEY)] == [new.secret]
     with pytest.raises(InvalidToken):  # another key cannot read them
         live_secrets(any_engine, "t1", now, SecretBox("YW5vdGhlci1rZXktb2YtdGhpcnR5LXR3by1ieXRlcyE="))
+
+
+def test_however_often_a_tenant_rotates_at_most_three_secrets_sign(any_engine: Engine) -> None:
+    now = datetime.now(UTC)
+    made = [live_secrets(any_engine, "t3", now, KEY)[0].secret]
+    for n in range(1, 6):
+        made.append(rotate_secret(any_engine, "t3", now + timedelta(seconds=n), timedelta(hours=24),
+                                  KEY)[0].secret)
+    at = now + timedelta(seconds=6)
+    live = live_secrets(any_engine, "t3", at, KEY)
+    assert len(live) == MAX_LIVE_SECRETS == 3
+    # The newest, then the two it replaced most recently, each until its own window ends.
+    assert [s.secret for s in live] == made[:-4:-1]
+    assert [s.expires_at for s in live] == [None, now + timedelta(seconds=5, hours=24),
+                                            now + timedelta(seconds=4, hours=24)]
 
 
 async def test_the_signer_reads_a_tenants_secrets_once_for_a_herd(sqlite_engine: Engine) -> None:

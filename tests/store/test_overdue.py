@@ -135,3 +135,23 @@ def test_a_raise_loses_to_a_start_reported_meanwhile(any_engine: Engine) -> None
     assert not raise_alarm(any_engine, alarm, NOW)
     row = read_task(any_engine, "q", "t1")
     assert row is not None and row.overdue_since is None
+
+
+def test_runs_within_long_bounds_of_their_own_never_fill_the_batch_ahead_of_an_overdue_run(
+    any_engine: Engine,
+) -> None:
+    # One tenant's BATCH runs 10 min late with a bound of 7 days (not overdue), sooner than
+    # another tenant's run 5 min late with the default bound: that one is still found, raised.
+    for n in range(BATCH):
+        save_snapshot(any_engine, task(f"patient-{n:04d}", due=NOW - timedelta(minutes=10),
+                                       tenant="t1", overdue_after_seconds=7 * 86400))
+    save_snapshot(any_engine, task("late", due=NOW - timedelta(minutes=5), tenant="t2"))
+    save_snapshot(any_engine, task("own-late", due=NOW - timedelta(seconds=30), tenant="t2",
+                                   overdue_after_seconds=20.5))
+    save_snapshot(any_engine, task("own-in-time", due=NOW - timedelta(seconds=30), tenant="t2",
+                                   overdue_after_seconds=30.5))
+    assert overdue_ids(any_engine) == ["late", "own-late"]
+    for alarm in overdue_runs(any_engine, NOW, DEFAULT, 1.0):
+        raise_alarm(any_engine, alarm, NOW)
+    rows, _ = list_tasks(any_engine, tenant_id="t2", limit=10, overdue=True)
+    assert sorted(row.id for row in rows) == ["late", "own-late"]
