@@ -150,13 +150,14 @@ class TaskService:
         row = None if known is None else await in_thread(read_task, self.engine, known, who.tenant_id)
         return None if row is None else TaskOut.of(row)
 
-    async def _crowd(self, first_run_at: datetime | None) -> int:
-        """The tasks due in the second of a new task's first run: the herd it joins (0 when
-        the database does not say; only how far ahead its run is dispatched hangs on it)."""
+    async def _crowd(self, first_run_at: datetime | None, *, besides: str | None = None) -> int:
+        """The tasks (but ``besides``, the one being retimed) due in the second of a task's
+        first run: the herd it joins (0 when the database does not say; only how far ahead its
+        run is dispatched hangs on it)."""
         if first_run_at is None:
             return 0
         try:
-            return await in_thread(tasks_due_in_second, self.engine, first_run_at)
+            return await in_thread(tasks_due_in_second, self.engine, first_run_at, besides=besides)
         except (ServiceUnavailable, SQLAlchemyError):
             return 0
 
@@ -270,7 +271,7 @@ class TaskService:
             # The herd its next run joins, as a create counts it; the workflow keeps the count
             # only if its next run lands in that second.
             next_run = _first_snapshot(task_id, row.tenant_id, new_spec, datetime.now(UTC)).next_run_at
-            herd = {"crowd": await self._crowd(next_run), "crowd_at": next_run}
+            herd = {"crowd": await self._crowd(next_run, besides=task_id), "crowd_at": next_run}
         return self._out(await self.temporal.update(task_id, changes, origin,
                                                     request_id=request_id, **herd))
 

@@ -31,7 +31,7 @@ from store.models import Task
 from workflows.events import Origin, SpecChange
 from workflows.starter import start_task_workflow, start_with_update, state_from_row
 from workflows.state import BackfillRequest, ReplayRequest, TaskState
-from workflows.task import TaskWorkflow
+from workflows.task import NEVER_RUNS, TaskWorkflow
 
 UPDATE_TIMEOUT = timedelta(seconds=20)
 # A worker is alive while its last heartbeat is younger than this: a few of its heartbeat
@@ -54,6 +54,9 @@ async def _temporal_errors(task_id: str | None = None) -> AsyncIterator[None]:
         message = str(cause) if cause else str(exc)
         if isinstance(cause, ApplicationError) and cause.type in ("TaskFinished", "BackfillRefused"):
             raise TaskConflict(message) from exc
+        if isinstance(cause, ApplicationError) and cause.type == NEVER_RUNS:
+            named = cause.details[0] if cause.details and isinstance(cause.details[0], dict) else {}
+            raise InvalidTask(message, field=named.get("field")) from exc
         raise InvalidTask(message) from exc
     except RPCError as exc:
         if exc.status is RPCStatusCode.NOT_FOUND:

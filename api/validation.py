@@ -17,6 +17,8 @@ from activities.workflow_jobs import WorkflowJobRules, refusal
 from api.errors import InvalidTask, PayloadTooLarge, QuotaExceeded
 from api.pace import ShortestGaps
 from outbound.egress import EgressPolicy, EgressRefused
+from scheduling import policy
+from scheduling.fire import first_fire
 from scheduling.spec import (
     HandlerJob,
     HttpJob,
@@ -69,6 +71,8 @@ async def validate_new_task(
             field="schedule_type",
         )
     _check_timing(spec, now)
+    if before is None:
+        _check_first_fire(spec, now)  # a change: its workflow checks the schedule it leaves
     await _check_targets(spec, rules)
     _check_quota(spec, usage, rules.gaps, now=now, body_size=body_size, before=before)
     _check_workflow_job(spec, usage.quota, rules.workflow_jobs)
@@ -79,6 +83,14 @@ def _check_timing(spec: TaskSpec, now: datetime) -> None:
         check_timing(spec, now)
     except TimingError as exc:
         raise InvalidTask(str(exc), field=exc.field) from exc
+
+
+def _check_first_fire(spec: TaskSpec, now: datetime) -> None:
+    """Refuse a new task whose schedule has no fire at all: its window holds none (end_date),
+    or a daylight saving gap it skips holds its only one."""
+    if first_fire(spec, now) is None:
+        name, message = policy.why_no_run(spec)
+        raise InvalidTask(f"{name}: {message}" if name else message, field=name)
 
 
 async def _check_targets(spec: TaskSpec, rules: TaskRules) -> None:

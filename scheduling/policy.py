@@ -598,6 +598,19 @@ def due_at_cancel(pos: Position, cancelled_at: datetime) -> Due:
     return result
 
 
+def why_no_run(spec: TaskSpec, executed: int = 0) -> tuple[str | None, str]:
+    """Why a schedule has no fire left (its first or its next is None): the field at fault, or
+    None, and what to tell whoever asked for it. A task that could never run is refused, not
+    accepted to end at once."""
+    if spec.max_runs is not None and executed >= spec.max_runs:
+        return "max_runs", (f"the task has run {executed} time(s) already; max_runs="
+                            f"{spec.max_runs} leaves it no run")
+    if spec.end_date is not None:
+        return "end_date", (f"the schedule has no fire before end_date "
+                            f"{spec.end_date.isoformat()}: the task could never run")
+    return None, "the schedule has no fire left: the task could never run"
+
+
 def retimes(old: TaskSpec, new: TaskSpec) -> bool:
     """Whether changing ``old`` to ``new`` starts the schedule over (change_schedule): a change
     of its timing, not only of its bounds."""

@@ -202,7 +202,7 @@ class DstPolicy(_Strict):
 def _zone(name: str) -> ZoneInfo:
     try:
         return ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError) as exc:
+    except (ZoneInfoNotFoundError, ValueError, OSError) as exc:  # OSError: a directory ("America")
         raise ValueError(f"unknown IANA time zone {name!r}") from exc
 
 

@@ -78,6 +78,9 @@ with workflow.unsafe.imports_passed_through():
 DISPATCH_SLACK = timedelta(seconds=1)
 # Withdrawn for these reasons, a run's fire goes back to the schedule and is decided again.
 GIVE_BACK = frozenset({"paused", "rebound", "asked", UNTAKEN})
+# The type of an update refused because the task would be left nothing to run; its details
+# name the field at fault.
+NEVER_RUNS = "NeverRuns"
 # Workflows started from here on count a run as started when its worker reports it, decide an
 # untaken run's fire again, and stop every run when cancelled (docs/upgrades.md).
 REPORTED_STARTS = "reported-starts"
@@ -752,7 +755,18 @@ class TaskWorkflow:
     @update_task.validator
     def _validate_update(self, changes: TaskChanges) -> None:
         self._refuse_if_final("updated")
-        check_timing(changes.apply_to(self._state.spec), workflow.now())
+        state, new_spec, now = self._state, changes.apply_to(self._state.spec), workflow.now()
+        check_timing(new_spec, now)
+        if not any(getattr(new_spec, n) != getattr(state.spec, n) for n in ScheduleFields.model_fields):
+            return
+        # A schedule change that would leave the task nothing to run is refused, not applied
+        # to end it at once (a validator: it writes no history, replays never run it).
+        flight = self._runs.flight(now)
+        change = policy.change_schedule(state.position(), flight, new_spec, now)
+        if change.next_fire_at is None and not change.queue and not flight.total:
+            name, message = policy.why_no_run(new_spec, state.executed)
+            raise ApplicationError(f"{name}: {message}" if name else message, {"field": name},
+                                   type=NEVER_RUNS, non_retryable=True)
 
     @change_task.validator
     def _validate_change(self, change: SpecChange) -> None:

@@ -31,5 +31,6 @@ async def get_signing_secret(who: ReaderDep, signing: SigningDep) -> SigningSecr
 @router.post("/signing-secret/rotate", status_code=status.HTTP_201_CREATED, responses=ERRORS)
 async def rotate_signing_secret(who: WriterDep, signing: SigningDep) -> SigningSecrets:
     """A new secret, first in the answer; the replaced one signs beside it for the rotation
-    window (``SCHEDULER_SIGNING_ROTATION_HOURS``), then stops."""
+    window (``SCHEDULER_SIGNING_ROTATION_HOURS``), then stops. At most three sign at once: a
+    rotation past that ends the oldest at once."""
     return await signing.rotate(who.tenant_id)

@@ -83,7 +83,7 @@ async def test_a_create_whose_count_the_database_cannot_give_still_makes_its_tas
     stack: Stack, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Only how far ahead its runs go hangs on the count: unread, the task is created, counted 0.
-    def outage(engine: Engine, at: datetime) -> int:
+    def outage(engine: Engine, at: datetime, *, besides: str | None = None) -> int:
         raise OperationalError("SELECT count(*)", {}, Exception("the database is unavailable"))
 
     monkeypatch.setattr(service, "tasks_due_in_second", outage)
@@ -115,6 +115,9 @@ async def test_an_update_that_retimes_a_task_counts_the_herd_of_its_new_next_run
             assert await _kept(stack, moved) == 2
             # A change that keeps its timing keeps its herd.
             await update(task_name="renamed")
+            assert await _kept(stack, moved) == 2
+            # Moved within the same second: the same herd, itself not counted in it.
+            await update(run_at=iso(herd + timedelta(milliseconds=700)))
             assert await _kept(stack, moved) == 2
             # Out of it, into a second where nothing else runs: none.
             await update(run_at=iso(herd + timedelta(seconds=7)))

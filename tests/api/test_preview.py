@@ -155,13 +155,17 @@ async def test_other_tasks_at_the_same_instant_are_a_warning(stack: Stack) -> No
         assert not any("other task" in w for w in (await api.post("/task/preview", json=herd)).json()["warnings"])
 
 
-async def test_a_schedule_that_never_fires_before_its_end_is_a_warning(stack: Stack) -> None:
+async def test_a_new_schedule_that_never_fires_before_its_end_is_refused_as_create_refuses_it(
+    stack: Stack,
+) -> None:
     end = (datetime.now(UTC) + timedelta(days=20)).strftime("%Y-%m-%dT%H:%M:%SZ")
     async with stack.client() as api:
-        body = (await api.post("/task/preview", json={
+        answer = await api.post("/task/preview", json={
             "task_name": "never", "job_details": NOOP, "schedule_type": "cron", "cron": "0 0 29 2 *",
-            "end_date": end})).json()
-    assert body["fires"] == [] and body["warnings"][0] == f"the schedule never fires before end_date {end.replace('Z', '+00:00')}"
+            "end_date": end})
+    assert answer.status_code == 422 and answer.json()["field"] == "end_date", answer.text
+    assert answer.json()["detail"] == (f"end_date: the schedule has no fire before end_date "
+                                       f"{end.replace('Z', '+00:00')}: the task could never run")
 
 
 async def test_the_openapi_document_shows_the_preview_with_examples(stack: Stack) -> None:

@@ -12,6 +12,9 @@ from tests.api.conftest import ON_BOTH_DATABASES, Stack
 pytestmark = ON_BOTH_DATABASES
 
 FUTURE = (datetime.now(UTC) + timedelta(days=1)).isoformat()
+AGO = (datetime.now(UTC) - timedelta(hours=1)).isoformat()
+SOON = (datetime.now(UTC) + timedelta(hours=1)).isoformat()
+LATER = (datetime.now(UTC) + timedelta(hours=2)).isoformat()
 GOOD: dict[str, Any] = {
     "task_name": "valid",
     "job_details": {"type": "http", "url": "https://example.com/hook"},
@@ -61,6 +64,18 @@ BAD_BODIES = [
     ("retry maximum below initial", with_(retry_policy={"initial_interval_seconds": 600}), "maximum_interval_seconds"),
     ("interval below a microsecond", {**with_(cron=...), "schedule_type": "interval", "interval_seconds": 1e-9}, "interval_seconds"),
     ("retry attempts zero", with_(retry_policy={"max_attempts": 0}), "max_attempts"),
+    ("a directory for a time zone", with_(timezone="America"), "timezone"),
+    ("no fire before end_date", with_(cron="0 0 29 2 *", end_date=SOON), "end_date"),
+    ("run_at after end_date", {**with_(cron=...), "schedule_type": "once", "run_at": LATER,
+                               "end_date": SOON}, "end_date"),
+    ("an interval's first fire after end_date", {**with_(cron=...), "schedule_type": "interval",
+                                                 "interval_seconds": 86400, "start_date": AGO,
+                                                 "end_date": SOON}, "end_date"),
+    ("dates all after end_date", {**with_(cron=...), "schedule_type": "dates", "dates": [LATER],
+                                  "end_date": SOON}, "end_date"),
+    ("a cron whose only time in its window is a skipped daylight saving gap",
+     with_(cron="30 2 * * *", dst_policy={"gap": "skip"}, start_date="2031-03-30T00:00:00Z",
+           end_date="2031-03-30T01:45:00Z"), "end_date"),
 ]
 
 
@@ -134,3 +149,28 @@ async def test_bad_update_changes_nothing(stack: Stack) -> None:
         wrong_name = await api.patch("/task/cancel", json={"task_id": task["task_id"], "task_name": "other"})
         assert wrong_name.status_code == 409 and "task_name" in wrong_name.json()["detail"]
         assert (await api.get(f"/tasks/{task['task_id']}")).json()["status"] == "PENDING"
+
+
+async def test_an_update_that_would_leave_the_task_no_run_is_refused_and_changes_nothing(
+    stack: Stack,
+) -> None:
+    async with stack.client("t2") as api:
+        created = await api.post("/task/create", json=with_(cron="0 0 * * *", timezone="UTC"))
+        assert created.status_code == 201, created.text
+        task_id, next_run = created.json()["task_id"], created.json()["next_run_at"]
+        midnight = datetime.fromisoformat(next_run)
+        try:
+            ends_first = (midnight - timedelta(minutes=30)).isoformat()
+            refused = await api.post("/task/update", json={"task_id": task_id, "end_date": ends_first})
+            assert refused.status_code == 422, refused.text
+            assert refused.json()["field"] == "end_date"
+            assert "could never run" in refused.json()["detail"]
+            kept = (await api.get(f"/tasks/{task_id}")).json()
+            assert (kept["next_run_at"], kept["schedule"]["end_date"]) == (next_run, None)
+            # An end after its next fire leaves it that run: accepted.
+            ends_after = (midnight + timedelta(minutes=30)).isoformat()
+            taken = await api.post("/task/update", json={"task_id": task_id, "end_date": ends_after})
+            assert taken.status_code == 202, taken.text
+            assert taken.json()["next_run_at"] == next_run
+        finally:
+            await api.patch("/task/cancel", json={"task_id": task_id})

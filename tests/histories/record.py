@@ -275,6 +275,23 @@ async def herd_lead(env: WorkflowEnvironment, engine: Engine) -> TaskHandle:
 
 
 @scenario
+async def herd_retimed(env: WorkflowEnvironment, engine: Engine) -> TaskHandle:
+    # Created alone, then moved into a herd the API counted 20 strong: its run is dispatched
+    # 2 s further ahead than the 2 s lead (10 a second).
+    options = RunOptions(lead_seconds=2, herd_rate=10)
+    async with new_worker(env.client, engine, run_options=options) as worker:
+        now = await env.get_current_time()
+        handle = await start_task(env, worker.task_queue,
+                                  spec(schedule_type="once", run_at=now + 10 * MINUTE))
+        moved_to = (now + MINUTE).replace(microsecond=0)
+        await handle.execute_update(TaskWorkflow.change_task, SpecChange(
+            changes=TaskChanges(run_at=moved_to), crowd=20, crowd_at=moved_to))
+        state = await handle.result()
+    assert state.success_count == 1 and state.crowd == 20, state
+    return handle
+
+
+@scenario
 async def trigger(env: WorkflowEnvironment, engine: Engine) -> TaskHandle:
     async with new_worker(env.client, engine) as worker:
         task = spec(schedule_type="interval", interval_seconds=600, max_runs=1)

@@ -7,7 +7,10 @@ import asyncio
 import uuid
 from datetime import timedelta
 
+import pytest
 from sqlalchemy import Engine
+from temporalio.client import WorkflowUpdateFailedError
+from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 
 from activities.options import RunOptions
@@ -28,7 +31,7 @@ from tests.workflows.helpers import (
     until,
 )
 from tests.workflows.test_reported_starts import Counting, split_workers, start_ahead
-from workflows.task import TaskWorkflow
+from workflows.task import NEVER_RUNS, TaskWorkflow
 
 MINUTES = timedelta(minutes=1)
 
@@ -196,3 +199,22 @@ async def test_a_run_of_the_old_schedule_that_comes_back_after_an_update_is_skip
         (new_first, "COMPLETED", None, "schedule"),
     ]
     assert final.status is TaskStatus.COMPLETED and final.run_count == 1
+
+
+async def test_a_change_that_leaves_the_task_no_run_is_refused_and_the_task_goes_on(
+    time_env: WorkflowEnvironment, sqlite_engine: Engine
+) -> None:
+    task = spec(schedule_type="interval", interval_seconds=600, max_runs=5)
+    async with new_worker(time_env.client, sqlite_engine) as worker:
+        handle = await start_task(time_env, worker.task_queue, task)
+        await time_env.sleep(25 * MINUTES)  # two runs
+        with pytest.raises(WorkflowUpdateFailedError) as refused:
+            await handle.execute_update(TaskWorkflow.update_task, TaskChanges(max_runs=2))
+        cause = refused.value.cause
+        assert isinstance(cause, ApplicationError) and cause.type == NEVER_RUNS
+        assert cause.details == ({"field": "max_runs"},)
+        assert str(cause.message) == ("max_runs: the task has run 2 time(s) already; max_runs=2 "
+                                      "leaves it no run")
+        await handle.execute_update(TaskWorkflow.update_task, TaskChanges(max_runs=3))
+        final = await handle.result()
+    assert final.status is TaskStatus.COMPLETED and final.success_count == 3
