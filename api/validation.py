@@ -26,7 +26,9 @@ from scheduling.spec import (
     TaskSpec,
     TimingError,
     WorkflowJob,
+    check_start,
     check_timing,
+    timing_changed,
 )
 from store.quotas import Quota
 
@@ -70,7 +72,7 @@ async def validate_new_task(
             "for a one-time task",
             field="schedule_type",
         )
-    _check_timing(spec, now)
+    _check_timing(spec, now, before)
     if before is None:
         _check_first_fire(spec, now)  # a change: its workflow checks the schedule it leaves
     await _check_targets(spec, rules)
@@ -78,9 +80,12 @@ async def validate_new_task(
     _check_workflow_job(spec, usage.quota, rules.workflow_jobs)
 
 
-def _check_timing(spec: TaskSpec, now: datetime) -> None:
+def _check_timing(spec: TaskSpec, now: datetime, before: TaskSpec | None) -> None:
+    if before is not None and not timing_changed(before, spec):
+        return
     try:
         check_timing(spec, now)
+        check_start(spec)
     except TimingError as exc:
         raise InvalidTask(str(exc), field=exc.field) from exc
 

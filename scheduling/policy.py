@@ -607,8 +607,14 @@ def why_no_run(spec: TaskSpec, executed: int = 0) -> tuple[str | None, str]:
                             f"{spec.max_runs} leaves it no run")
     if spec.end_date is not None:
         return "end_date", (f"the schedule has no fire before end_date "
-                            f"{spec.end_date.isoformat()}: the task could never run")
-    return None, "the schedule has no fire left: the task could never run"
+                            f"{spec.end_date.isoformat()}: the task would have nothing to run")
+    return None, "the schedule has no fire left: the task would have nothing to run"
+
+
+def leaves_nothing(change: Change, flight: Flight) -> bool:
+    """A schedule change leaves the task nothing to run: no fire, nothing queued or in flight
+    (why_no_run says why); it is refused rather than applied to end the task at once."""
+    return change.next_fire_at is None and not change.queue and not flight.total
 
 
 def retimes(old: TaskSpec, new: TaskSpec) -> bool:

@@ -461,6 +461,29 @@ def check_timing(spec: TaskSpec, now: datetime) -> None:
         raise TimingError("end_date", "is in the past: the task could never run")
 
 
+
+def timing_changed(old: TaskSpec, new: TaskSpec) -> bool:
+    """Whether a change touches what check_timing and check_start judge: a change that leaves
+    them as they were is not judged again (a once task whose run is going past its run_at can
+    still be renamed)."""
+    return any(getattr(old, name) != getattr(new, name)
+               for name in ("run_at", "dates", "start_date", "end_date"))
+
+
+def check_start(spec: TaskSpec) -> None:
+    """Refuse a one-time run or a date before start_date (raises TimingError): nothing runs
+    before it."""
+    if spec.start_date is None:
+        return
+    start = spec.start_date.isoformat()
+    if spec.schedule_type is ScheduleType.ONCE and spec.run_at is not None and spec.run_at < spec.start_date:
+        raise TimingError("run_at", f"is before start_date {start}: nothing runs before it")
+    early = [d for d in spec.dates or [] if d < spec.start_date]
+    if early:
+        raise TimingError("dates", f"has {early[0].isoformat()}, before start_date {start}: "
+                          "nothing runs before it")
+
+
 def redact_url(url: str) -> str:
     """The URL without path, query or credentials, for logs and summaries: webhook URLs often
     carry their secret in the path or the query."""

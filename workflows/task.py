@@ -32,6 +32,7 @@ with workflow.unsafe.imports_passed_through():
         ScheduleFields,
         TaskChanges,
         check_timing,
+        timing_changed,
     )
     from scheduling.status import (
         FINAL_STATUSES,
@@ -756,14 +757,15 @@ class TaskWorkflow:
     def _validate_update(self, changes: TaskChanges) -> None:
         self._refuse_if_final("updated")
         state, new_spec, now = self._state, changes.apply_to(self._state.spec), workflow.now()
-        check_timing(new_spec, now)
+        if timing_changed(state.spec, new_spec):
+            check_timing(new_spec, now)
         if not any(getattr(new_spec, n) != getattr(state.spec, n) for n in ScheduleFields.model_fields):
             return
         # A schedule change that would leave the task nothing to run is refused, not applied
         # to end it at once (a validator: it writes no history, replays never run it).
         flight = self._runs.flight(now)
         change = policy.change_schedule(state.position(), flight, new_spec, now)
-        if change.next_fire_at is None and not change.queue and not flight.total:
+        if policy.leaves_nothing(change, flight):
             name, message = policy.why_no_run(new_spec, state.executed)
             raise ApplicationError(f"{name}: {message}" if name else message, {"field": name},
                                    type=NEVER_RUNS, non_retryable=True)

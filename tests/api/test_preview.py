@@ -165,7 +165,7 @@ async def test_a_new_schedule_that_never_fires_before_its_end_is_refused_as_crea
             "end_date": end})
     assert answer.status_code == 422 and answer.json()["field"] == "end_date", answer.text
     assert answer.json()["detail"] == (f"end_date: the schedule has no fire before end_date "
-                                       f"{end.replace('Z', '+00:00')}: the task could never run")
+                                       f"{end.replace('Z', '+00:00')}: the task would have nothing to run")
 
 
 async def test_the_openapi_document_shows_the_preview_with_examples(stack: Stack) -> None:

@@ -72,3 +72,20 @@ async def test_jobs_may_reach_only_what_the_deployment_has() -> None:
     assert private.field == "job_details.url"
     workflow = {"type": "workflow", "workflow_type": "Echo", "task_queue": "q"}
     assert (await refusal(spec(job_details=workflow), usage)).field == "job_details.type"
+
+
+async def test_a_change_judges_the_timing_only_when_it_changes_it() -> None:
+    # A once task whose run is going five minutes past its run_at can still be renamed; a change
+    # that moves run_at into the past, or before start_date, is refused.
+    once = spec(schedule_type="once", interval_seconds=None, run_at=NOW - timedelta(minutes=5))
+    usage = TenantUsage(Quota())
+    await validate_new_task(spec(schedule_type="once", interval_seconds=None, task_name="renamed",
+                                 run_at=NOW - timedelta(minutes=5)), usage, RULES, now=NOW, before=once)
+    moved = spec(schedule_type="once", interval_seconds=None, run_at=NOW - timedelta(minutes=4))
+    refused = await refusal(moved, usage, before=once)
+    assert isinstance(refused, InvalidTask) and refused.field == "run_at"
+    early = spec(schedule_type="once", interval_seconds=None, run_at=NOW + timedelta(hours=1),
+                 start_date=NOW + timedelta(hours=2))
+    refused = await refusal(early, usage, before=once)
+    assert isinstance(refused, InvalidTask) and refused.field == "run_at"
+    assert "before start_date" in refused.detail

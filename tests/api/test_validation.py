@@ -15,6 +15,7 @@ FUTURE = (datetime.now(UTC) + timedelta(days=1)).isoformat()
 AGO = (datetime.now(UTC) - timedelta(hours=1)).isoformat()
 SOON = (datetime.now(UTC) + timedelta(hours=1)).isoformat()
 LATER = (datetime.now(UTC) + timedelta(hours=2)).isoformat()
+LATEST = (datetime.now(UTC) + timedelta(hours=3)).isoformat()
 GOOD: dict[str, Any] = {
     "task_name": "valid",
     "job_details": {"type": "http", "url": "https://example.com/hook"},
@@ -73,6 +74,10 @@ BAD_BODIES = [
                                                  "end_date": SOON}, "end_date"),
     ("dates all after end_date", {**with_(cron=...), "schedule_type": "dates", "dates": [LATER],
                                   "end_date": SOON}, "end_date"),
+    ("run_at before start_date", {**with_(cron=...), "schedule_type": "once", "run_at": LATER,
+                                  "start_date": LATEST}, "run_at"),
+    ("a date before start_date", {**with_(cron=...), "schedule_type": "dates",
+                                  "dates": [LATEST, LATER], "start_date": LATEST}, "dates"),
     ("a cron whose only time in its window is a skipped daylight saving gap",
      with_(cron="30 2 * * *", dst_policy={"gap": "skip"}, start_date="2031-03-30T00:00:00Z",
            end_date="2031-03-30T01:45:00Z"), "end_date"),
@@ -161,10 +166,12 @@ async def test_an_update_that_would_leave_the_task_no_run_is_refused_and_changes
         midnight = datetime.fromisoformat(next_run)
         try:
             ends_first = (midnight - timedelta(minutes=30)).isoformat()
+            previewed = await api.post("/task/preview", json={"task_id": task_id, "end_date": ends_first})
+            assert previewed.status_code == 422 and previewed.json()["field"] == "end_date", previewed.text
             refused = await api.post("/task/update", json={"task_id": task_id, "end_date": ends_first})
             assert refused.status_code == 422, refused.text
             assert refused.json()["field"] == "end_date"
-            assert "could never run" in refused.json()["detail"]
+            assert "nothing to run" in refused.json()["detail"]
             kept = (await api.get(f"/tasks/{task_id}")).json()
             assert (kept["next_run_at"], kept["schedule"]["end_date"]) == (next_run, None)
             # An end after its next fire leaves it that run: accepted.
