@@ -28,7 +28,6 @@ from scheduling.spec import (
     WorkflowJob,
     check_start,
     check_timing,
-    timing_changed,
 )
 from store.quotas import Quota
 
@@ -81,7 +80,7 @@ async def validate_new_task(
 
 
 def _check_timing(spec: TaskSpec, now: datetime, before: TaskSpec | None) -> None:
-    if before is not None and not timing_changed(before, spec):
+    if before is not None and not policy.timing_judged(before, spec):
         return
     try:
         check_timing(spec, now)

@@ -617,6 +617,16 @@ def leaves_nothing(change: Change, flight: Flight) -> bool:
     return change.next_fire_at is None and not change.queue and not flight.total
 
 
+def timing_judged(old: TaskSpec, new: TaskSpec) -> bool:
+    """Whether a change is judged on its timing again (check_timing, check_start): it touches
+    run_at, dates, start_date or end_date, or retimes the schedule, which starts it over from
+    now. Any other change is not (a once task whose run goes on past its run_at can still be
+    renamed)."""
+    touched = any(getattr(old, name) != getattr(new, name)
+                  for name in ("run_at", "dates", "start_date", "end_date"))
+    return touched or retimes(old, new)
+
+
 def retimes(old: TaskSpec, new: TaskSpec) -> bool:
     """Whether changing ``old`` to ``new`` starts the schedule over (change_schedule): a change
     of its timing, not only of its bounds."""

@@ -461,15 +461,6 @@ def check_timing(spec: TaskSpec, now: datetime) -> None:
         raise TimingError("end_date", "is in the past: the task could never run")
 
 
-
-def timing_changed(old: TaskSpec, new: TaskSpec) -> bool:
-    """Whether a change touches what check_timing and check_start judge: a change that leaves
-    them as they were is not judged again (a once task whose run is going past its run_at can
-    still be renamed)."""
-    return any(getattr(old, name) != getattr(new, name)
-               for name in ("run_at", "dates", "start_date", "end_date"))
-
-
 def check_start(spec: TaskSpec) -> None:
     """Refuse a one-time run or a date before start_date (raises TimingError): nothing runs
     before it."""

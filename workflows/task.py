@@ -32,7 +32,6 @@ with workflow.unsafe.imports_passed_through():
         ScheduleFields,
         TaskChanges,
         check_timing,
-        timing_changed,
     )
     from scheduling.status import (
         FINAL_STATUSES,
@@ -757,7 +756,7 @@ class TaskWorkflow:
     def _validate_update(self, changes: TaskChanges) -> None:
         self._refuse_if_final("updated")
         state, new_spec, now = self._state, changes.apply_to(self._state.spec), workflow.now()
-        if timing_changed(state.spec, new_spec):
+        if policy.timing_judged(state.spec, new_spec):
             check_timing(new_spec, now)
         if not any(getattr(new_spec, n) != getattr(state.spec, n) for n in ScheduleFields.model_fields):
             return

@@ -84,6 +84,11 @@ async def test_a_change_judges_the_timing_only_when_it_changes_it() -> None:
     moved = spec(schedule_type="once", interval_seconds=None, run_at=NOW - timedelta(minutes=4))
     refused = await refusal(moved, usage, before=once)
     assert isinstance(refused, InvalidTask) and refused.field == "run_at"
+    # A retime starts the schedule over from now: its past run_at would run again.
+    rezoned = spec(schedule_type="once", interval_seconds=None, run_at=NOW - timedelta(minutes=5),
+                   timezone="Europe/Paris")
+    refused = await refusal(rezoned, usage, before=once)
+    assert isinstance(refused, InvalidTask) and refused.field == "run_at"
     early = spec(schedule_type="once", interval_seconds=None, run_at=NOW + timedelta(hours=1),
                  start_date=NOW + timedelta(hours=2))
     refused = await refusal(early, usage, before=once)
