@@ -102,7 +102,7 @@ class Previews:
         change = policy.change_schedule(state.position(), policy.Flight(), new_spec, now)
         if policy.leaves_nothing(change, policy.Flight(total=len(state.running))):
             name, message = policy.why_no_run(new_spec, state.executed)  # as the update answers
-            raise InvalidTask(f"{name}: {message}" if name else message, field=name)
+            raise InvalidTask(message, field=name)
         after = upcoming(new_spec, task_id=task_id, first=change.next_fire_at, anchor=change.anchor,
                          limit=limit, runs_left=_runs_left(state, new_spec))
         calendars = await self._calendars(row.tenant_id, new_spec, after)

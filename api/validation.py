@@ -94,7 +94,7 @@ def _check_first_fire(spec: TaskSpec, now: datetime) -> None:
     or a daylight saving gap it skips holds its only one."""
     if first_fire(spec, now) is None:
         name, message = policy.why_no_run(spec)
-        raise InvalidTask(f"{name}: {message}" if name else message, field=name)
+        raise InvalidTask(message, field=name)
 
 
 async def _check_targets(spec: TaskSpec, rules: TaskRules) -> None:

@@ -600,13 +600,13 @@ def due_at_cancel(pos: Position, cancelled_at: datetime) -> Due:
 
 def why_no_run(spec: TaskSpec, executed: int = 0) -> tuple[str | None, str]:
     """Why a schedule has no fire left (its first or its next is None): the field at fault, or
-    None, and what to tell whoever asked for it. A task that could never run is refused, not
+    None, and what to tell whoever asked for it (naming the field first). A task that could never run is refused, not
     accepted to end at once."""
     if spec.max_runs is not None and executed >= spec.max_runs:
-        return "max_runs", (f"the task has run {executed} time(s) already; max_runs="
+        return "max_runs", (f"max_runs: the task has run {executed} time(s) already; max_runs="
                             f"{spec.max_runs} leaves it no run")
     if spec.end_date is not None:
-        return "end_date", (f"the schedule has no fire before end_date "
+        return "end_date", (f"end_date: the schedule has no fire before end_date "
                             f"{spec.end_date.isoformat()}: the task would have nothing to run")
     return None, "the schedule has no fire left: the task would have nothing to run"
 
@@ -627,19 +627,22 @@ def timing_judged(old: TaskSpec, new: TaskSpec) -> bool:
     return touched or retimes(old, new)
 
 
+def schedule_changes(old: TaskSpec, new: TaskSpec) -> set[str]:
+    """The schedule fields that changing ``old`` to ``new`` changes."""
+    return {name for name in ScheduleFields.model_fields if getattr(new, name) != getattr(old, name)}
+
+
 def retimes(old: TaskSpec, new: TaskSpec) -> bool:
     """Whether changing ``old`` to ``new`` starts the schedule over (change_schedule): a change
     of its timing, not only of its bounds."""
-    changed = {name for name in ScheduleFields.model_fields if getattr(new, name) != getattr(old, name)}
-    return not changed <= BOUND_FIELDS
+    return not schedule_changes(old, new) <= BOUND_FIELDS
 
 
 def change_schedule(pos: Position, flight: Flight, new_spec: TaskSpec, now: datetime) -> Change:
     """The schedule after an update. Changing only end_date or max_runs keeps the timing (a
     fixed-rate grid is not re-anchored; runs withdrawn for it give their fires back, see
     ``give_back``); any other schedule change starts over from now."""
-    changed = {name for name in ScheduleFields.model_fields
-               if getattr(new_spec, name) != getattr(pos.spec, name)}
+    changed = schedule_changes(pos.spec, new_spec)
     moved = replace(pos, spec=new_spec)
     asked = [run for run in pos.queue if not run.trigger.scheduled]
     if not changed:

@@ -29,7 +29,6 @@ with workflow.unsafe.imports_passed_through():
     from scheduling.spec import (
         NotifyEvent,
         OverlapPolicy,
-        ScheduleFields,
         TaskChanges,
         check_timing,
     )
@@ -674,9 +673,7 @@ class TaskWorkflow:
         async with self._lock:
             state = self._state
             new_spec = changes.apply_to(state.spec)
-            changed = {n for n in ScheduleFields.model_fields
-                       if getattr(new_spec, n) != getattr(state.spec, n)}
-            if changed:
+            if policy.schedule_changes(state.spec, new_spec):
                 if self._current:
                     # The fires of the old schedule that came due before the change (a late
                     # timer, the workflow's worker away) are decided by the old schedule.
@@ -758,7 +755,7 @@ class TaskWorkflow:
         state, new_spec, now = self._state, changes.apply_to(self._state.spec), workflow.now()
         if policy.timing_judged(state.spec, new_spec):
             check_timing(new_spec, now)
-        if not any(getattr(new_spec, n) != getattr(state.spec, n) for n in ScheduleFields.model_fields):
+        if not policy.schedule_changes(state.spec, new_spec):
             return
         # A schedule change that would leave the task nothing to run is refused, not applied
         # to end it at once (a validator: it writes no history, replays never run it).
@@ -766,8 +763,7 @@ class TaskWorkflow:
         change = policy.change_schedule(state.position(), flight, new_spec, now)
         if policy.leaves_nothing(change, flight):
             name, message = policy.why_no_run(new_spec, state.executed)
-            raise ApplicationError(f"{name}: {message}" if name else message, {"field": name},
-                                   type=NEVER_RUNS, non_retryable=True)
+            raise ApplicationError(message, {"field": name}, type=NEVER_RUNS, non_retryable=True)
 
     @change_task.validator
     def _validate_change(self, change: SpecChange) -> None:
