@@ -12,8 +12,8 @@ from pydantic import BaseModel, ConfigDict
 from sqlalchemy import Engine
 
 from api.database import in_thread
-from api.errors import ServiceUnavailable
-from store.signing import LiveSecret, SecretBox, live_secrets, rotate_secret
+from api.errors import RateLimited, ServiceUnavailable
+from store.signing import LiveSecret, RotationsContended, SecretBox, live_secrets, rotate_secret
 
 _EXAMPLE: dict[str, Any] = {"secrets": [
     {"secret": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "created_at": "2026-12-05T09:00:00Z",
@@ -60,8 +60,13 @@ class SigningService:
     async def rotate(self, tenant_id: str) -> SigningSecrets:
         """A new current secret; the replaced one signs on for the rotation window."""
         with _readable():
-            return SigningSecrets.of(await in_thread(
-                rotate_secret, self._engine, tenant_id, datetime.now(UTC), self._window, self._box))
+            try:
+                return SigningSecrets.of(await in_thread(
+                    rotate_secret, self._engine, tenant_id, datetime.now(UTC), self._window,
+                    self._box))
+            except RotationsContended as exc:
+                raise RateLimited(f"{exc}; nothing changed, try again",
+                                  headers={"Retry-After": "1"}) from exc
 
 
 @contextmanager

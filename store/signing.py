@@ -26,6 +26,10 @@ ROTATION_TRIES = 10
 MAX_LIVE_SECRETS = 3
 
 
+class RotationsContended(Exception):
+    """A rotation lost to others ROTATION_TRIES times in a row: it made no secret."""
+
+
 def new_secret() -> str:
     """A fresh signing secret: ``whsec_`` and 32 random bytes in base64 (Standard Webhooks)."""
     return SECRET_PREFIX + base64.b64encode(os.urandom(SECRET_BYTES)).decode()
@@ -75,7 +79,16 @@ def rotate_secret(engine: Engine, tenant_id: str, now: datetime, window: timedel
     secrets, the new one first."""
     for tries_left in reversed(range(ROTATION_TRIES)):
         with Session(engine) as session:
-            for kept, row in enumerate(_live(session, tenant_id, now), start=1):
+            # Rotations of a tenant take turns on its current secret's row before they touch
+            # any other: taking the older rows in different orders, two of them deadlocked on
+            # PostgreSQL. One that waited finds the row no longer current and starts again.
+            locked = session.scalars(select(SigningSecret).where(
+                SigningSecret.tenant_id == tenant_id, col(SigningSecret.expires_at).is_(None))
+                .with_for_update()).first()
+            live = _live(session, tenant_id, now)
+            if locked is None and any(row.expires_at is None for row in live):
+                continue
+            for kept, row in enumerate(live, start=1):
                 ends = now if kept >= MAX_LIVE_SECRETS else now + window
                 if row.expires_at is None or row.expires_at > ends:
                     row.expires_at = ends
@@ -89,7 +102,7 @@ def rotate_secret(engine: Engine, tenant_id: str, now: datetime, window: timedel
                     raise
                 continue  # another rotation made a current secret meanwhile: rotate that one
             return [_shown(row, box) for row in _live(session, tenant_id, now)]
-    raise AssertionError("unreachable")
+    raise RotationsContended(f"{ROTATION_TRIES} rotations of this tenant's secret ran at once")
 
 
 def _live(session: Session, tenant_id: str, now: datetime) -> list[SigningSecret]:

@@ -111,10 +111,12 @@ async def test_concurrent_first_uses_make_one_secret(any_engine: Engine) -> None
 async def test_rotations_at_once_leave_one_current_secret(any_engine: Engine) -> None:
     now = datetime.now(UTC)
     live_secrets(any_engine, "t7", now, KEY)
-    await asyncio.gather(*(asyncio.to_thread(rotate_secret, any_engine, "t7", now,
-                                             timedelta(hours=1), KEY) for _ in range(6)))
-    current = [s for s in live_secrets(any_engine, "t7", now, KEY) if s.expires_at is None]
-    assert len(current) == 1
+    for _ in range(3):  # rounds: they deadlocked on PostgreSQL now and then
+        await asyncio.gather(*(asyncio.to_thread(rotate_secret, any_engine, "t7", now,
+                                                 timedelta(hours=1), KEY) for _ in range(6)))
+        live = live_secrets(any_engine, "t7", now, KEY)
+        assert [s.expires_at is None for s in live] == [True] + [False] * (len(live) - 1)
+        assert len(live) == MAX_LIVE_SECRETS
 
 
 async def test_secrets_under_another_key_are_a_503_with_the_reason(sqlite_engine: Engine) -> None:
