@@ -16,7 +16,11 @@ from sqlalchemy import Engine
 from temporalio import activity
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
-from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
+from temporalio.exceptions import (
+    ApplicationError,
+    ApplicationErrorCategory,
+    WorkflowAlreadyStartedError,
+)
 
 from activities.execution_rows import RunRows, completed_result
 from activities.handlers import Handler, HandlerContext, call_handler
@@ -29,6 +33,7 @@ from activities.on_time import (
 )
 from activities.payloads import RUN_JOB, STARTED, JobInput, JobResult, job_failure
 from activities.precision import after_the_starts, queued_bookkeeping_done
+from activities.share import DEFAULT_SLOTS, SlotShare
 from activities.signing import Signer
 from activities.starts import REPORT_WAIT_ON_CANCEL, StartReports
 from activities.workflow_jobs import WorkflowJobRules, refusal
@@ -69,6 +74,7 @@ class JobActivities:
         writer: BatchWriter | None = None,
         outbound: Outbound | None = None,
         signer: Signer | None = None,
+        share: SlotShare | None = None,
     ) -> None:
         self._rows = RunRows(engine, writer) if engine is not None else None
         self._starts = StartReports(client)
@@ -78,6 +84,7 @@ class JobActivities:
         self._client = client
         self._engine = engine
         self._signer = signer
+        self._share = share or SlotShare(DEFAULT_SLOTS)
         # None: no workflow job may start anything.
         self._workflow_jobs = workflow_jobs or WorkflowJobRules()
 
@@ -101,6 +108,24 @@ class JobActivities:
             return done
         started_before = STARTED in info.heartbeat_details or (
             previous is not None and previous.started_at is not None)
+        # A first attempt over its tenant's share gives its slot back at once and its workflow
+        # sends the run again (workflows/inflight.py). A retry is never refused: that would
+        # cost its run one of its attempts.
+        if not self._share.take(job_input.tenant_id, refusable=info.attempt == 1 and not started_before):
+            bound.warning("job.tenant_share_full", held=self._share.held(job_input.tenant_id),
+                          share=self._share.share())
+            # Benign: the SDK logs it at DEBUG and counts no failure (the line above tells).
+            raise ApplicationError(f"the tenant's runs hold their share of this jobs worker's "
+                                   f"{self._share.slots} slots; the run is sent again",
+                                   type=JobFailure.TENANT_BUSY, non_retryable=True,
+                                   category=ApplicationErrorCategory.BENIGN)
+        try:
+            return await self._in_slot(job_input, info, bound, started_before)
+        finally:
+            self._share.give_back(job_input.tenant_id)
+
+    async def _in_slot(self, job_input: JobInput, info: activity.Info, bound: Any,
+                       started_before: bool) -> JobResult:
         # Once running, it heartbeats at a third of the heartbeat timeout.
         heartbeats = asyncio.create_task(
             heartbeat_while_waiting(job_input.not_before, info.heartbeat_timeout)

@@ -88,6 +88,7 @@ class JobFailure(StrEnum):
     HANDLER_ERROR = "HandlerError"  # the handler raised
     WORKFLOW_FAILED = "WorkflowFailed"  # the job's workflow failed
     SIGNING_UNAVAILABLE = "SigningUnavailable"  # no signing secret could be read: not sent
+    TENANT_BUSY = "TenantBusy"  # its tenant held its share of the worker's slots: sent again
 
 
 # Temporal priority keys of a task's workflow and runs: smaller runs first under a backlog.

@@ -28,6 +28,7 @@ from temporalio.worker import Worker
 
 from activities.handlers import Handler
 from activities.options import RunOptions
+from activities.share import DEFAULT_SLOTS
 from activities.workflow_jobs import WorkflowJobRules
 from config.settings import Settings, setting_fields
 from outbound.egress import EgressPolicy, guarded_client
@@ -224,7 +225,7 @@ async def new_worker(
     workflow_jobs: WorkflowJobRules | None = None,
     run_options: RunOptions | None = None,
     max_cached_workflows: int = 4000,
-    max_concurrent_activities: int = 2000,
+    max_concurrent_activities: int = DEFAULT_SLOTS,
 ) -> AsyncIterator[Worker]:
     """A worker on a fresh task queue with exactly the production activities.
 
@@ -237,12 +238,11 @@ async def new_worker(
     async with guarded_client(policy) as http:
         activities = build_activities(
             engine=engine, http=http, client=client, extra_handlers=handlers,
-            workflow_jobs=workflow_jobs, run_options=run_options,
+            workflow_jobs=workflow_jobs, run_options=run_options, job_slots=max_concurrent_activities,
         )
         main = build_workflow_worker(client, task_queue=queue, activities=activities, executor=executor,
                                      max_cached_workflows=max_cached_workflows)
-        jobs = build_jobs_worker(client, task_queue=queue, activities=activities,
-                                 max_concurrent_activities=max_concurrent_activities)
+        jobs = build_jobs_worker(client, task_queue=queue, activities=activities)
         async with main, jobs:
             yield main
     executor.shutdown(wait=False)

@@ -31,6 +31,7 @@ from activities.handlers import Handler, load_handlers
 from activities.jobs import JobActivities
 from activities.notify import NotifyActivities
 from activities.options import RunOptions, RunOptionsActivities
+from activities.share import DEFAULT_SLOTS, SlotShare
 from activities.signing import Signer
 from activities.workflow_jobs import WorkflowJobRules
 from config.settings import SigningSettings
@@ -47,6 +48,7 @@ class ActivitySet:
 
     workflow_side: list[Any]
     jobs: list[Any]
+    job_slots: int  # the jobs worker's activity slots, shared out among tenants
 
 
 def build_activities(
@@ -60,13 +62,14 @@ def build_activities(
     meter: MetricMeter | None = None,
     run_options: RunOptions | None = None,
     signing: SigningSettings | None = None,
+    job_slots: int = DEFAULT_SLOTS,
 ) -> ActivitySet:
     """Every activity the task workflow calls, bound to its dependencies (``workflow_jobs``:
     what workflow jobs may start, none by default; ``limits``: the bounds of HTTP calls, the
     settings' defaults by default; ``meter``: where the calls waiting for a slot are counted;
     ``run_options``: the lead and history limit of the task workflows, none and 10,000 by
     default; ``signing``: the key of the tenants' signing secrets, the development one by
-    default)."""
+    default; ``job_slots``: the jobs worker's slots, each tenant's share taken from them)."""
     writer = BatchWriter(engine)
     waiting = None if meter is None else http_waiting_gauge(meter)
     # One per process: jobs and webhooks of a tenant share its slots.
@@ -81,6 +84,7 @@ def build_activities(
         writer=writer,
         outbound=outbound,
         signer=signer,
+        share=SlotShare(job_slots),
     )
     books = BookkeepingActivities(engine, writer)
     notes = NotifyActivities(http, outbound, signer)
@@ -89,6 +93,7 @@ def build_activities(
     return ActivitySet(
         workflow_side=[books.record, notes.notify, options.run_options, calendars.calendar_dates],
         jobs=[jobs.run_job],
+        job_slots=job_slots,
     )
 
 
@@ -159,15 +164,14 @@ def build_jobs_worker(
     *,
     task_queue: str,
     activities: ActivitySet,
-    max_concurrent_activities: int = 2000,
 ) -> Worker:
     """The worker of ``<task queue>-jobs``: job runs, each waiting in its slot for its instant."""
     return Worker(
         client,
         task_queue=jobs_queue(task_queue),
         activities=activities.jobs,
-        max_concurrent_activities=max_concurrent_activities,
-        activity_task_poller_behavior=jobs_polls(max_concurrent_activities),
+        max_concurrent_activities=activities.job_slots,
+        activity_task_poller_behavior=jobs_polls(activities.job_slots),
         **_HEARTBEATS,
     )
 

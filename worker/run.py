@@ -85,6 +85,7 @@ async def run_worker(settings: Settings) -> None:
             meter=runtime.metric_meter,
             run_options=RunOptions.of(settings),
             signing=settings.signing,
+            job_slots=settings.worker.max_concurrent_activities,
         )
         workers = []
         if runs_workflows:
@@ -96,9 +97,7 @@ async def run_worker(settings: Settings) -> None:
             ))
         if runs_jobs:
             workers.append(build_jobs_worker(
-                client, task_queue=settings.temporal.task_queue, activities=activities,
-                max_concurrent_activities=settings.worker.max_concurrent_activities,
-            ))
+                client, task_queue=settings.temporal.task_queue, activities=activities))
         log.info("worker.started", role=role, task_queue=settings.temporal.task_queue,
                  address=settings.temporal.address)
         async with contextlib.AsyncExitStack() as running:

@@ -8,7 +8,8 @@ touches is this object's; the task workflow reads the outcomes under its lock.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Collection
+import functools
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -49,6 +50,10 @@ ATTEMPT_SLACK = timedelta(seconds=15)
 UNTAKEN = "untaken"
 # Why a run sent for a schedule since re-timed did not run (withdrawn, or back unrun).
 RESCHEDULED = "rescheduled"
+# A run a jobs worker refused (its tenant held its share of the slots) is sent again after
+# this, doubled each time it is refused again, up to the most.
+BUSY_FIRST_DELAY = timedelta(seconds=1)
+BUSY_MAX_DELAY = timedelta(seconds=30)
 
 
 @dataclass
@@ -68,6 +73,7 @@ class _Flying:
     run_id: str
     instant: datetime
     handle: workflow.ActivityHandle[JobResult]
+    send: Callable[[], workflow.ActivityHandle[JobResult]]  # schedules an attempt, as at first
     withdrawn: str | None = None
     started: bool = False  # its jobs worker reported that the job started
     claimed: datetime | None = None  # when a late attempt was let start (it reports its start next)
@@ -205,16 +211,33 @@ class RunsInFlight:
                  aimed: datetime | None = None) -> None:
         """Start the job activity of ``run``; it waits on the worker's clock for ``instant``
         (``aimed``: the instant its lateness counts from, when a calendar moved it)."""
-        now = workflow.now()
-        wait = max(timedelta(0), instant - now)
-        retry = spec.retry_policy
         # A ghost of this run may still be pending: activity ids must differ.
         key = run_id if run_id not in self._flying else f"{run_id}#{len(self._flying)}"
         while key in self._flying:
             key += "+"
-        late = late_limit(run.trigger)
         aimed = aimed or aimed_instant(spec, task_id, run.scheduled_at, run.trigger)
-        handle = workflow.start_activity(
+        send = functools.partial(self._send, spec, key=key, task_id=task_id, tenant_id=tenant_id,
+                                 run=run, run_id=run_id, instant=instant, lead=lead,
+                                 spec_version=spec_version, aimed=aimed)
+        self._flying[key] = _Flying(run=run, run_id=run_id, instant=instant, handle=send(),
+                                    aimed=aimed, send=send)
+        record = ExecutionRecord(id=run_id, task_id=task_id, tenant_id=tenant_id,
+                                 scheduled_at=run.scheduled_at, instant=aimed, trigger=run.trigger.value,
+                                 status=ExecutionStatus.RUNNING, spec_version=spec_version)
+        task = asyncio.create_task(self._await(key, record, run, spec.retry_policy.max_attempts))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    @staticmethod
+    def _send(spec: TaskSpec, *, key: str, task_id: str, tenant_id: str, run: Run, run_id: str,
+              instant: datetime, lead: timedelta, spec_version: int | None,
+              aimed: datetime) -> workflow.ActivityHandle[JobResult]:
+        """Schedule an attempt of the run's job activity (again, after a jobs worker refused it)."""
+        now = workflow.now()
+        wait = max(timedelta(0), instant - now)
+        retry = spec.retry_policy
+        late = late_limit(run.trigger)
+        return workflow.start_activity(
             RUN_JOB,
             JobInput(
                 execution_id=run_id, task_id=task_id, tenant_id=tenant_id,
@@ -240,14 +263,6 @@ class RunsInFlight:
             priority=Priority(priority_key=PRIORITY_KEYS[spec.priority]),
             summary=f"{describe_job(spec)} at {instant.isoformat()}",
         )
-        self._flying[key] = _Flying(run=run, run_id=run_id, instant=instant, handle=handle,
-                                    aimed=aimed)
-        record = ExecutionRecord(id=run_id, task_id=task_id, tenant_id=tenant_id,
-                                 scheduled_at=run.scheduled_at, instant=aimed, trigger=run.trigger.value,
-                                 status=ExecutionStatus.RUNNING, spec_version=spec_version)
-        task = asyncio.create_task(self._await(key, record, run, handle, retry.max_attempts))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
 
     def withdraw(self, reason: str) -> None:
         """Withdraw the runs still far enough from their instants (policy.may_withdraw)."""
@@ -287,12 +302,35 @@ class RunsInFlight:
         ended, self.ended = self.ended, []
         return ended
 
-    async def _await(self, key: str, record: ExecutionRecord, run: Run,
-                     handle: workflow.ActivityHandle[JobResult], max_attempts: int) -> None:
+    async def _taken(self, flying: _Flying) -> JobResult:
+        """The run's result. A jobs worker refuses an attempt whose tenant holds its share of
+        the worker's slots (activities/share.py): the run is sent again, later and later,
+        until one takes it or it is withdrawn (a scheduled run no worker reported started is
+        found untaken UNTAKEN_AFTER past its instant, and its fire goes to the policy)."""
+        delay = BUSY_FIRST_DELAY
+        while True:
+            try:
+                return await flying.handle
+            except ActivityError as err:
+                busy = (isinstance(err.cause, ApplicationError)
+                        and err.cause.type == JobFailure.TENANT_BUSY)
+                if not busy or flying.withdrawn is not None:
+                    raise
+                try:
+                    await workflow.wait_condition(lambda: flying.withdrawn is not None,
+                                                  timeout=delay)
+                except TimeoutError:
+                    pass  # still wanted: send it again
+                else:
+                    raise  # withdrawn meanwhile
+            delay = min(delay * 2, BUSY_MAX_DELAY)
+            flying.handle = flying.send()
+
+    async def _await(self, key: str, record: ExecutionRecord, run: Run, max_attempts: int) -> None:
         run_id = record.id
         ended = Ended(run=run, run_id=run_id, record=record)
         try:
-            result = await handle
+            result = await self._taken(self._flying[key])
             record.status = ExecutionStatus.COMPLETED
             result.fill(record)
         except ActivityError as err:
@@ -302,7 +340,7 @@ class RunsInFlight:
             details = (JobFailureDetails.of(cause.details)
                        if isinstance(cause, ApplicationError) else None)
             unstarted = not flying.started if self.reported else workflow.now() < flying.instant
-            if kind is None and flying.withdrawn and unstarted:
+            if kind in (None, JobFailure.TENANT_BUSY) and flying.withdrawn and unstarted:
                 # Cancelled before any worker started it (a backlog, a deploy): withdrawn.
                 kind = JobFailure.WITHDRAWN
             lost = (self.reported and unstarted and kind is None and run.trigger.scheduled

@@ -292,6 +292,33 @@ async def herd_retimed(env: WorkflowEnvironment, engine: Engine) -> TaskHandle:
 
 
 @scenario
+async def tenant_share(env: WorkflowEnvironment, engine: Engine) -> TaskHandle:
+    # Two job slots: a tenant alone may hold one. Its second run is refused while the first
+    # holds the slot (3 s of real time), sent again, and runs once the first has ended.
+    slow = SlowFirst(3)
+    async with new_worker(env.client, engine, handlers={"slow": slow},
+                          max_concurrent_activities=2) as worker:
+        now = await env.get_current_time()
+        job = handler_job("slow")
+        holder = await start_task(env, worker.task_queue,
+                                  spec(schedule_type="once", run_at=now, job_details=job))
+
+        async def holding() -> bool:
+            return len(slow.calls) == 1
+        await until(holding)
+        handle = await start_task(env, worker.task_queue, spec(
+            schedule_type="once", run_at=now + timedelta(seconds=1), job_details=job))
+        state = await handle.result()
+        await holder.result()
+    history = await handle.fetch_history()
+    refused = [e for e in history.events if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED
+               and e.activity_task_failed_event_attributes.failure.application_failure_info.type
+               == "TenantBusy"]
+    assert refused and state.success_count == 1 and len(slow.calls) == 2, (state, slow.calls)
+    return handle
+
+
+@scenario
 async def trigger(env: WorkflowEnvironment, engine: Engine) -> TaskHandle:
     async with new_worker(env.client, engine) as worker:
         task = spec(schedule_type="interval", interval_seconds=600, max_runs=1)
