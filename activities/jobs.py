@@ -109,11 +109,12 @@ class JobActivities:
         started_before = STARTED in info.heartbeat_details or (
             previous is not None and previous.started_at is not None)
         # A first attempt over its tenant's share gives its slot back at once and its workflow
-        # sends the run again (workflows/inflight.py). A retry is never refused: that would
-        # cost its run one of its attempts.
-        if not self._share.take(job_input.tenant_id, refusable=info.attempt == 1 and not started_before):
+        # sends the run again (workflows/inflight.py). A retry is never refused (that would
+        # cost its run one of its attempts), nor a run refused BUSY_RESENDS times already.
+        refusable = job_input.refusable and info.attempt == 1 and not started_before
+        if not self._share.take(job_input.tenant_id, refusable=refusable):
             bound.warning("job.tenant_share_full", held=self._share.held(job_input.tenant_id),
-                          share=self._share.share())
+                          fair=self._share.fair())
             # Benign: the SDK logs it at DEBUG and counts no failure (the line above tells).
             raise ApplicationError(f"the tenant's runs hold their share of this jobs worker's "
                                    f"{self._share.slots} slots; the run is sent again",

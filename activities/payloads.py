@@ -46,6 +46,9 @@ class JobInput(BaseModel):
         "(or after it was sent, if later) does not run: it reports Late and the workflow's "
         "policy decides the fire"
     )
+    refusable: bool = Field(
+        default=True, description="a jobs worker may refuse it while its tenant holds its "
+        "share of the slots (activities/share.py); False once it was refused often enough")
 
     def lateness(self, started: datetime) -> timedelta:
         """How late a start is: after the run's instant (an input sent without one, by an

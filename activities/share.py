@@ -7,28 +7,36 @@ every slot and the other tenants' runs wait in the queue behind them."""
 
 from __future__ import annotations
 
-# A jobs worker's slots unless its settings say (SCHEDULER_MAX_CONCURRENT_ACTIVITIES in production).
+# A jobs worker's slots unless its settings say (SCHEDULER_WORKER_MAX_CONCURRENT_ACTIVITIES).
 DEFAULT_SLOTS = 2000
+# The part of the slots kept for the tenants below their fair share.
+RESERVE = 0.1
 
 
 class SlotShare:
     """The attempts of each tenant holding a slot of this worker.
 
-    A tenant that holds none always gets one; one that holds some gets another while it holds
-    fewer than ``slots // (tenants holding slots + 1)``. Whatever the tenants already in, that
-    leaves slots free for one that comes next; a tenant alone may hold half of them."""
+    Any tenant takes a slot while the worker has more than a tenth of its slots free. The last
+    tenth goes only to a tenant holding fewer than its fair share, ``slots // (tenants holding
+    slots + 1)`` (the one counts a tenant not in yet), and always to one holding none: a
+    tenant's runs can fill nine tenths of a worker, never the rest while another needs it."""
 
     def __init__(self, slots: int) -> None:
         self.slots = slots
+        self._reserve = max(1, int(slots * RESERVE))
         self._held: dict[str, int] = {}
+        self._total = 0
 
     def take(self, tenant: str, *, refusable: bool = True) -> bool:
-        """Count one more of ``tenant``'s attempts in; False (and nothing counted) when it
-        holds its share already and the attempt is ``refusable``."""
+        """Count one more of ``tenant``'s attempts in; False (and nothing counted) when the
+        worker is short of free slots, the tenant holds its fair share already and the
+        attempt is ``refusable``."""
         held = self._held.get(tenant, 0)
-        if refusable and held >= self.share():
+        short = self.slots - self._total - 1 < self._reserve
+        if refusable and held and short and held >= self.fair():
             return False
         self._held[tenant] = held + 1
+        self._total += 1
         return True
 
     def give_back(self, tenant: str) -> None:
@@ -36,9 +44,10 @@ class SlotShare:
         held = self._held.pop(tenant) - 1
         if held:
             self._held[tenant] = held
+        self._total -= 1
 
-    def share(self) -> int:
-        """What a tenant holding slots may hold now."""
+    def fair(self) -> int:
+        """What a tenant holding slots may hold while the worker is short of free ones."""
         return max(1, self.slots // (len(self._held) + 1))
 
     def held(self, tenant: str) -> int:

@@ -51,9 +51,12 @@ UNTAKEN = "untaken"
 # Why a run sent for a schedule since re-timed did not run (withdrawn, or back unrun).
 RESCHEDULED = "rescheduled"
 # A run a jobs worker refused (its tenant held its share of the slots) is sent again after
-# this, doubled each time it is refused again, up to the most.
+# this, doubled each time it is refused again, up to the most, but never past its instant.
+# Refused this many times, it is sent as one that no worker refuses: it waits in the queue, as
+# every run did before the share, and a run someone asked for writes no more history for it.
 BUSY_FIRST_DELAY = timedelta(seconds=1)
 BUSY_MAX_DELAY = timedelta(seconds=30)
+BUSY_RESENDS = 12
 
 
 @dataclass
@@ -73,7 +76,7 @@ class _Flying:
     run_id: str
     instant: datetime
     handle: workflow.ActivityHandle[JobResult]
-    send: Callable[[], workflow.ActivityHandle[JobResult]]  # schedules an attempt, as at first
+    send: Callable[[bool], workflow.ActivityHandle[JobResult]]  # again, refusable or not
     withdrawn: str | None = None
     started: bool = False  # its jobs worker reported that the job started
     claimed: datetime | None = None  # when a late attempt was let start (it reports its start next)
@@ -216,10 +219,12 @@ class RunsInFlight:
         while key in self._flying:
             key += "+"
         aimed = aimed or aimed_instant(spec, task_id, run.scheduled_at, run.trigger)
+        # Sent again, a run keeps when it was first sent: when it is due (on_time.due_of), so a
+        # worker that gets it late claims it, as a late first attempt does.
         send = functools.partial(self._send, spec, key=key, task_id=task_id, tenant_id=tenant_id,
-                                 run=run, run_id=run_id, instant=instant, lead=lead,
-                                 spec_version=spec_version, aimed=aimed)
-        self._flying[key] = _Flying(run=run, run_id=run_id, instant=instant, handle=send(),
+                                 run=run, run_id=run_id, instant=instant, sent_at=workflow.now(),
+                                 lead=lead, spec_version=spec_version, aimed=aimed)
+        self._flying[key] = _Flying(run=run, run_id=run_id, instant=instant, handle=send(True),
                                     aimed=aimed, send=send)
         record = ExecutionRecord(id=run_id, task_id=task_id, tenant_id=tenant_id,
                                  scheduled_at=run.scheduled_at, instant=aimed, trigger=run.trigger.value,
@@ -229,12 +234,11 @@ class RunsInFlight:
         task.add_done_callback(self._tasks.discard)
 
     @staticmethod
-    def _send(spec: TaskSpec, *, key: str, task_id: str, tenant_id: str, run: Run, run_id: str,
-              instant: datetime, lead: timedelta, spec_version: int | None,
-              aimed: datetime) -> workflow.ActivityHandle[JobResult]:
-        """Schedule an attempt of the run's job activity (again, after a jobs worker refused it)."""
-        now = workflow.now()
-        wait = max(timedelta(0), instant - now)
+    def _send(spec: TaskSpec, refusable: bool, *, key: str, task_id: str, tenant_id: str,
+              run: Run, run_id: str, instant: datetime, sent_at: datetime, lead: timedelta,
+              spec_version: int | None, aimed: datetime) -> workflow.ActivityHandle[JobResult]:
+        """Schedule the run's job activity (again, after a jobs worker refused it)."""
+        wait = max(timedelta(0), instant - workflow.now())
         retry = spec.retry_policy
         late = late_limit(run.trigger)
         return workflow.start_activity(
@@ -242,10 +246,11 @@ class RunsInFlight:
             JobInput(
                 execution_id=run_id, task_id=task_id, tenant_id=tenant_id,
                 scheduled_at=run.scheduled_at, instant=aimed, job=spec.job_details,
-                not_before=instant if wait else None, sent_at=now, trigger=run.trigger,
-                spec_version=spec_version,
+                not_before=instant if instant > sent_at else None, sent_at=sent_at,
+                trigger=run.trigger, spec_version=spec_version,
                 run_timeout_seconds=spec.run_timeout_seconds,
                 late_after_seconds=late.total_seconds() if late is not None else None,
+                refusable=refusable,
             ),
             task_queue=jobs_queue(workflow.info().task_queue),
             result_type=JobResult,
@@ -307,8 +312,8 @@ class RunsInFlight:
         the worker's slots (activities/share.py): the run is sent again, later and later,
         until one takes it or it is withdrawn (a scheduled run no worker reported started is
         found untaken UNTAKEN_AFTER past its instant, and its fire goes to the policy)."""
-        delay = BUSY_FIRST_DELAY
-        while True:
+        backoff = BUSY_FIRST_DELAY
+        for refusals in range(1, BUSY_RESENDS + 1):
             try:
                 return await flying.handle
             except ActivityError as err:
@@ -316,15 +321,19 @@ class RunsInFlight:
                         and err.cause.type == JobFailure.TENANT_BUSY)
                 if not busy or flying.withdrawn is not None:
                     raise
+                delay, ahead = backoff, flying.instant - workflow.now()
+                backoff = min(backoff * 2, BUSY_MAX_DELAY)
+                if timedelta(0) < ahead < delay:
+                    delay, backoff = ahead, BUSY_FIRST_DELAY  # at its instant, then soon after
                 try:
                     await workflow.wait_condition(lambda: flying.withdrawn is not None,
                                                   timeout=delay)
                 except TimeoutError:
-                    pass  # still wanted: send it again
-                else:
-                    raise  # withdrawn meanwhile
-            delay = min(delay * 2, BUSY_MAX_DELAY)
-            flying.handle = flying.send()
+                    pass
+                if flying.withdrawn is not None:
+                    raise
+            flying.handle = flying.send(refusals < BUSY_RESENDS)
+        return await flying.handle
 
     async def _await(self, key: str, record: ExecutionRecord, run: Run, max_attempts: int) -> None:
         run_id = record.id
@@ -340,8 +349,9 @@ class RunsInFlight:
             details = (JobFailureDetails.of(cause.details)
                        if isinstance(cause, ApplicationError) else None)
             unstarted = not flying.started if self.reported else workflow.now() < flying.instant
-            if kind in (None, JobFailure.TENANT_BUSY) and flying.withdrawn and unstarted:
-                # Cancelled before any worker started it (a backlog, a deploy): withdrawn.
+            if (kind is None and flying.withdrawn and unstarted) or kind == JobFailure.TENANT_BUSY:
+                # Cancelled before any worker started it (a backlog, a deploy), or refused for
+                # its tenant's share until withdrawn: it did not run.
                 kind = JobFailure.WITHDRAWN
             lost = (self.reported and unstarted and kind is None and run.trigger.scheduled
                     and not isinstance(cause, CancelledError) and not _had_started(cause))

@@ -5,11 +5,14 @@ each once, on its first attempt."""
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 from collections import Counter
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from sqlalchemy import Engine
+from temporalio.api.enums.v1 import EventType
 from temporalio.testing import WorkflowEnvironment
 
 from activities.handlers import HandlerContext
@@ -45,17 +48,21 @@ async def create(env: WorkflowEnvironment, queue: str, tenant: str, job: str,
     return task_id
 
 
-def test_a_tenant_alone_has_half_the_slots_and_a_newcomer_always_one() -> None:
-    share = SlotShare(8)
-    assert [share.take("a") for _ in range(5)] == [True, True, True, True, False]
-    assert share.take("b")  # a newcomer gets a slot although "a" is at its share
-    assert share.share() == 2  # 8 // (2 tenants + 1)
-    assert [share.take("b"), share.take("b"), share.take("a")] == [True, False, False]
+def test_the_last_tenth_of_the_slots_goes_to_tenants_below_their_fair_share() -> None:
+    share = SlotShare(20)  # two slots are the last tenth
+    assert all(share.take("a") for _ in range(18))  # a tenant alone fills nine tenths
+    assert not share.take("a")
+    assert share.take("b")  # a newcomer gets one: it holds none
+    assert share.fair() == 6  # 20 // (2 tenants + 1)
+    assert share.take("b")  # the last slot: "b" holds fewer than its fair share
     assert share.take("a", refusable=False)  # a retry is never refused
-    assert (share.held("a"), share.held("b")) == (5, 2)
-    for _ in range(5):
+    assert (share.held("a"), share.held("b")) == (19, 2)
+    for _ in range(12):
         share.give_back("a")
-    assert share.held("a") == 0 and share.share() == 4
+    # More than a tenth free again: anyone takes a slot; below it, only the fair shares.
+    assert share.take("a") and share.take("b")  # 8 and 3 of 11
+    assert [share.take("a") for _ in range(8)] == [True] * 7 + [False]  # up to 18 held
+    assert share.take("b")
     assert SlotShare(1).take("a") and SlotShare(0).take("a")
 
 
@@ -78,18 +85,35 @@ async def test_a_busy_tenant_leaves_room_for_another(dev_env: WorkflowEnvironmen
             assert asyncio.get_running_loop().time() < deadline, what
             await asyncio.sleep(0.2)
 
-    # Four slots: the busy tenant alone may hold two; the other two of its runs are refused
-    # and sent again, and the quiet tenant's run finds a slot.
+    # Four slots: the busy tenant's runs hold three, its fourth is refused and sent again,
+    # and the quiet tenant's run takes the last slot.
     async with new_worker(dev_env.client, sqlite_engine, task_queue=queue,
                           handlers={"hold": hold}, max_concurrent_activities=4):
         await until(lambda: final(quiet) == ["COMPLETED"], "the quiet tenant's run never ran")
-        assert sum(hold.calls.values()) == 2, hold.calls  # the busy tenant's share, no more
+        assert sum(hold.calls.values()) == 3, hold.calls  # nine tenths, never the last slot
         hold.release.set()
         await until(lambda: all(final(task_id) for task_id in busy), "the busy runs never ended")
+    sends = []
     for task_id in busy:
         rows, _ = list_executions(sqlite_engine, task_id=task_id, limit=10)
         assert [(row.status, row.attempts) for row in rows] == [("COMPLETED", 1)], rows
+        sends.append(await scheduled_inputs(dev_env, task_id))
     assert hold.calls == Counter(busy), hold.calls
+    # The refused run was sent again as it was first sent: due at the same time, so that a
+    # worker getting it late must claim it (a re-send due later ran once as a catch-up too).
+    resent = [inputs for inputs in sends if len(inputs) > 1]
+    assert len(resent) == 1, [len(inputs) for inputs in sends]
+    assert {(i["sent_at"], i["not_before"]) for i in resent[0]} == {
+        (resent[0][0]["sent_at"], resent[0][0]["not_before"])}
+    assert [i["refusable"] for i in resent[0]] == [True] * len(resent[0])
+
+
+async def scheduled_inputs(env: WorkflowEnvironment, task_id: str) -> list[dict[str, Any]]:
+    """The JobInput of each job activity the task's workflow scheduled, in order."""
+    history = await env.client.get_workflow_handle(workflow_id(task_id)).fetch_history()
+    return [json.loads(e.activity_task_scheduled_event_attributes.input.payloads[0].data)
+            for e in history.events
+            if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED]
 
 
 async def test_a_run_refused_until_past_its_instant_goes_to_the_missed_run_policy(
@@ -98,10 +122,6 @@ async def test_a_run_refused_until_past_its_instant_goes_to_the_missed_run_polic
     now = datetime.now(UTC)
     hold = Hold()
     holder = await create(dev_env, queue, "busy", "hold", run_at=now)
-    # Two slots: the tenant alone may hold one, so these are refused while the holder runs.
-    skipped = await create(dev_env, queue, "busy", "hold", run_at=now + timedelta(seconds=1),
-                           missed_run_policy="skip")
-    cancelled = await create(dev_env, queue, "busy", "hold", run_at=now + timedelta(seconds=1))
 
     def rows(task_id: str) -> list[tuple[str, str | None]]:
         found, _ = list_executions(sqlite_engine, task_id=task_id, limit=10)
@@ -113,6 +133,10 @@ async def test_a_run_refused_until_past_its_instant_goes_to_the_missed_run_polic
         while hold.calls[holder] == 0:
             assert asyncio.get_running_loop().time() < deadline, "the holder never started"
             await asyncio.sleep(0.2)
+        # Two slots: the tenant's holder has one, so these are refused while it runs.
+        now = datetime.now(UTC)
+        skipped = await create(dev_env, queue, "busy", "hold", run_at=now, missed_run_policy="skip")
+        cancelled = await create(dev_env, queue, "busy", "hold", run_at=now)
         await asyncio.sleep(2)
         await dev_env.client.get_workflow_handle(workflow_id(cancelled)).signal("cancel", "not now")
         while not (rows(skipped) and rows(cancelled)):
