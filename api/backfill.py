@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 
 from sqlalchemy import Engine
 
+from api.calendars import calendar_plan
 from api.database import in_thread
 from api.errors import InvalidTask, TaskConflict
 from api.schemas import BackfillIn, BackfillInstantOut, BackfillOut
@@ -24,12 +25,10 @@ from scheduling.backfill import (
     instants_between,
     undecided,
 )
-from scheduling.calendars import CalendarPlan
 from scheduling.policy import Position
 from scheduling.spec import ScheduleType, TaskSpec
 from scheduling.status import FINAL_STATUSES, TaskStatus, execution_id
 from store.backfill import rows_by_id
-from store.calendars import calendar_dates
 from store.models import Task
 from workflows.state import BackfillItem, BackfillRequest, TaskState
 
@@ -85,14 +84,8 @@ async def backfill(engine: Engine, temporal: TemporalGateway, task: Task, body: 
 async def _with_calendars(engine: Engine, state: TaskState, fires: list[datetime]) -> Position | None:
     """Where the schedule stands with its calendars' dates over the fires' years, read now as
     the workflow reads them; None when the task names no calendar."""
-    refs = state.spec.exclude_calendars
-    if not refs or not fires:
-        return None
-    zone = state.spec.zone()
-    years = sorted({y for fire in fires for y in (fire.astimezone(zone).year, fire.year + 1)})
-    dates = await in_thread(calendar_dates, engine, state.tenant_id,
-                            [ref.calendar_id for ref in refs], years)
-    return replace(state.position(), calendar=CalendarPlan.of(refs, dates, zone))
+    plan = await calendar_plan(engine, state.tenant_id, state.spec, fires)
+    return None if plan is None else replace(state.position(), calendar=plan)
 
 
 def _needs_no_anchor(spec: TaskSpec) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from datetime import UTC, date, datetime
 from typing import Annotated, Any
 
@@ -12,11 +13,15 @@ from sqlalchemy import Engine
 from api.cursors import NextCursor
 from api.database import in_thread
 from api.errors import ApiError, InvalidTask, NotFound
+from scheduling import policy
 from scheduling.bounds import Text
-from scheduling.calendars import MAX_CALENDAR_DATES, HolidaySource, check_holidays
+from scheduling.calendars import MAX_CALENDAR_DATES, CalendarPlan, HolidaySource, check_holidays
+from scheduling.preview import SkipRule, upcoming_of_new
 from scheduling.spec import TaskSpec
+from scheduling.status import SkipReason
 from store.calendars import (
     add_calendar,
+    calendar_dates,
     delete_calendar,
     list_calendars,
     read_calendar,
@@ -35,8 +40,34 @@ CALENDAR_OUT_EXAMPLE: dict[str, Any] = {
 }
 
 
+# A new task's fires checked against its calendars: a schedule with more is not judged.
+CHECKED_FIRES = 1000
+
+
 class CalendarInUse(ApiError):
     status, slug, title = 409, "calendar-in-use", "Calendar is used by tasks"
+
+
+async def calendar_plan(engine: Engine, tenant_id: str, spec: TaskSpec,
+                        fires: Sequence[datetime]) -> CalendarPlan | None:
+    """The task's calendars with their dates over the years of ``fires`` and the next (where
+    a shifted fire may land), read now as the workflow reads them; None when it names none."""
+    refs = spec.exclude_calendars
+    if not refs or not fires:
+        return None
+    zone = spec.zone()
+    years = sorted({y for fire in fires
+                    for y in (fire.astimezone(zone).year, fire.astimezone(zone).year + 1)})
+    dates = await in_thread(calendar_dates, engine, tenant_id, [ref.calendar_id for ref in refs],
+                            years)
+    return CalendarPlan.of(refs, dates, zone)
+
+
+def by_calendar(position: policy.Position) -> SkipRule:
+    """A preview's skip rule of a task's calendars: the workflow's own verdict."""
+    def rule(fire: datetime) -> str | None:
+        return SkipReason.CALENDAR.value if position.verdict(fire).excluded else None
+    return rule
 
 
 def _iso_date(value: Any) -> Any:
@@ -160,6 +191,24 @@ class CalendarService:
             row = await in_thread(read_calendar, self._engine, tenant_id, ref["calendar_id"])
             named.append((ref["calendar_id"], row.name if row else "?", bool(ref.get("shift"))))
         return named
+
+    async def check_runs(self, tenant_id: str, spec: TaskSpec, now: datetime) -> None:
+        """422 when the calendars exclude every fire of a new task's schedule: it would run
+        nothing. A schedule with more than CHECKED_FIRES fires is not judged."""
+        plan = await calendar_plan(self._engine, tenant_id, spec,
+                                   [f.scheduled_at for f in upcoming_of_new(spec, now, CHECKED_FIRES)])
+        if plan is None:
+            return
+        position = policy.Position(spec=spec, task_id="", anchor=now, next_fire_at=None,
+                                   calendar=plan)
+        fires = upcoming_of_new(spec, now, CHECKED_FIRES, skip=by_calendar(position))
+        if not fires or len(fires) >= CHECKED_FIRES or any(f.skipped is None for f in fires):
+            return
+        first = fires[0].scheduled_at.astimezone(spec.zone()).date()
+        which = position.verdict(fires[0].scheduled_at).calendar_id
+        many = f"all {len(fires)} fires of the schedule fall" if len(fires) > 1 else "its fire falls"
+        raise InvalidTask(f"exclude_calendars: {many} on excluded dates (the first, {first}, "
+                          f"in calendar {which}); nothing to run", field="exclude_calendars")
 
     async def check_refs(self, tenant_id: str, spec: TaskSpec) -> None:
         """404 naming the first calendar of ``exclude_calendars`` the tenant does not have."""

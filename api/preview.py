@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 import anyio
 from pydantic import BaseModel, Field, ValidationError
 
+from api.calendars import by_calendar, calendar_plan
 from api.database import in_thread
 from api.errors import InvalidTask, TaskConflict
 from api.service import Principal, TaskService, _first_error
@@ -26,8 +27,7 @@ from scheduling.preview import (
 )
 from scheduling.resume import ResumeChoice, decide_resume
 from scheduling.spec import TaskChanges, TaskSpec
-from scheduling.status import FINAL_STATUSES, ResumeMissed, SkipReason, TaskStatus
-from store.calendars import calendar_dates
+from scheduling.status import FINAL_STATUSES, ResumeMissed, TaskStatus
 from store.quotas import quota_for
 from store.upcoming import tasks_running_next_at
 from workflows.state import TaskState
@@ -68,12 +68,14 @@ class Previews:
         """The fires ``spec`` would have if it were created now (4xx as create would answer)."""
         now = datetime.now(UTC)
         await validate_new_task(spec, usage, self.service.rules, now=now, body_size=body_size)
+        await self.service.calendars.check_refs(who.tenant_id, spec)
+        await self.service.calendars.check_runs(who.tenant_id, spec, now)
         fires = upcoming_of_new(spec, now, limit)
         calendars = await self._calendars(who.tenant_id, spec, fires)
         if calendars is not None:
             position = policy.Position(spec=spec, task_id="", anchor=now, next_fire_at=None,
                                        calendar=calendars)
-            fires = _shown_shifted(upcoming_of_new(spec, now, limit, skip=_by_calendar(position)),
+            fires = _shown_shifted(upcoming_of_new(spec, now, limit, skip=by_calendar(position)),
                                    position)
         return await self._out(who.tenant_id, spec, fires, besides=None)
 
@@ -111,7 +113,7 @@ class Previews:
                                        next_fire_at=None, calendar=calendars)
             after = _shown_shifted(upcoming(
                 new_spec, task_id=task_id, first=change.next_fire_at, anchor=change.anchor,
-                limit=limit, runs_left=_runs_left(state, new_spec), skip=_by_calendar(position)),
+                limit=limit, runs_left=_runs_left(state, new_spec), skip=by_calendar(position)),
                 position)
         before = await self._with_calendars(state, before, limit)
         out = await self._out(row.tenant_id, new_spec, after, besides=task_id)
@@ -135,18 +137,8 @@ class Previews:
 
     async def _calendars(self, tenant_id: str, spec: TaskSpec,
                          fires: list[PreviewFire]) -> CalendarPlan | None:
-        """The dates of the task's calendars over the years of ``fires``, read now as the
-        workflow reads them when a fire comes near; None when it names none."""
-        refs = spec.exclude_calendars
-        if not refs or not fires:
-            return None
-        zone = spec.zone()
-        years = sorted({y for fire in fires
-                        for y in (fire.scheduled_at.astimezone(zone).year,
-                                  fire.scheduled_at.astimezone(zone).year + 1)})
-        dates = await in_thread(calendar_dates, self.service.engine, tenant_id,
-                                [ref.calendar_id for ref in refs], years)
-        return CalendarPlan.of(refs, dates, zone)
+        return await calendar_plan(self.service.engine, tenant_id, spec,
+                                   [fire.scheduled_at for fire in fires])
 
     async def _with_calendars(self, state: TaskState, fires: list[PreviewFire],
                               limit: int) -> list[PreviewFire]:
@@ -155,7 +147,7 @@ class Previews:
         if calendars is None:
             return fires
         position = replace(state.position(), calendar=calendars)
-        return _shown_shifted(self._fires(state, limit, skip=_by_calendar(position)), position)
+        return _shown_shifted(self._fires(state, limit, skip=by_calendar(position)), position)
 
     @staticmethod
     def _fires(state: TaskState, limit: int, skip: SkipRule | None = None) -> list[PreviewFire]:
@@ -197,13 +189,6 @@ def _runs_left(state: TaskState, spec: TaskSpec) -> int | None:
     if spec.max_runs is None:
         return None
     return max(0, spec.max_runs - state.executed)
-
-
-def _by_calendar(position: policy.Position) -> SkipRule:
-    """The preview's skip rule of a task's calendars: the workflow's own verdict."""
-    def rule(fire: datetime) -> str | None:
-        return SkipReason.CALENDAR.value if position.verdict(fire).excluded else None
-    return rule
 
 
 def _shown_shifted(fires: list[PreviewFire], position: policy.Position) -> list[PreviewFire]:

@@ -125,6 +125,7 @@ class TaskService:
         await validate_new_task(spec, usage, self.rules, now=now, body_size=body_size,
                                 recurring_only=recurring_only)
         await self.calendars.check_refs(who.tenant_id, spec)
+        await self.calendars.check_runs(who.tenant_id, spec, now)
         task_id = uuid.uuid4().hex
         if idempotency_key is not None:
             task_id = await claim_create(self.engine, who.tenant_id, idempotency_key,

@@ -164,3 +164,38 @@ async def test_preview_and_upcoming_show_what_the_calendars_make_of_each_fire(st
         assert [(f["scheduled_at"], f["instant"], f["skipped"]) for f in upcoming["fires"]] == [
             (f["scheduled_at"], f["instant"], f["skipped"]) for f in previewed]
         await http.patch("/task/cancel", json={"task_id": made["task_id"]})
+
+
+async def test_a_task_whose_calendars_exclude_every_fire_is_a_422_and_stores_nothing(stack: Stack) -> None:
+    async with stack.client("t1") as http:
+        cid = (await http.post("/calendars", json={"name": "closed", "dates": ["2030-01-01", "2030-01-02"]})
+               ).json()["calendar_id"]
+        skip = [{"calendar_id": cid}]
+        async def ids() -> set[str]:  # the newest first: a task made here would be among them
+            return {t["task_id"] for t in (await http.get("/tasks", params={"limit": 100})).json()["items"]}
+        before = await ids()
+        never = (
+            dates_task(["2030-01-01T09:00:00Z", "2030-01-02T09:00:00Z"], exclude_calendars=skip),
+            {"task_name": "once", "job_details": {"type": "handler", "name": "noop"},
+             "schedule_type": "once", "run_at": "2030-01-01T09:00:00Z", "exclude_calendars": skip},
+            cron_task(cron="0 10 * * *", start_date="2030-01-01T00:00:00Z",
+                      end_date="2030-01-02T23:00:00Z", exclude_calendars=skip),
+        )
+        for body in never:
+            for path in ("/task/create", "/task/preview"):
+                answer = await http.post(path, json=body)
+                assert answer.status_code == 422, (path, answer.text)
+                detail = answer.json()["detail"]
+                assert detail.startswith("exclude_calendars:") and "2030-01-01" in detail, detail
+                assert "nothing to run" in detail and cid in detail, detail
+        assert await ids() == before
+        # A fire the calendar moves, or one it leaves, runs: those are created.
+        runs = (
+            {**never[1], "exclude_calendars": [{"calendar_id": cid, "shift": True}]},
+            dates_task(["2030-01-01T09:00:00Z", "2030-01-03T09:00:00Z"], exclude_calendars=skip),
+            cron_task(cron="0 10 * * *", exclude_calendars=skip),
+        )
+        for body in runs:
+            made = await http.post("/task/create", json=body)
+            assert made.status_code == 201, made.text
+            await http.patch("/task/cancel", json={"task_id": made.json()["task_id"]})
