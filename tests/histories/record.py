@@ -139,7 +139,7 @@ async def catchup(env: WorkflowEnvironment, engine: Engine) -> TaskHandle:
         await env.sleep(10 * MINUTE)
         before = await task_state(handle)
     assert before.next_fire_at is not None
-    await pass_time_without_worker(env, timedelta(hours=2), first_wake=before.next_fire_at)
+    await pass_time_without_worker(env, handle, timedelta(hours=2), first_wake=before.next_fire_at)
     async with new_worker(env.client, engine, task_queue=queue):
         state = await handle.result()
     assert (state.success_count, state.skipped_count) == (4, 1), state

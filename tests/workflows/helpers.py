@@ -11,6 +11,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Engine
+from temporalio.api.enums.v1 import EventType
 from temporalio.api.testservice.v1 import LockTimeSkippingRequest, UnlockTimeSkippingRequest
 from temporalio.client import WorkflowHandle
 from temporalio.service import RPCError
@@ -198,7 +199,7 @@ async def stoppable_worker(
 
 
 async def pass_time_without_worker(
-    env: WorkflowEnvironment, duration: timedelta, *, first_wake: datetime
+    env: WorkflowEnvironment, handle: TaskHandle, duration: timedelta, *, first_wake: datetime
 ) -> None:
     """Let ``duration`` pass while no worker runs; ``first_wake`` is the task's next timer.
 
@@ -210,12 +211,27 @@ async def pass_time_without_worker(
     start = await env.get_current_time()
     assert start < first_wake < start + duration
     service = env.client.test_service
+    scheduled = await _workflow_tasks(handle)
     await env.sleep(first_wake - start + timedelta(milliseconds=1))
+    # The server fires the timer on a thread of its own: its workflow task, and the hold with
+    # it, can come a moment after the sleep returns. Releasing a hold not yet taken would
+    # unbalance the count ("Unbalanced lock and unlock calls", an RPC error on the next sleep).
+    deadline = asyncio.get_running_loop().time() + 30
+    while await _workflow_tasks(handle) == scheduled:
+        assert asyncio.get_running_loop().time() < deadline, "the timer never fired"
+        await asyncio.sleep(0.05)
     await service.unlock_time_skipping(UnlockTimeSkippingRequest())
     try:
         await env.sleep(start + duration - await env.get_current_time())
     finally:
         await service.lock_time_skipping(LockTimeSkippingRequest())
+
+
+async def _workflow_tasks(handle: TaskHandle) -> int:
+    """The workflow tasks scheduled so far in the task's history."""
+    history = await handle.fetch_history()
+    return sum(1 for e in history.events
+               if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED)
 
 
 async def until(check: Callable[[], Awaitable[bool]], timeout: float = 30) -> None:

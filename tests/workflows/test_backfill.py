@@ -96,7 +96,7 @@ async def test_a_backfill_asked_as_workers_return_leaves_the_missed_fires_to_the
         handle = await start_task(time_env, queue, task)
         first = (await task_state(handle)).next_fire_at
     assert first is not None
-    await pass_time_without_worker(time_env, timedelta(hours=2, minutes=5), first_wake=first)
+    await pass_time_without_worker(time_env, handle, timedelta(hours=2, minutes=5), first_wake=first)
     missed = [first + timedelta(minutes=30 * k) for k in range(4)]
     # Sent while the workers are down: the workflow takes it with the fires it missed.
     asked = asyncio.create_task(handle.execute_update(TaskWorkflow.backfill_update, request(missed)))

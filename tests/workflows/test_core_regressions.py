@@ -108,7 +108,7 @@ async def _started_then_down(env: WorkflowEnvironment, engine: Engine, task: Tas
         handle = await start_task(env, worker.task_queue, task)
         first = (await task_state(handle)).next_fire_at
     assert first is not None
-    await pass_time_without_worker(env, down, first_wake=first)
+    await pass_time_without_worker(env, handle, down, first_wake=first)
     return handle, worker.task_queue
 
 

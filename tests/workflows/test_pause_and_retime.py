@@ -49,7 +49,7 @@ async def test_fires_before_a_pause_go_to_the_missed_run_policy(
         # Down from +10 to +130 minutes: the fires at +30, +60, +90, +120 are missed; the
         # pause comes before the workflow is back.
         assert before.next_fire_at is not None
-        await pass_time_without_worker(time_env, timedelta(hours=2), first_wake=before.next_fire_at)
+        await pass_time_without_worker(time_env, handle, timedelta(hours=2), first_wake=before.next_fire_at)
         await handle.signal(TaskWorkflow.pause_signal, "after the outage")
         async with new_worker(time_env.client, sqlite_engine, task_queue=queue):
             await time_env.sleep(MINUTES)

@@ -57,7 +57,7 @@ async def test_missed_runs_after_two_hours_of_downtime(
     try:
         # the worker is down from +10 to +130 minutes: the fires at +30, +60, +90, +120 are missed
         assert before.next_fire_at is not None
-        await pass_time_without_worker(time_env, timedelta(hours=2), first_wake=before.next_fire_at)
+        await pass_time_without_worker(time_env, handle, timedelta(hours=2), first_wake=before.next_fire_at)
         async with new_worker(time_env.client, sqlite_engine, task_queue=queue):
             await time_env.sleep(MINUTES)
             after = await task_state(handle)
