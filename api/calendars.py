@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from datetime import UTC, date, datetime
 from typing import Annotated, Any
 
+from anyio import to_thread
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 from sqlalchemy import Engine
 
@@ -17,7 +18,7 @@ from scheduling import policy
 from scheduling.bounds import Text
 from scheduling.calendars import MAX_CALENDAR_DATES, CalendarPlan, HolidaySource, check_holidays
 from scheduling.preview import SkipRule, upcoming_of_new
-from scheduling.spec import TaskSpec
+from scheduling.spec import ScheduleType, TaskSpec
 from scheduling.status import SkipReason
 from store.calendars import (
     add_calendar,
@@ -40,8 +41,9 @@ CALENDAR_OUT_EXAMPLE: dict[str, Any] = {
 }
 
 
-# A new task's fires checked against its calendars: a schedule with more is not judged.
-CHECKED_FIRES = 1000
+# A new task's fires checked against its calendars (a year of daily ones): a schedule with
+# more is not judged.
+CHECKED_FIRES = 366
 
 
 class CalendarInUse(ApiError):
@@ -61,6 +63,12 @@ async def calendar_plan(engine: Engine, tenant_id: str, spec: TaskSpec,
     dates = await in_thread(calendar_dates, engine, tenant_id, [ref.calendar_id for ref in refs],
                             years)
     return CalendarPlan.of(refs, dates, zone)
+
+
+def _ends(spec: TaskSpec) -> bool:
+    """The schedule has a last fire: one time, dates, an end_date or max_runs."""
+    return (spec.schedule_type in (ScheduleType.ONCE, ScheduleType.DATES)
+            or spec.end_date is not None or spec.max_runs is not None)
 
 
 def by_calendar(position: policy.Position) -> SkipRule:
@@ -194,15 +202,21 @@ class CalendarService:
 
     async def check_runs(self, tenant_id: str, spec: TaskSpec, now: datetime) -> None:
         """422 when the calendars exclude every fire of a new task's schedule: it would run
-        nothing. A schedule with more than CHECKED_FIRES fires is not judged."""
-        plan = await calendar_plan(self._engine, tenant_id, spec,
-                                   [f.scheduled_at for f in upcoming_of_new(spec, now, CHECKED_FIRES)])
+        nothing. A schedule without a last fire, or with more than CHECKED_FIRES, is not
+        judged. The fires are worked out off the event loop."""
+        if not spec.exclude_calendars or not _ends(spec):
+            return
+        fires = await to_thread.run_sync(upcoming_of_new, spec, now, CHECKED_FIRES)
+        if not fires or len(fires) >= CHECKED_FIRES:
+            return
+        plan = await calendar_plan(self._engine, tenant_id, spec, [f.scheduled_at for f in fires])
         if plan is None:
             return
         position = policy.Position(spec=spec, task_id="", anchor=now, next_fire_at=None,
                                    calendar=plan)
-        fires = upcoming_of_new(spec, now, CHECKED_FIRES, skip=by_calendar(position))
-        if not fires or len(fires) >= CHECKED_FIRES or any(f.skipped is None for f in fires):
+        fires = await to_thread.run_sync(lambda: upcoming_of_new(
+            spec, now, CHECKED_FIRES, skip=by_calendar(position)))
+        if len(fires) >= CHECKED_FIRES or any(f.skipped is None for f in fires):
             return
         first = fires[0].scheduled_at.astimezone(spec.zone()).date()
         which = position.verdict(fires[0].scheduled_at).calendar_id

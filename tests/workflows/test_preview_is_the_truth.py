@@ -18,7 +18,8 @@ from zoneinfo import ZoneInfo
 
 from sqlalchemy import Engine
 
-from api.preview import _by_calendar, _shown_shifted
+from api.calendars import by_calendar
+from api.preview import _shown_shifted
 from scheduling.calendars import CalendarPlan
 from scheduling.policy import Position
 from scheduling.preview import upcoming_of_new
@@ -119,7 +120,7 @@ def check(seed: int, task: TaskSpec, task_id: str, state: TaskState, engine: Eng
         position = Position(spec=task, task_id=task_id, anchor=state.created_at, next_fire_at=None,
                             calendar=CalendarPlan.of(refs, dates, task.zone()))
         preview = _shown_shifted(upcoming_of_new(task, state.created_at, 1000, task_id=task_id,
-                                                 skip=_by_calendar(position)), position)
+                                                 skip=by_calendar(position)), position)
     rows = executions(engine, task_id)
     what = f"seed {seed}: {task.model_dump(include=SCHEDULE)}"
     assert state.status is TaskStatus.COMPLETED, what
