@@ -26,6 +26,9 @@ ROTATION_TRIES = 10
 MAX_LIVE_SECRETS = 3
 
 
+CONTENDED = "other rotations of this tenant's secret ran at once and took every turn"
+
+
 class RotationsContended(Exception):
     """A rotation lost to others ROTATION_TRIES times in a row: it made no secret."""
 
@@ -97,12 +100,12 @@ def rotate_secret(engine: Engine, tenant_id: str, now: datetime, window: timedel
             _add(session, tenant_id, now, box)
             try:
                 session.commit()
-            except IntegrityError:
+            except IntegrityError as exc:
                 if not tries_left:
-                    raise
+                    raise RotationsContended(CONTENDED) from exc
                 continue  # another rotation made a current secret meanwhile: rotate that one
             return [_shown(row, box) for row in _live(session, tenant_id, now)]
-    raise RotationsContended(f"{ROTATION_TRIES} rotations of this tenant's secret ran at once")
+    raise RotationsContended(CONTENDED)
 
 
 def _live(session: Session, tenant_id: str, now: datetime) -> list[SigningSecret]:

@@ -13,8 +13,9 @@ from cryptography.fernet import InvalidToken
 from sqlalchemy import Engine, text
 from standardwebhooks import Webhook, WebhookVerificationError
 
+import store.signing
 from activities.signing import Signer
-from api.errors import ServiceUnavailable
+from api.errors import RateLimited, ServiceUnavailable
 from api.signing import SigningService
 from outbound.signing import signed_headers, traceparent
 from store.signing import MAX_LIVE_SECRETS, SecretBox, live_secrets, new_secret, rotate_secret
@@ -117,6 +118,18 @@ async def test_rotations_at_once_leave_one_current_secret(any_engine: Engine) ->
         live = live_secrets(any_engine, "t7", now, KEY)
         assert [s.expires_at is None for s in live] == [True] + [False] * (len(live) - 1)
         assert len(live) == MAX_LIVE_SECRETS
+
+
+async def test_a_rotation_that_loses_every_turn_is_a_429_and_changes_nothing(
+        any_engine: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
+    # No turn at all: as a rotation that found the current secret replaced at every try.
+    service = SigningService(any_engine, KEY, timedelta(hours=1))
+    before = await service.secrets("t8")
+    monkeypatch.setattr(store.signing, "ROTATION_TRIES", 0)
+    with pytest.raises(RateLimited) as refused:
+        await service.rotate("t8")
+    assert refused.value.headers == {"Retry-After": "1"} and "try again" in refused.value.detail
+    assert await service.secrets("t8") == before
 
 
 async def test_secrets_under_another_key_are_a_503_with_the_reason(sqlite_engine: Engine) -> None:

@@ -84,10 +84,12 @@ async def test_the_runs_of_a_task_created_into_a_herd_are_dispatched_ahead_by_it
         for handle in handles:
             assert (await handle.result()).status is TaskStatus.COMPLETED
     leads = {crowd: await _leads(dev_env, task_id) for crowd, task_id in tasks.items()}
+    # A timer counts from its workflow task's time: on a loaded machine, where the worker ran
+    # that task late, it fires (and the run goes) that much earlier (0.62 s seen in a full run).
     for crowd, expected in {0: 2.0, 20: 4.0, 1000: 6.0}.items():
         assert len(leads[crowd]) == 2, leads
         for lead in leads[crowd]:
-            assert expected - 1.0 <= lead <= expected + 0.5, leads
+            assert expected - 1.0 <= lead <= expected + 1.0, leads
 
 
 async def test_a_task_retimed_out_of_its_herd_keeps_the_usual_lead(
