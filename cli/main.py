@@ -98,7 +98,7 @@ def _keys(settings: Settings, args: argparse.Namespace) -> int:
         print(f"key id {row.id} for tenant {shown(row.tenant_id)}{' (admin)' if row.is_admin else ''}")
         print(f"API key (shown once): {plain}")
     elif args.keys_command == "signing-secret":
-        _signing_secret(settings, engine, args.tenant, rotate=args.rotate)
+        return _signing_secret(settings, engine, args.tenant, rotate=args.rotate)
     elif args.keys_command == "list":
         for row in list_keys(engine, args.tenant):
             state = f"revoked {row.revoked_at:%Y-%m-%d}" if row.revoked_at else "active"
@@ -112,17 +112,22 @@ def _keys(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
-def _signing_secret(settings: Settings, engine: Engine, tenant: str, *, rotate: bool) -> None:
-    from store.signing import SecretBox, live_secrets, rotate_secret
+def _signing_secret(settings: Settings, engine: Engine, tenant: str, *, rotate: bool) -> int:
+    from store.signing import RotationsContended, SecretBox, live_secrets, rotate_secret
 
     box, now = SecretBox(settings.signing.key.get_secret_value()), datetime.now(UTC)
-    if rotate:
-        live = rotate_secret(engine, tenant, now, timedelta(hours=settings.signing.rotation_hours), box)
-    else:
-        live = live_secrets(engine, tenant, now, box)
+    try:
+        if rotate:
+            live = rotate_secret(engine, tenant, now, timedelta(hours=settings.signing.rotation_hours), box)
+        else:
+            live = live_secrets(engine, tenant, now, box)
+    except RotationsContended as exc:
+        print(f"{exc}; nothing changed, try again", file=sys.stderr)
+        return 1
     for secret in live:
         until = f"signs until {secret.expires_at:%Y-%m-%d %H:%M} UTC" if secret.expires_at else "current"
         print(f"{secret.secret}  created {secret.created_at:%Y-%m-%d %H:%M} UTC  {until}")
+    return 0
 
 
 QUOTA_FIELDS = ("max_active_tasks", "min_interval_seconds", "allow_seconds_cron",

@@ -9,6 +9,7 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+import store.signing
 from cli.main import main
 from store.engine import make_engine
 from store.keys import find_active_key
@@ -39,3 +40,19 @@ def test_keys_lifecycle(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys:
     capsys.readouterr()
     assert main(["keys", "list"]) == 0
     assert "revoked" in capsys.readouterr().out
+
+
+def test_signing_secret_shows_rotates_and_says_when_a_rotation_got_no_turn(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("SCHEDULER_DATABASE_URL", f"sqlite:///{tmp_path / 'keys.db'}")
+    assert main(["keys", "signing-secret", "--tenant", "growth"]) == 0
+    [current] = capsys.readouterr().out.splitlines()
+    assert current.startswith("whsec_") and current.endswith("current")
+    assert main(["keys", "signing-secret", "--tenant", "growth", "--rotate"]) == 0
+    rotated = capsys.readouterr().out.splitlines()
+    assert len(rotated) == 2 and rotated[0].endswith("current") and "signs until" in rotated[1]
+    assert rotated[1].split()[0] == current.split()[0]
+    monkeypatch.setattr(store.signing, "ROTATION_TRIES", 0)  # as one that never got a turn
+    assert main(["keys", "signing-secret", "--tenant", "growth", "--rotate"]) == 1
+    out = capsys.readouterr()
+    assert "nothing changed, try again" in out.err and out.out == ""
