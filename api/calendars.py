@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, date, datetime
 from typing import Annotated, Any
 
@@ -17,7 +17,7 @@ from api.errors import ApiError, InvalidTask, NotFound
 from scheduling import policy
 from scheduling.bounds import Text
 from scheduling.calendars import MAX_CALENDAR_DATES, CalendarPlan, HolidaySource, check_holidays
-from scheduling.preview import SkipRule, upcoming_of_new
+from scheduling.preview import PreviewFire, SkipRule, upcoming, upcoming_of_new
 from scheduling.spec import ScheduleType, TaskSpec
 from scheduling.status import SkipReason
 from store.calendars import (
@@ -30,6 +30,7 @@ from store.calendars import (
     tasks_using,
 )
 from store.models import Calendar
+from workflows.state import TaskState
 
 CALENDAR_EXAMPLE: dict[str, Any] = {
     "name": "Bavarian business days", "dates": ["2026-12-24", "2026-12-31"],
@@ -41,8 +42,10 @@ CALENDAR_OUT_EXAMPLE: dict[str, Any] = {
 }
 
 
-# A new task's fires checked against its calendars (a year of daily ones): a schedule with
-# more is not judged.
+# A schedule's fires from where it stands, under a skip rule or none.
+FiresOf = Callable[[SkipRule | None], list[PreviewFire]]
+# A task's fires checked against its calendars (a year of daily ones): a schedule with more
+# is not judged.
 CHECKED_FIRES = 366
 
 
@@ -65,10 +68,19 @@ async def calendar_plan(engine: Engine, tenant_id: str, spec: TaskSpec,
     return CalendarPlan.of(refs, dates, zone)
 
 
-def _ends(spec: TaskSpec) -> bool:
-    """The schedule has a last fire: one time, dates, an end_date or max_runs."""
-    return (spec.schedule_type in (ScheduleType.ONCE, ScheduleType.DATES)
-            or spec.end_date is not None or spec.max_runs is not None)
+def judged(spec: TaskSpec) -> bool:
+    """Whether the calendars of a task are checked for leaving it a fire: it names some, and
+    its schedule has a last fire (one time, dates, an end_date or max_runs)."""
+    return bool(spec.exclude_calendars) and (
+        spec.schedule_type in (ScheduleType.ONCE, ScheduleType.DATES)
+        or spec.end_date is not None or spec.max_runs is not None)
+
+
+def judged_again(old: TaskSpec, new: TaskSpec) -> bool:
+    """Whether a change from ``old`` to ``new`` has its calendars checked (check_change): it
+    changes them or the schedule, and ``new`` is judged."""
+    return judged(new) and (new.exclude_calendars != old.exclude_calendars
+                            or bool(policy.schedule_changes(old, new)))
 
 
 def by_calendar(position: policy.Position) -> SkipRule:
@@ -202,20 +214,36 @@ class CalendarService:
 
     async def check_runs(self, tenant_id: str, spec: TaskSpec, now: datetime) -> None:
         """422 when the calendars exclude every fire of a new task's schedule: it would run
-        nothing. A schedule without a last fire, or with more than CHECKED_FIRES, is not
-        judged. The fires are worked out off the event loop."""
-        if not spec.exclude_calendars or not _ends(spec):
+        nothing."""
+        await self._check(tenant_id, spec, now,
+                          lambda skip: upcoming_of_new(spec, now, CHECKED_FIRES, skip=skip))
+
+    async def check_change(self, tenant_id: str, spec: TaskSpec, state: TaskState,
+                           now: datetime) -> None:
+        """422 when the calendars exclude every fire a change to ``spec`` leaves the task, as
+        the workflow re-plans it, and nothing of it is in flight or queued."""
+        if state.running or state.queue:
             return
-        fires = await to_thread.run_sync(upcoming_of_new, spec, now, CHECKED_FIRES)
+        change = policy.change_schedule(state.position(), policy.Flight(), spec, now)
+        await self._check(tenant_id, spec, change.anchor, lambda skip: upcoming(
+            spec, task_id=state.task_id, first=change.next_fire_at, anchor=change.anchor,
+            limit=CHECKED_FIRES, runs_left=state.runs_left(spec), skip=skip))
+
+    async def _check(self, tenant_id: str, spec: TaskSpec, anchor: datetime,
+                     fires_of: FiresOf) -> None:
+        """A schedule without a last fire, or with more than CHECKED_FIRES, is not judged. The
+        fires are worked out off the event loop."""
+        if not judged(spec):
+            return
+        fires = await to_thread.run_sync(fires_of, None)
         if not fires or len(fires) >= CHECKED_FIRES:
             return
         plan = await calendar_plan(self._engine, tenant_id, spec, [f.scheduled_at for f in fires])
         if plan is None:
             return
-        position = policy.Position(spec=spec, task_id="", anchor=now, next_fire_at=None,
+        position = policy.Position(spec=spec, task_id="", anchor=anchor, next_fire_at=None,
                                    calendar=plan)
-        fires = await to_thread.run_sync(lambda: upcoming_of_new(
-            spec, now, CHECKED_FIRES, skip=by_calendar(position)))
+        fires = await to_thread.run_sync(fires_of, by_calendar(position))
         if len(fires) >= CHECKED_FIRES or any(f.skipped is None for f in fires):
             return
         first = fires[0].scheduled_at.astimezone(spec.zone()).date()

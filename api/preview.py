@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 import anyio
 from pydantic import BaseModel, Field, ValidationError
 
-from api.calendars import by_calendar, calendar_plan
+from api.calendars import by_calendar, calendar_plan, judged_again
 from api.database import in_thread
 from api.errors import InvalidTask, TaskConflict
 from api.service import Principal, TaskService, _first_error
@@ -105,15 +105,17 @@ class Previews:
         if policy.leaves_nothing(change, policy.Flight(total=len(state.running))):
             name, message = policy.why_no_run(new_spec, state.executed)  # as the update answers
             raise InvalidTask(message, field=name)
+        if judged_again(spec, new_spec):
+            await self.service.calendars.check_change(row.tenant_id, new_spec, state, now)
         after = upcoming(new_spec, task_id=task_id, first=change.next_fire_at, anchor=change.anchor,
-                         limit=limit, runs_left=_runs_left(state, new_spec))
+                         limit=limit, runs_left=state.runs_left(new_spec))
         calendars = await self._calendars(row.tenant_id, new_spec, after)
         if calendars is not None:
             position = policy.Position(spec=new_spec, task_id=task_id, anchor=change.anchor,
                                        next_fire_at=None, calendar=calendars)
             after = _shown_shifted(upcoming(
                 new_spec, task_id=task_id, first=change.next_fire_at, anchor=change.anchor,
-                limit=limit, runs_left=_runs_left(state, new_spec), skip=by_calendar(position)),
+                limit=limit, runs_left=state.runs_left(new_spec), skip=by_calendar(position)),
                 position)
         before = await self._with_calendars(state, before, limit)
         out = await self._out(row.tenant_id, new_spec, after, besides=task_id)
@@ -158,7 +160,7 @@ class Previews:
         if taken is not None and state.position().instant(taken) in state.waiting:
             first = taken
         return upcoming(state.spec, task_id=state.task_id, first=first, anchor=state.anchor,
-                        limit=limit, runs_left=_runs_left(state, state.spec), skip=skip)
+                        limit=limit, runs_left=state.runs_left(state.spec), skip=skip)
 
     async def _out(self, tenant_id: str, spec: TaskSpec, fires: list[PreviewFire], *,
                    besides: str | None) -> PreviewOut:
@@ -182,13 +184,6 @@ def on_resume_now(state: TaskState) -> ResumePreview:
     position = state.position()
     return ResumePreview(as_of=now, skip=decide_resume(position, flight, ResumeMissed.SKIP, now),
                          policy=decide_resume(position, flight, ResumeMissed.POLICY, now))
-
-
-def _runs_left(state: TaskState, spec: TaskSpec) -> int | None:
-    """Scheduled runs ``max_runs`` still allows the task, beyond those it has run."""
-    if spec.max_runs is None:
-        return None
-    return max(0, spec.max_runs - state.executed)
 
 
 def _shown_shifted(fires: list[PreviewFire], position: policy.Position) -> list[PreviewFire]:

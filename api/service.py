@@ -17,7 +17,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from activities.workflow_jobs import WorkflowJobRules
 from api.backfill import backfill
-from api.calendars import CalendarService
+from api.calendars import CalendarService, judged_again
 from api.database import in_thread
 from api.errors import (
     InvalidTask,
@@ -267,6 +267,9 @@ class TaskService:
                                 body_size=body_size, before=spec)
         if new_spec.exclude_calendars != spec.exclude_calendars:
             await self.calendars.check_refs(row.tenant_id, new_spec)
+        if judged_again(spec, new_spec):  # on the workflow's plan, as the preview shows it
+            await self.calendars.check_change(row.tenant_id, new_spec,
+                                              await self.temporal.state(task_id), datetime.now(UTC))
         herd: dict[str, Any] = {}
         if policy.retimes(spec, new_spec):
             # The herd its next run joins, as a create counts it; the workflow keeps the count

@@ -303,6 +303,10 @@ class TaskState(BaseModel):
         return min((i for i in [*self.waiting, self.next_instant()] if i is not None and i > now),
                    default=None)
 
+    def runs_left(self, spec: TaskSpec) -> int | None:
+        """Scheduled runs ``spec``'s max_runs still allows the task, beyond those it has run."""
+        return None if spec.max_runs is None else max(0, spec.max_runs - self.executed)
+
     def position(self) -> Position:
         """Where the schedule stands, for the policy engine."""
         return Position(spec=self.spec, task_id=self.task_id, anchor=self.anchor,
