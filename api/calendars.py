@@ -8,7 +8,7 @@ from datetime import UTC, date, datetime
 from typing import Annotated, Any
 
 from anyio import to_thread
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
 from sqlalchemy import Engine
 
 from api.cursors import NextCursor
@@ -18,7 +18,7 @@ from scheduling import policy
 from scheduling.bounds import Text
 from scheduling.calendars import MAX_CALENDAR_DATES, CalendarPlan, HolidaySource, check_holidays
 from scheduling.preview import PreviewFire, SkipRule, upcoming, upcoming_of_new
-from scheduling.spec import ScheduleType, TaskSpec
+from scheduling.spec import ScheduleType, TaskChanges, TaskSpec
 from scheduling.status import SkipReason
 from store.calendars import (
     add_calendar,
@@ -218,12 +218,17 @@ class CalendarService:
         await self._check(tenant_id, spec, now,
                           lambda skip: upcoming_of_new(spec, now, CHECKED_FIRES, skip=skip))
 
-    async def check_change(self, tenant_id: str, spec: TaskSpec, state: TaskState,
+    async def check_change(self, tenant_id: str, changes: TaskChanges, state: TaskState,
                            now: datetime) -> None:
-        """422 when the calendars exclude every fire a change to ``spec`` leaves the task, as
-        the workflow re-plans it, and nothing of it is in flight or queued."""
+        """422 when the calendars exclude every fire ``changes`` leave the task, as the
+        workflow applies them to its spec and re-plans it, and nothing of it is in flight or
+        queued."""
         if state.running or state.queue:
             return
+        try:
+            spec = changes.apply_to(state.spec)  # the row may lag the workflow
+        except ValidationError:
+            return  # the workflow's own validator answers it
         change = policy.change_schedule(state.position(), policy.Flight(), spec, now)
         await self._check(tenant_id, spec, change.anchor, lambda skip: upcoming(
             spec, task_id=state.task_id, first=change.next_fire_at, anchor=change.anchor,

@@ -268,7 +268,7 @@ class TaskService:
         if new_spec.exclude_calendars != spec.exclude_calendars:
             await self.calendars.check_refs(row.tenant_id, new_spec)
         if judged_again(spec, new_spec):  # on the workflow's plan, as the preview shows it
-            await self.calendars.check_change(row.tenant_id, new_spec,
+            await self.calendars.check_change(row.tenant_id, changes,
                                               await self.temporal.state(task_id), datetime.now(UTC))
         herd: dict[str, Any] = {}
         if policy.retimes(spec, new_spec):

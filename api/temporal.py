@@ -15,6 +15,7 @@ from temporalio.api.workflowservice.v1 import (
 )
 from temporalio.client import (
     Client,
+    WorkflowQueryFailedError,
     WorkflowUpdateFailedError,
     WorkflowUpdateRPCTimeoutOrCancelledError,
 )
@@ -58,6 +59,9 @@ async def _temporal_errors(task_id: str | None = None) -> AsyncIterator[None]:
             named = cause.details[0] if cause.details and isinstance(cause.details[0], dict) else {}
             raise InvalidTask(message, field=named.get("field")) from exc
         raise InvalidTask(message) from exc
+    except WorkflowQueryFailedError as exc:
+        # The worker could not answer the state query (its workflow task is failing).
+        raise ServiceUnavailable(f"the task's workflow cannot answer now: {exc}") from exc
     except RPCError as exc:
         if exc.status is RPCStatusCode.NOT_FOUND:
             raise TaskConflict(f"task {task_id} has ended and can no longer change") from exc
