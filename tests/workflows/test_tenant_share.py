@@ -8,6 +8,7 @@ import asyncio
 import json
 import uuid
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -17,10 +18,12 @@ from temporalio.testing import WorkflowEnvironment
 
 from activities.handlers import HandlerContext
 from activities.share import SlotShare
-from scheduling.status import workflow_id
+from outbound.egress import EgressPolicy, guarded_client
+from scheduling.status import JobFailure, workflow_id
 from store.tasks import list_executions
 from tests.conftest import new_worker
 from tests.workflows.helpers import spec
+from worker.build import ActivitySet, build_activities, build_jobs_worker, build_workflow_worker
 from workflows.starter import start_task_workflow
 
 
@@ -108,6 +111,15 @@ async def test_a_busy_tenant_leaves_room_for_another(dev_env: WorkflowEnvironmen
     assert [i["refusable"] for i in resent[0]] == [True] * len(resent[0])
 
 
+async def refusals(env: WorkflowEnvironment, task_id: str) -> int:
+    """The job activities of the task a jobs worker refused."""
+    history = await env.client.get_workflow_handle(workflow_id(task_id)).fetch_history()
+    return sum(1 for e in history.events
+               if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED
+               and e.activity_task_failed_event_attributes.failure.application_failure_info.type
+               == JobFailure.TENANT_BUSY)
+
+
 async def scheduled_inputs(env: WorkflowEnvironment, task_id: str) -> list[dict[str, Any]]:
     """The JobInput of each job activity the task's workflow scheduled, in order."""
     history = await env.client.get_workflow_handle(workflow_id(task_id)).fetch_history()
@@ -149,3 +161,45 @@ async def test_a_run_refused_until_past_its_instant_goes_to_the_missed_run_polic
     assert rows(skipped) == [("SKIPPED", "missed")]
     assert rows(cancelled) == [("SKIPPED", "cancelled")]
     assert hold.calls == Counter([holder])
+
+
+async def test_a_run_sent_again_to_jobs_workers_that_went_down_runs_once(
+        dev_env: WorkflowEnvironment, sqlite_engine: Engine) -> None:
+    # Refused while its tenant holds the one slot it may, the run is sent again; the jobs
+    # worker goes down, and the one that comes back gets it past the time its workflow found
+    # it untaken and decided its fire again (catchup). Sent again with its own due time, it
+    # claims, is refused, and only the catch-up runs.
+    client, queue = dev_env.client, f"share-{uuid.uuid4()}"
+    hold, ran = Hold(), Counter[str]()
+
+    async def count(ctx: HandlerContext) -> None:
+        ran[ctx.task_id] += 1
+
+    handlers = {"hold": hold, "count": count}
+    executor = ThreadPoolExecutor(max_workers=4)
+    async with guarded_client(EgressPolicy.from_list(["127.0.0.1"])) as http:
+        def activities() -> ActivitySet:
+            return build_activities(engine=sqlite_engine, http=http, client=client,
+                                    extra_handlers=handlers, job_slots=2)
+        async with build_workflow_worker(client, task_queue=queue, activities=activities(),
+                                         executor=executor):
+            async with build_jobs_worker(client, task_queue=queue, activities=activities()):
+                await create(dev_env, queue, "busy", "hold", run_at=datetime.now(UTC))
+                while not hold.calls:
+                    await asyncio.sleep(0.1)
+                instant = datetime.now(UTC) + timedelta(seconds=1)
+                task_id = await create(dev_env, queue, "busy", "count", run_at=instant,
+                                       missed_run_policy="catchup")
+                # Refused at its instant, 1 s and 3 s past it: sent again at 7 s.
+                while await refusals(dev_env, task_id) < 3:
+                    await asyncio.sleep(0.1)
+            # No jobs worker until past the time the run is found untaken (8 s).
+            await asyncio.sleep((instant + timedelta(seconds=9.5) - datetime.now(UTC)).total_seconds())
+            hold.release.set()
+            async with build_jobs_worker(client, task_queue=queue, activities=activities()):
+                state = await asyncio.wait_for(client.get_workflow_handle(workflow_id(task_id)).result(), 60)
+    executor.shutdown(wait=False)
+    rows, _ = list_executions(sqlite_engine, task_id=task_id, limit=10)
+    assert ran == Counter([task_id]), ran
+    assert [row.status for row in rows] == ["COMPLETED"], rows
+    assert state["success_count"] == 1, state
