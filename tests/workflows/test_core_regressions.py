@@ -18,6 +18,7 @@ from typing import Any
 import httpx
 from sqlalchemy import Engine, event
 from temporalio.api.enums.v1 import EventType
+from temporalio.service import RPCError, RPCStatusCode
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
@@ -256,7 +257,14 @@ async def test_more_than_a_thousand_missed_fires_single_catchup_runs_one(
     async with new_worker(time_env.client, sqlite_engine, task_queue=queue,
                           max_cached_workflows=0):
         async def decided() -> bool:
-            state = await task_state(handle)
+            try:
+                state = await task_state(handle)
+            except RPCError as exc:
+                # Without a cache each query replays the whole history; on a loaded machine,
+                # while the worker decides the 1,300 fires, one can miss its deadline.
+                if exc.status is RPCStatusCode.DEADLINE_EXCEEDED:
+                    return False
+                raise
             return state.skipped_count >= 1290 and state.success_count >= 1
 
         await until(decided, timeout=90)
