@@ -15,6 +15,12 @@ from config.settings import Settings
 RUN_OPTIONS = "run_options"
 # The options reach a run before its first pass: a worker answers at once.
 RUN_OPTIONS_TIMEOUT = timedelta(seconds=10)
+# The workflow code's release, recorded with each workflow run's options: a change that may
+# only apply to runs started on it checks it instead of asking a patch, which would cost every
+# new workflow a marker and a search-attribute upsert (docs/upgrades.md lists each release).
+RELEASE = 1
+# From release 1, TaskStatus in Temporal never shows RUNNING (workflows/attributes.py).
+RELEASE_STATUS_WITHOUT_RUNS = 1
 
 
 class RunOptions(BaseModel):
@@ -33,6 +39,8 @@ class RunOptions(BaseModel):
         description="runs per second dispatched ahead of a herd (policy.herd_lead; 0: off)",
     )
     history_limit: int = Field(default=10_000, gt=0, description="continue-as-new past this length")
+    release: int = Field(default=0, ge=0, description="the workflow code's release of the worker "
+                         "that answered (0: a run recorded before releases were)")
 
     @classmethod
     def of(cls, settings: Settings) -> RunOptions:
@@ -47,7 +55,7 @@ class RunOptionsActivities:
     """Answers a workflow run's question for its options with the worker's own."""
 
     def __init__(self, options: RunOptions) -> None:
-        self._options = options
+        self._options = options.model_copy(update={"release": RELEASE})
 
     @activity.defn(name=RUN_OPTIONS)
     async def run_options(self) -> RunOptions:

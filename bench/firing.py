@@ -23,7 +23,7 @@ from temporalio.client import (
     Client,
 )
 
-from bench.stack import SchedulerStack, api_session
+from bench.stack import SchedulerStack, Stack, api_session
 
 CONCURRENCY = 32
 RUN_JOB_ACTIVITY = "run_job"
@@ -91,6 +91,19 @@ class Fired:
     retried: int = 0
     # Runs a target saw more than once (deliveries per Idempotency-Key); None: none counted.
     doubled: int | None = None
+    # CPU ms per fire due, by process role, from the first instant until every run had finished.
+    cpu_per_fire_ms: dict[str, float] = field(default_factory=dict)
+
+    async def measure_cpu(self, stack: Stack, wait: Awaitable[None]) -> None:
+        """Run ``wait`` (until every run has finished) and note each role's CPU per run spent
+        from the first instant on: the cost of a fire, without the creates before it."""
+        await sleep_until(min(min(v) for v in self.plan.expected().values()) - 0.5)
+        before = stack.cpu()
+        await wait
+        after = stack.cpu()
+        due = sum(len(instants) for instants in self.plan.expected().values())
+        self.cpu_per_fire_ms = {role: round((after[role] - before.get(role, 0.0)) * 1000 / due, 2)
+                                for role in after}
 
     def add(self, task: str, instant: float, start: float) -> None:
         """Record one observed run start."""
@@ -192,6 +205,14 @@ def task_body(key: str, plan: Plan, instants: list[float]) -> tuple[str, dict[st
     }
 
 
+def cpu_lines(results: Iterable[tuple[str, Fired]]) -> list[str]:
+    """What each system's processes spent per fire (``Fired.measure_cpu``), a line each."""
+    return [f"- CPU per fire due, from the first instant until every run had finished, {label}: "
+            + ", ".join(f"{role} {ms:.2f} ms" for role, ms in result.cpu_per_fire_ms.items())
+            + f" (total {sum(result.cpu_per_fire_ms.values()):.2f} ms)"
+            for label, result in results if result.cpu_per_fire_ms]
+
+
 async def fire_scheduler(plan_at: Callable[[], Plan], *, history_sample: int,
                          settings: dict[str, str] | None = None) -> Fired:
     """The scheduler: tasks created through POST /task/create, runs read from task_execution
@@ -223,7 +244,7 @@ async def fire_scheduler(plan_at: Callable[[], Plan], *, history_sample: int,
         fired.create_seconds = time.time() - began
         fired.slack_seconds = min(min(v) for v in expected.values()) - time.time()
         runs_due = sum(len(expected[key]) for key in ids.values())
-        await wait_scheduler(stack, plan, runs_due, fired)
+        await fired.measure_cpu(stack, wait_scheduler(stack, plan, runs_due, fired))
         for task_id, scheduled, started, status, reason, attempts in read_executions(stack):
             fired.statuses[status] += 1
             key = ids.get(task_id)

@@ -49,7 +49,7 @@ async def fire_bare(plan_at: Callable[[], Plan]) -> Fired:
         fired.create_seconds = time.time() - began
         fired.slack_seconds = min(min(v) for v in expected.values()) - time.time()
         fired.create_errors = sum(isinstance(o, Exception) for o in outcomes)
-        await wait_visibility(client, "BareWorkflow", len(expected), plan, fired)
+        await fired.measure_cpu(stack, wait_visibility(client, "BareWorkflow", len(expected), plan, fired))
         results = await bounded([result_of(client, f"bare-{key}") for key in expected], 32)
         for key, result in zip(expected, results, strict=True):
             if isinstance(result, Exception):
@@ -132,7 +132,7 @@ async def fire_schedules(plan_at: Callable[[], Plan]) -> Fired:
         fired.create_errors = len(errors)
         if errors:
             fired.notes.append(f"{len(errors)} schedule creates failed, first: {errors[0]!r}")
-        await wait_visibility(client, "ScheduledWorkflow", plan.runs, plan, fired)
+        await fired.measure_cpu(stack, wait_visibility(client, "ScheduledWorkflow", plan.runs, plan, fired))
         ids = [w.id async for w in client.list_workflows("WorkflowType = 'ScheduledWorkflow'")]
         results = await bounded([result_of(client, i) for i in ids], 32)
         for workflow_id, result in zip(ids, results, strict=True):

@@ -15,7 +15,7 @@ import time
 from collections import Counter
 from typing import Any
 
-from bench.firing import Plan, fire_scheduler
+from bench.firing import Fired, Plan, cpu_lines, fire_scheduler
 from bench.firing_baselines import fire_bare
 from bench.herd import notes
 from bench.measure import Report, Target, fmt, summary, table, targets_table
@@ -50,6 +50,7 @@ async def run(args: argparse.Namespace) -> Report:
     systems = [s.strip() for s in args.sustained_systems.split(",") if s.strip()]
     rows, data, samples = [], {}, {}
     best: dict[str, float] = {system: 0.0 for system in systems}
+    runs: list[tuple[str, Fired]] = []
     for rate in rates:
         for system in systems:
             print(f"sustained {rate}/s: {system} ...", flush=True)
@@ -63,6 +64,7 @@ async def run(args: argparse.Namespace) -> Report:
                 fired = await fire_bare(plan)
             else:
                 raise SystemExit(f"unknown system {system!r}")
+            runs.append((f"{system} {rate}/s", fired))
             lateness = fired.lateness()
             s, counts = summary(lateness), fired.exactly_once()
             reasons = Counter(fired.skipped.values())
@@ -76,7 +78,8 @@ async def run(args: argparse.Namespace) -> Report:
                          fmt(s["p99"] * 1000, " ms"), fmt(s["max"] * 1000, " ms"),
                          "held" if ok else "not held"])
             data[f"{rate}/{system}"] = {"lateness_s": s, "exactly_once": counts,
-                                        "skipped": dict(reasons), "held": ok, "notes": fired.notes}
+                                        "skipped": dict(reasons), "held": ok, "notes": fired.notes,
+                                        "cpu_per_fire_ms": fired.cpu_per_fire_ms}
     targets = _targets(best, data)
     text = "\n".join([
         f"## Sustained fires: interval tasks every 1 s, {args.sustained_seconds} fires each",
@@ -86,6 +89,8 @@ async def run(args: argparse.Namespace) -> Report:
         "Highest rate held: " + ", ".join(f"{system} {fmt(rate)}/s" for system, rate in best.items()),
         "",
         targets_table(targets),
+        "",
+        *cpu_lines(runs),
         *notes(data),
     ])
     out: dict[str, Any] = dict(data)

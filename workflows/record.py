@@ -51,6 +51,8 @@ class TaskRecord:
         self._deliveries: set[asyncio.Task[None]] = set()
         # Workflows started before the task history record no events (set by the workflow).
         self.events_on = False
+        # Workflow runs recorded before release 1 show RUNNING in TaskStatus (set by the workflow).
+        self.status_with_runs = True
         self._events: list[TaskEventRecord] = []
         self._event_count = 0
 
@@ -220,8 +222,9 @@ class TaskRecord:
         updates: list[SearchAttributeUpdate[Any]] = []
         # Only what differs from what the workflow already carries: every upsert is a
         # visibility write on the server.
-        if current.get(attributes.TASK_STATUS) != now.status:
-            updates.append(attributes.TASK_STATUS.value_set(now.status))
+        status = attributes.shown_status(now.status, with_runs=self.status_with_runs)
+        if current.get(attributes.TASK_STATUS) != status:
+            updates.append(attributes.TASK_STATUS.value_set(status))
         if current.get(attributes.TASK_NAME) != now.name:
             updates.append(attributes.TASK_NAME.value_set(now.name))
         if current.get(attributes.SCHEDULE_TYPE) != now.schedule_type:

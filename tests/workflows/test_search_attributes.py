@@ -1,0 +1,86 @@
+"""The search attributes operators filter on in Temporal: TaskStatus shows PENDING, PAUSED and
+the final states, never the RUNNING of a run in progress (that is on the task row); every
+change of what it shows is one upsert."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+from typing import Any
+
+from sqlalchemy import Engine
+from temporalio.api.common.v1 import WorkflowExecution
+from temporalio.api.workflowservice.v1 import DescribeWorkflowExecutionRequest
+from temporalio.testing import WorkflowEnvironment
+
+from scheduling.status import TaskStatus
+from store.tasks import read_task
+from tests.conftest import new_worker
+from tests.workflows.helpers import Blocker, TaskHandle, handler_job, spec, start_task, until
+from workflows import attributes
+from workflows.task import TaskWorkflow
+
+
+async def _shown(env: WorkflowEnvironment, handle: TaskHandle) -> Any:
+    """TaskStatus as Temporal shows it (read alone: the time-skipping server answers an unset
+    NextRunAt in a form the SDK cannot decode)."""
+    described = await env.client.workflow_service.describe_workflow_execution(
+        DescribeWorkflowExecutionRequest(namespace=env.client.namespace,
+                                         execution=WorkflowExecution(workflow_id=handle.id)))
+    info = described.workflow_execution_info
+    [status] = env.client.data_converter.payload_converter.from_payloads(
+        [info.search_attributes.indexed_fields["TaskStatus"]])
+    return status
+
+
+async def _upserted_statuses(env: WorkflowEnvironment, handle: TaskHandle) -> list[Any]:
+    """Every TaskStatus the workflow's history upserted, in order."""
+    statuses = []
+    async for event in handle.fetch_history_events():
+        if event.HasField("upsert_workflow_search_attributes_event_attributes"):
+            fields = event.upsert_workflow_search_attributes_event_attributes.search_attributes
+            if "TaskStatus" in fields.indexed_fields:
+                statuses.append(env.client.data_converter.payload_converter.from_payloads(
+                    [fields.indexed_fields["TaskStatus"]]))
+    return [status for [status] in statuses]
+
+
+async def test_task_status_in_temporal_never_shows_a_run_in_progress(
+    time_env: WorkflowEnvironment, sqlite_engine: Engine
+) -> None:
+    now = await time_env.get_current_time()
+    blocker = Blocker()
+    task = spec(schedule_type="interval", interval_seconds=3600, start_date=now + timedelta(minutes=5),
+                job_details=handler_job("block"), heartbeat_timeout_seconds=2)
+    async with new_worker(time_env.client, sqlite_engine, handlers={"block": blocker}) as worker:
+        handle = await start_task(time_env, worker.task_queue, task)
+        result = asyncio.create_task(handle.result())  # lets the clock skip to the first fire
+        await asyncio.wait_for(blocker.started.wait(), timeout=30)
+        state_id = (await handle.query(TaskWorkflow.query_state)).task_id
+
+        async def row_is(status: str) -> bool:
+            row = read_task(sqlite_engine, state_id, "t1")
+            return row is not None and row.status == status
+
+        # The run is reported started and written: the row shows RUNNING, Temporal PENDING,
+        # with the next fire already as NextRunAt.
+        await until(lambda: row_is("RUNNING"))
+        running = await _shown(time_env, handle)
+        next_run = (await handle.describe()).typed_search_attributes.get(attributes.NEXT_RUN_AT)
+        # Paused while the run goes on: both show PAUSED; resumed: the row RUNNING again.
+        await handle.execute_update(TaskWorkflow.pause_update, "a moment")
+        await until(lambda: row_is("PAUSED"))
+        paused = await _shown(time_env, handle)
+        await handle.execute_update(TaskWorkflow.resume_update)
+        await until(lambda: row_is("RUNNING"))
+        resumed = await _shown(time_env, handle)
+        await handle.execute_update(TaskWorkflow.cancel_update, "done")
+        final = await asyncio.wait_for(result, timeout=30)
+        ended = await _shown(time_env, handle)
+        upserted = await _upserted_statuses(time_env, handle)
+
+    assert final.status is TaskStatus.CANCELLED and final.cancelled_count == 1
+    assert (running, paused, resumed, ended) == ("PENDING", "PAUSED", "PENDING", "CANCELLED")
+    assert next_run is not None and abs(next_run - (now + timedelta(minutes=65))) < timedelta(seconds=1)
+    # One upsert for each change of what it shows (the start's was PENDING).
+    assert upserted == ["PAUSED", "PENDING", "CANCELLED"]
