@@ -19,8 +19,6 @@ RUN_OPTIONS_TIMEOUT = timedelta(seconds=10)
 # only apply to runs started on it checks it instead of asking a patch, which would cost every
 # new workflow a marker and a search-attribute upsert (docs/upgrades.md lists each release).
 RELEASE = 1
-# From release 1, TaskStatus in Temporal never shows RUNNING (workflows/attributes.py).
-RELEASE_STATUS_WITHOUT_RUNS = 1
 
 
 class RunOptions(BaseModel):

@@ -51,8 +51,9 @@ class TaskRecord:
         self._deliveries: set[asyncio.Task[None]] = set()
         # Workflows started before the task history record no events (set by the workflow).
         self.events_on = False
-        # Workflow runs recorded before release 1 show RUNNING in TaskStatus (set by the workflow).
-        self.status_with_runs = True
+        # Workflow runs recorded before release 1 show RUNNING in TaskStatus and write the row
+        # as a run is sent ahead (set by the workflow).
+        self.before_release_1 = True
         self._events: list[TaskEventRecord] = []
         self._event_count = 0
 
@@ -206,7 +207,7 @@ class TaskRecord:
 
     def _versioned(self, snapshot: TaskSnapshot) -> TaskSnapshot | None:
         """The snapshot to write (None when nothing a user can see has changed)."""
-        if self._saved is not None and snapshot == self._saved:
+        if self._saved is not None and (snapshot == self._saved or self._sent_ahead(snapshot)):
             return None
         previous, self._saved = self._saved, snapshot
         self._upsert_search_attributes(previous, snapshot)
@@ -217,12 +218,22 @@ class TaskRecord:
             "state_version": state_version(workflow.info().start_time, self._version),
         })
 
+    def _sent_ahead(self, snapshot: TaskSnapshot) -> bool:
+        """Only a run sent ahead of its instant has changed, and the row shows that instant as
+        the next run already: the overdue check watches the sooner of the two, so the row says
+        the same without a write (one local activity and transaction less per fire)."""
+        saved = self._saved
+        return (not self.before_release_1 and saved is not None and saved.unstarted_at is None
+                and snapshot.unstarted_at is not None
+                and snapshot.unstarted_at == snapshot.next_run_at == saved.next_run_at
+                and snapshot == saved.model_copy(update={"unstarted_at": snapshot.unstarted_at}))
+
     def _upsert_search_attributes(self, before: TaskSnapshot | None, now: TaskSnapshot) -> None:
         current = workflow.info().typed_search_attributes
         updates: list[SearchAttributeUpdate[Any]] = []
         # Only what differs from what the workflow already carries: every upsert is a
         # visibility write on the server.
-        status = attributes.shown_status(now.status, with_runs=self.status_with_runs)
+        status = attributes.shown_status(now.status, with_runs=self.before_release_1)
         if current.get(attributes.TASK_STATUS) != status:
             updates.append(attributes.TASK_STATUS.value_set(status))
         if current.get(attributes.TASK_NAME) != now.name:

@@ -20,12 +20,7 @@ from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from activities.calendars import CALENDAR_DATES, CALENDAR_DATES_TIMEOUT, CalendarDatesRequest
-    from activities.options import (
-        RELEASE_STATUS_WITHOUT_RUNS,
-        RUN_OPTIONS,
-        RUN_OPTIONS_TIMEOUT,
-        RunOptions,
-    )
+    from activities.options import RUN_OPTIONS, RUN_OPTIONS_TIMEOUT, RunOptions
     from activities.payloads import CLAIM_RUN, RUN_STARTED, RunStart
     from scheduling import policy
     from scheduling.calendars import CalendarDates
@@ -143,7 +138,7 @@ class TaskWorkflow:
             # A local activity: the worker's answer is recorded, so a replay reads the same.
             self._options = await workflow.execute_local_activity(
                 RUN_OPTIONS, result_type=RunOptions, start_to_close_timeout=RUN_OPTIONS_TIMEOUT)
-        self._record.status_with_runs = self._options.release < RELEASE_STATUS_WITHOUT_RUNS
+        self._record.before_release_1 = self._options.release < 1
         self._record.resend()
         # What the run's start cost in history (the patch markers grow with every release).
         self._start_length = workflow.info().get_current_history_length()

@@ -128,6 +128,14 @@ async def interval_dispatched_ahead(env: WorkflowEnvironment, engine: Engine) ->
 
 
 @scenario
+async def sent_ahead_alone(env: WorkflowEnvironment, engine: Engine) -> TaskHandle:
+    """Each run sent ahead in a workflow task of its own (its instant beyond the lead)."""
+    start = await env.get_current_time() + timedelta(seconds=6)
+    task = spec(schedule_type="interval", interval_seconds=5, start_date=start, max_runs=2)
+    return await to_the_end(env, engine, task, lead=2)
+
+
+@scenario
 async def catchup(env: WorkflowEnvironment, engine: Engine) -> TaskHandle:
     # Down from +10 to +130 minutes: +30, +60, +90, +120 are missed; three are caught up (the
     # cap), the oldest is skipped; +150 runs on time and is the fifth and last run.
