@@ -22,7 +22,7 @@ from bench.baseline import BareInput
 from bench.firing import CONCURRENCY, iso
 from bench.firing_baselines import once_spec
 from bench.measure import Report, Target, fmt, ratio, summary, table, targets_table
-from bench.stack import BareStack, SchedulerStack, Stack, api_session
+from bench.stack import BareStack, SchedulerStack, Stack, api_session, drained
 
 DAY = 86400.0
 
@@ -75,22 +75,6 @@ async def timed(calls: Sequence[Callable[[], Awaitable[Any]]], concurrency: int,
         result["cpu_s_drained"] = {role: cpu_done[role] - cpu_before.get(role, 0.0)
                                    for role in cpu_done}
     return result | ({"latencies": latencies} if keep else {})
-
-
-async def drained(stack: Stack, idle_cores: float = 0.15, window: float = 2.0,
-                  timeout: float = 600.0) -> float:
-    """Seconds until the stack's processes together use less than `idle_cores` of CPU over a
-    `window`: the backlog the calls left behind (such as the new tasks' first workflow tasks)
-    has been worked off."""
-    began = time.perf_counter()
-    before = sum(stack.cpu().values())
-    while time.perf_counter() - began < timeout:
-        await asyncio.sleep(window)
-        now = sum(stack.cpu().values())
-        if (now - before) / window < idle_cores:
-            return max(0.0, time.perf_counter() - began - window)
-        before = now
-    return timeout
 
 
 def _cpu(stack: Stack | None) -> dict[str, float]:

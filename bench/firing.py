@@ -23,7 +23,7 @@ from temporalio.client import (
     Client,
 )
 
-from bench.stack import SchedulerStack, Stack, api_session
+from bench.stack import SchedulerStack, Stack, api_session, drained
 
 CONCURRENCY = 32
 RUN_JOB_ACTIVITY = "run_job"
@@ -95,14 +95,21 @@ class Fired:
     cpu_per_fire_ms: dict[str, float] = field(default_factory=dict)
 
     async def measure_cpu(self, stack: Stack, wait: Awaitable[None]) -> None:
-        """Run ``wait`` (until every run has finished) and note each role's CPU per run spent
-        from the first instant on: the cost of a fire, without the creates before it."""
-        await sleep_until(min(min(v) for v in self.plan.expected().values()) - 0.5)
+        """Run ``wait`` (until every run has finished) and note each role's CPU per fire due:
+        from when the creates' work is done (the stack idle, at the latest just before the
+        first instant) until the stack is idle again after the last run. A run sent ahead
+        before the stack went idle is left out (the first runs of a herd)."""
+        first = min(min(v) for v in self.plan.expected().values())
+        # drained looks a 2 s window past its timeout at most: ends by the first instant
+        if (left := first - 0.5 - time.time() - 2.0) > 0:
+            await drained(stack, timeout=left)
         before = stack.cpu()
         await wait
+        await drained(stack, timeout=60.0)
         after = stack.cpu()
         due = sum(len(instants) for instants in self.plan.expected().values())
-        self.cpu_per_fire_ms = {role: round((after[role] - before.get(role, 0.0)) * 1000 / due, 2)
+        # A process that exited reads 0: its role counts nothing rather than less than nothing.
+        self.cpu_per_fire_ms = {role: round(max(0.0, after[role] - before.get(role, 0.0)) * 1000 / due, 2)
                                 for role in after}
 
     def add(self, task: str, instant: float, start: float) -> None:
@@ -207,7 +214,7 @@ def task_body(key: str, plan: Plan, instants: list[float]) -> tuple[str, dict[st
 
 def cpu_lines(results: Iterable[tuple[str, Fired]]) -> list[str]:
     """What each system's processes spent per fire (``Fired.measure_cpu``), a line each."""
-    return [f"- CPU per fire due, from the first instant until every run had finished, {label}: "
+    return [f"- CPU per fire due, from the stack idle after the creates to idle after the runs, {label}: "
             + ", ".join(f"{role} {ms:.2f} ms" for role, ms in result.cpu_per_fire_ms.items())
             + f" (total {sum(result.cpu_per_fire_ms.values()):.2f} ms)"
             for label, result in results if result.cpu_per_fire_ms]

@@ -15,7 +15,7 @@ from typing import Any
 
 from aiohttp import web
 
-from bench.firing import HISTORY_LABEL, Fired, Plan, cpu_lines, fire_scheduler
+from bench.firing import HISTORY_LABEL, Fired, Plan, fire_scheduler
 from bench.firing_baselines import fire_apscheduler, fire_bare, fire_schedules
 from bench.measure import Report, Target, fmt, ratio, summary, table, targets_table
 
@@ -74,7 +74,6 @@ async def _run(args: argparse.Namespace, sizes: list[int], job: dict[str, Any] |
                target: HttpTarget | None) -> Report:
     rows: list[list[str]] = []
     targets: list[Target] = []
-    runs: list[tuple[str, Fired]] = []
     data: dict[str, Any] = {}
     samples: dict[str, list[float]] = {}
     for size in sizes:
@@ -119,7 +118,6 @@ async def _run(args: argparse.Namespace, sizes: list[int], job: dict[str, Any] |
             p99[system] = summary(lateness)["p99"]
             samples[f"{system} n={size}"] = lateness
             data[f"{size}/{system}"] = _data(result, size, lateness)
-            runs.append((f"{system} n={size}", result))
         history = fired["scheduler"].cross_check.get("job_start_lateness", [])
         if history:
             s = summary(history)
@@ -133,8 +131,6 @@ async def _run(args: argparse.Namespace, sizes: list[int], job: dict[str, Any] |
         table(["system", "N", "runs", "lost", "dup", "p50", "p99", "max", "drain runs/s", "create", "slack"], rows),
         "",
         targets_table(targets),
-        "",
-        *cpu_lines(runs),
         *notes(data),
     ])
     data["targets"] = [vars(t) | {"passed": t.passed} for t in targets]
@@ -194,7 +190,6 @@ def _data(result: Fired, size: int, lateness: list[float]) -> dict[str, Any]:
         "slack_seconds": result.slack_seconds,
         "statuses": dict(result.statuses),
         "notes": result.notes,
-        "cpu_per_fire_ms": result.cpu_per_fire_ms,
         "cross_check": {k: v for k, v in result.cross_check.items() if k != "job_start_lateness"},
     }
 

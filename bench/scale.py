@@ -14,10 +14,10 @@ from typing import Any
 import aiohttp
 from temporalio.client import Client
 
-from bench.create import drained, post_created, timed
+from bench.create import post_created, timed
 from bench.firing import CONCURRENCY, iso
 from bench.measure import Report, Target, fmt, summary, table, targets_table
-from bench.stack import SchedulerStack, api_session, file_bytes
+from bench.stack import SchedulerStack, api_session, drained, file_bytes
 
 GIB = 2**30
 MIB = 2**20

@@ -10,6 +10,7 @@ processes, as the production manifests run them (two of each); or `single`, both
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import signal
@@ -318,3 +319,19 @@ def api_session(stack: SchedulerStack, concurrency: int, timeout: float = 60) ->
         base_url=stack.api_url, headers=stack.headers(), timeout=aiohttp.ClientTimeout(total=timeout),
         connector=aiohttp.TCPConnector(limit=concurrency),
     )
+
+
+async def drained(stack: Stack, idle_cores: float = 0.15, window: float = 2.0,
+                  timeout: float = 600.0) -> float:
+    """Seconds until the stack's processes together use less than `idle_cores` of CPU over a
+    `window`: the backlog the calls left behind (such as the new tasks' first workflow tasks)
+    has been worked off."""
+    began = time.perf_counter()
+    before = sum(stack.cpu().values())
+    while time.perf_counter() - began < timeout:
+        await asyncio.sleep(window)
+        now = sum(stack.cpu().values())
+        if (now - before) / window < idle_cores:
+            return max(0.0, time.perf_counter() - began - window)
+        before = now
+    return timeout
