@@ -14,7 +14,7 @@ import sys
 import time
 from typing import Any
 
-from bench.firing import HISTORY_LABEL, Fired, Plan, cpu_lines, fire_scheduler
+from bench.firing import HISTORY_LABEL, Fired, Plan, fire_scheduler
 from bench.firing_baselines import fire_apscheduler, fire_bare, fire_schedules
 from bench.herd import RATE_GUESS, notes
 from bench.measure import Report, Target, fmt, ratio, summary, table, targets_table
@@ -73,7 +73,7 @@ async def run(args: argparse.Namespace) -> Report:
                      fmt(result.create_seconds, " s"), fmt(result.slack_seconds, " s")])
         data[system] = {"lateness_s": s, "exactly_once": counts, "statuses": dict(result.statuses),
                         "create_seconds": result.create_seconds, "slack_seconds": result.slack_seconds,
-                        "notes": result.notes, "cpu_per_fire_ms": result.cpu_per_fire_ms}
+                        "notes": result.notes}
     history = fired["scheduler"].cross_check.get("job_start_lateness", []) if "scheduler" in fired else []
     if history:
         s = summary(history)
@@ -88,8 +88,6 @@ async def run(args: argparse.Namespace) -> Report:
                "create", "slack"], rows),
         "",
         targets_table(targets),
-        "",
-        *cpu_lines(fired.items()),
         *notes(data),
     ])
     data_out: dict[str, Any] = dict(data)
