@@ -53,9 +53,10 @@ class RunOptionsActivities:
     """Answers a workflow run's question for its options with the worker's own."""
 
     def __init__(self, options: RunOptions) -> None:
-        self._options = options.model_copy(update={"release": RELEASE})
+        self._options = options
 
     @activity.defn(name=RUN_OPTIONS)
     async def run_options(self) -> RunOptions:
-        """This worker's options, for the workflow run that asks (a local activity)."""
-        return self._options
+        """This worker's options and its code's release, for the workflow run that asks (a
+        local activity)."""
+        return self._options.model_copy(update={"release": RELEASE})
