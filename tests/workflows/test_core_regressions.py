@@ -261,8 +261,9 @@ async def test_more_than_a_thousand_missed_fires_single_catchup_runs_one(
                 state = await task_state(handle)
             except RPCError as exc:
                 # Without a cache each query replays the whole history; on a loaded machine,
-                # while the worker decides the 1,300 fires, one can miss its deadline.
-                if exc.status is RPCStatusCode.DEADLINE_EXCEEDED:
+                # while the worker decides the 1,300 fires, one can miss its deadline (the
+                # client reports it as DEADLINE_EXCEEDED, or CANCELLED "Timeout expired").
+                if exc.status in (RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.CANCELLED):
                     return False
                 raise
             return state.skipped_count >= 1290 and state.success_count >= 1
