@@ -30,8 +30,9 @@ from bench.firing import CONCURRENCY, Fired, Plan, bounded, sleep_until
 from bench.stack import BareStack
 
 
-async def fire_bare(plan_at: Callable[[], Plan]) -> Fired:
-    """Bare Temporal: one minimal workflow per task, sleeping until each instant."""
+async def fire_bare(plan_at: Callable[[], Plan], *, cpu: bool = False) -> Fired:
+    """Bare Temporal: one minimal workflow per task, sleeping until each instant (``cpu``:
+    measure CPU per fire)."""
     stack = BareStack("bare")
     try:
         await asyncio.to_thread(stack.start)
@@ -49,7 +50,8 @@ async def fire_bare(plan_at: Callable[[], Plan]) -> Fired:
         fired.create_seconds = time.time() - began
         fired.slack_seconds = min(min(v) for v in expected.values()) - time.time()
         fired.create_errors = sum(isinstance(o, Exception) for o in outcomes)
-        await fired.measure_cpu(stack, wait_visibility(client, "BareWorkflow", len(expected), plan, fired))
+        waiting = wait_visibility(client, "BareWorkflow", len(expected), plan, fired)
+        await (fired.measure_cpu(stack, waiting) if cpu else waiting)
         results = await bounded([result_of(client, f"bare-{key}") for key in expected], 32)
         for key, result in zip(expected, results, strict=True):
             if isinstance(result, Exception):
@@ -132,7 +134,7 @@ async def fire_schedules(plan_at: Callable[[], Plan]) -> Fired:
         fired.create_errors = len(errors)
         if errors:
             fired.notes.append(f"{len(errors)} schedule creates failed, first: {errors[0]!r}")
-        await fired.measure_cpu(stack, wait_visibility(client, "ScheduledWorkflow", plan.runs, plan, fired))
+        await wait_visibility(client, "ScheduledWorkflow", plan.runs, plan, fired)
         ids = [w.id async for w in client.list_workflows("WorkflowType = 'ScheduledWorkflow'")]
         results = await bounded([result_of(client, i) for i in ids], 32)
         for workflow_id, result in zip(ids, results, strict=True):

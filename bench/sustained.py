@@ -59,9 +59,9 @@ async def run(args: argparse.Namespace) -> Report:
                 return rate_plan(system, rate, args.sustained_seconds)
 
             if system == "scheduler":
-                fired = await fire_scheduler(plan, history_sample=0)
+                fired = await fire_scheduler(plan, history_sample=0, cpu=True)
             elif system == "bare":
-                fired = await fire_bare(plan)
+                fired = await fire_bare(plan, cpu=True)
             else:
                 raise SystemExit(f"unknown system {system!r}")
             runs.append((f"{system} {rate}/s", fired))

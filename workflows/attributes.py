@@ -7,6 +7,8 @@ from typing import Any
 
 from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
 
+from scheduling.status import TaskStatus
+
 TASK_ID = SearchAttributeKey.for_keyword("TaskId")
 TENANT_ID = SearchAttributeKey.for_keyword("TenantId")
 TASK_NAME = SearchAttributeKey.for_keyword("TaskName")
@@ -29,7 +31,7 @@ def shown_status(status: str, *, with_runs: bool) -> str:
     """What ``TaskStatus`` shows for a task of ``status``: PENDING while a run is in progress
     (its RUNNING is on the task row), which spares two visibility writes a fire; ``with_runs``
     for workflow runs recorded before, which showed RUNNING."""
-    return "PENDING" if status == "RUNNING" and not with_runs else status
+    return TaskStatus.PENDING.value if status == TaskStatus.RUNNING and not with_runs else status
 
 
 def initial(
@@ -40,7 +42,7 @@ def initial(
         SearchAttributePair(TASK_ID, task_id),
         SearchAttributePair(TENANT_ID, tenant_id),
         SearchAttributePair(TASK_NAME, name),
-        SearchAttributePair(TASK_STATUS, "PENDING"),
+        SearchAttributePair(TASK_STATUS, TaskStatus.PENDING.value),
         SearchAttributePair(SCHEDULE_TYPE, schedule_type),
     ]
     if next_run_at is not None:
