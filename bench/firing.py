@@ -110,9 +110,7 @@ class Fired:
         await drained(stack, timeout=60.0)
         after = stack.cpu()
         due = sum(len(instants) for instants in self.plan.expected().values())
-        # A process that exited reads 0: its role counts nothing rather than less than nothing.
-        self.cpu_per_fire_ms = {role: round(max(0.0, after[role] - before.get(role, 0.0)) * 1000 / due, 2)
-                                for role in after}
+        self.cpu_per_fire_ms = cpu_per(before, after, due)
 
     def add(self, task: str, instant: float, start: float) -> None:
         """Record one observed run start."""
@@ -214,9 +212,17 @@ def task_body(key: str, plan: Plan, instants: list[float]) -> tuple[str, dict[st
     }
 
 
-def cpu_lines(results: Iterable[tuple[str, Fired]]) -> list[str]:
+def cpu_per(before: dict[str, float], after: dict[str, float], count: int) -> dict[str, float]:
+    """Each role's CPU ms between two ``Stack.cpu`` readings, per one of ``count``."""
+    # A process that exited reads 0: its role counts nothing rather than less than nothing.
+    return {role: round(max(0.0, after[role] - before.get(role, 0.0)) * 1000 / max(count, 1), 2)
+            for role in after}
+
+
+def cpu_lines(results: Iterable[tuple[str, Fired]],
+              window: str = f"per fire due, from {CPU_WINDOW_AHEAD:g} s before the first instant") -> list[str]:
     """What each system's processes spent per fire (``Fired.measure_cpu``), a line each."""
-    return [f"- CPU per fire due, from {CPU_WINDOW_AHEAD:g} s before the first instant to idle after the runs, {label}: "
+    return [f"- CPU {window} to idle after the runs, {label}: "
             + ", ".join(f"{role} {ms:.2f} ms" for role, ms in result.cpu_per_fire_ms.items())
             + f" (total {sum(result.cpu_per_fire_ms.values()):.2f} ms)"
             for label, result in results if result.cpu_per_fire_ms]

@@ -20,11 +20,21 @@ from typing import Any
 from temporalio.client import Client
 
 from bench.baseline import BareInput
-from bench.firing import Fired, Plan, bounded, iso, read_executions, sleep_until, wait_scheduler
+from bench.firing import (
+    Fired,
+    Plan,
+    bounded,
+    cpu_lines,
+    cpu_per,
+    iso,
+    read_executions,
+    sleep_until,
+    wait_scheduler,
+)
 from bench.firing_baselines import result_of, wait_visibility
 from bench.herd import notes
 from bench.measure import Report, Target, fmt, ratio, summary, table, targets_table
-from bench.stack import BACKLOG_BOUND, BareStack, SchedulerStack, api_session
+from bench.stack import BACKLOG_BOUND, BareStack, SchedulerStack, api_session, drained
 from config.settings import ApiSettings
 
 # Creates in flight at most; a create waiting for a slot still counts from when it was due.
@@ -94,6 +104,7 @@ async def fire_scheduler(args: argparse.Namespace) -> tuple[Fired, Sent]:
         plan = Plan(once=[round(t + args.reminders_delay, 3) for t in due])
         fired = Fired("scheduler", plan)
         ids: dict[str, str] = {}
+        before = stack.cpu()
         async with api_session(stack, IN_FLIGHT, timeout=120) as http:
             async def send(i: int) -> None:
                 async with http.post("/task/create", json={
@@ -108,6 +119,8 @@ async def fire_scheduler(args: argparse.Namespace) -> tuple[Fired, Sent]:
             sent = await open_loop(due, send)
             fired.create_errors, plan.refused = sent.errors, sent.refused
         await wait_scheduler(stack, plan, len(ids), fired)
+        await drained(stack, timeout=60.0)
+        fired.cpu_per_fire_ms = cpu_per(before, stack.cpu(), len(ids))
         for task_id, scheduled, started, status, reason, _ in read_executions(stack):
             fired.statuses[status] += 1
             key = ids.get(task_id)
@@ -131,6 +144,7 @@ async def fire_bare(args: argparse.Namespace) -> tuple[Fired, Sent]:
         due = sends(args, time.time() + 2)
         plan = Plan(once=[round(t + args.reminders_delay, 3) for t in due])
         fired = Fired("bare", plan)
+        before = stack.cpu()
 
         async def send(i: int) -> None:
             await client.start_workflow("BareWorkflow", BareInput([plan.once[i]]), id=f"bare-once-{i}",
@@ -140,6 +154,8 @@ async def fire_bare(args: argparse.Namespace) -> tuple[Fired, Sent]:
         fired.create_errors = sent.errors
         await wait_visibility(client, "BareWorkflow", len(due), plan, fired)
         results = await _results(client, len(due))
+        await drained(stack, timeout=60.0)
+        fired.cpu_per_fire_ms = cpu_per(before, stack.cpu(), len(due) - len(sent.refused) - sent.errors)
         for i, result in enumerate(results):
             if isinstance(result, Exception):
                 fired.notes.append(f"bare-once-{i}: {result!r}")
@@ -159,6 +175,7 @@ async def run(args: argparse.Namespace) -> Report:
     """Each chosen system on a fresh server, one after another."""
     systems = [s.strip() for s in args.reminders_systems.split(",") if s.strip()]
     rows, data, samples = [], {}, {}
+    spent: list[tuple[str, Fired]] = []
     fire_p99: dict[str, float] = {}
     create_p99: dict[str, float] = {}
     missed_creates: dict[str, int] = {}  # refused or unanswered
@@ -171,6 +188,7 @@ async def run(args: argparse.Namespace) -> Report:
         else:
             raise SystemExit(f"unknown system {system!r}")
         lateness = fired.lateness()
+        spent.append((f"per task created, {system}", fired))
         late, create, counts = summary(lateness), summary(sent.latencies), fired.exactly_once()
         refusal = summary(sent.refusal_latencies)
         fire_p99[system], create_p99[system] = late["p99"], create["p99"]
@@ -185,7 +203,7 @@ async def run(args: argparse.Namespace) -> Report:
         data[system] = {"lateness_s": late, "create_latency_s": create, "exactly_once": counts,
                         "create_errors": fired.create_errors, "refused": len(sent.refused),
                         "refusal_latency_s": refusal, "statuses": dict(fired.statuses),
-                        "notes": fired.notes}
+                        "cpu_per_task_ms": fired.cpu_per_fire_ms, "notes": fired.notes}
     targets = []
     if "scheduler" in fire_p99 and "bare" in fire_p99:
         targets = [
@@ -205,6 +223,7 @@ async def run(args: argparse.Namespace) -> Report:
         "",
         targets_table(targets),
         *notes(data),
+        *cpu_lines(spent, window="from the first create"),
     ])
     out: dict[str, Any] = dict(data)
     out["targets"] = [vars(t) | {"passed": t.passed} for t in targets]

@@ -14,6 +14,7 @@ from temporalio.common import RetryPolicy, SearchAttributeUpdate
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
+    from activities.options import NEXT_RUN_KEPT, QUIET_STATUS
     from activities.payloads import NOTIFY, RECORD, Notification, Record
     from scheduling import policy
     from scheduling.spec import NotifyEvent
@@ -51,9 +52,9 @@ class TaskRecord:
         self._deliveries: set[asyncio.Task[None]] = set()
         # Workflows started before the task history record no events (set by the workflow).
         self.events_on = False
-        # Workflow runs recorded before release 1 show RUNNING in TaskStatus and write the row
-        # as a run is sent ahead (set by the workflow).
-        self.before_release_1 = True
+        # The release of the worker that answered this workflow run's options (set by the
+        # workflow): runs recorded on older releases keep the commands they recorded.
+        self.release = 0
         self._events: list[TaskEventRecord] = []
         self._event_count = 0
 
@@ -223,7 +224,7 @@ class TaskRecord:
         the next run already: the overdue check watches the sooner of the two, so the row says
         the same without a write (one local activity and transaction less per fire)."""
         saved = self._saved
-        return (not self.before_release_1 and saved is not None and saved.unstarted_at is None
+        return (self.release >= QUIET_STATUS and saved is not None and saved.unstarted_at is None
                 and snapshot.unstarted_at is not None
                 and snapshot.unstarted_at == snapshot.next_run_at == saved.next_run_at
                 and snapshot == saved.model_copy(update={"unstarted_at": snapshot.unstarted_at}))
@@ -233,18 +234,21 @@ class TaskRecord:
         updates: list[SearchAttributeUpdate[Any]] = []
         # Only what differs from what the workflow already carries: every upsert is a
         # visibility write on the server.
-        status = attributes.shown_status(now.status, with_runs=self.before_release_1)
+        status = attributes.shown_status(now.status, with_runs=self.release < QUIET_STATUS)
         if current.get(attributes.TASK_STATUS) != status:
             updates.append(attributes.TASK_STATUS.value_set(status))
         if current.get(attributes.TASK_NAME) != now.name:
             updates.append(attributes.TASK_NAME.value_set(now.name))
         if current.get(attributes.SCHEDULE_TYPE) != now.schedule_type:
             updates.append(attributes.SCHEDULE_TYPE.value_set(now.schedule_type))
-        if _seconds(current.get(attributes.NEXT_RUN_AT)) != _seconds(now.next_run_at):
-            updates.append(
-                attributes.NEXT_RUN_AT.value_set(now.next_run_at)
-                if now.next_run_at is not None else attributes.NEXT_RUN_AT.value_unset()
-            )
+        if now.next_run_at is not None:
+            if _seconds(current.get(attributes.NEXT_RUN_AT)) != _seconds(now.next_run_at):
+                updates.append(attributes.NEXT_RUN_AT.value_set(now.next_run_at))
+        elif current.get(attributes.NEXT_RUN_AT) is not None and (
+                updates or self.release < NEXT_RUN_KEPT):
+            # Alone, the unset waits for the task's next upsert (its end, a pause, a cancel):
+            # the last run's instant stays shown while it runs, one visibility write less.
+            updates.append(attributes.NEXT_RUN_AT.value_unset())
         if updates:
             workflow.upsert_search_attributes(updates)
         workflow.set_current_details(

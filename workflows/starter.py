@@ -12,6 +12,7 @@ from temporalio.client import Client, WithStartWorkflowOperation
 from temporalio.common import Priority, WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
+from activities.options import RELEASE
 from scheduling.policy import Probe, Run
 from scheduling.spec import TaskSpec
 from scheduling.status import PRIORITY_KEYS, TaskStatus, workflow_id
@@ -40,7 +41,7 @@ async def start_task_workflow(
         await client.start_workflow(
             "TaskWorkflow",
             TaskWorkflowInput(task_id=task_id, tenant_id=tenant_id, spec=spec, created_at=created_at,
-                              state=state, actor=actor, crowd=crowd),
+                              state=state, actor=actor, crowd=crowd, release=RELEASE),
             id_reuse_policy=(
                 WorkflowIDReusePolicy.ALLOW_DUPLICATE
                 if reuse_closed_id
@@ -63,7 +64,7 @@ def start_with_update(
     return WithStartWorkflowOperation(
         TaskWorkflow.run,
         TaskWorkflowInput(task_id=task_id, tenant_id=tenant_id, spec=spec, created_at=created_at,
-                          state=state),
+                          state=state, release=RELEASE),
         id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
         id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
         **_start_options(task_queue=task_queue, task_id=task_id, tenant_id=tenant_id,

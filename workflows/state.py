@@ -334,6 +334,8 @@ class TaskWorkflowInput(BaseModel):
                               "for a create, the reconciler for a restart")
     crowd: int = Field(default=0, ge=0, description="tasks due in the first run's second, "
                        "created before this one (a create counts them)")
+    release: int = Field(default=0, ge=0, description="the workflow code's release of its "
+                         "starter (activities/options.py RELEASE; 0: started before inputs said)")
     # Runtime options are the workflow worker's (RunOptions, asked once per workflow run); the
     # starters of older workflows froze them here, and the runs recorded so replay with them.
     history_limit: int | None = Field(default=None, description="set by older starters only")

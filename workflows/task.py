@@ -20,7 +20,13 @@ from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from activities.calendars import CALENDAR_DATES, CALENDAR_DATES_TIMEOUT, CalendarDatesRequest
-    from activities.options import RUN_OPTIONS, RUN_OPTIONS_TIMEOUT, RunOptions
+    from activities.options import (
+        RELEASE,
+        RUN_OPTIONS,
+        RUN_OPTIONS_TIMEOUT,
+        START_RELEASE,
+        RunOptions,
+    )
     from activities.payloads import CLAIM_RUN, RUN_STARTED, RunStart
     from scheduling import policy
     from scheduling.calendars import CalendarDates
@@ -108,11 +114,16 @@ class TaskWorkflow:
         self._state = start.initial_state()
         self._state.running = []
         self._runs = RunsInFlight()
-        # Here, not in run: a signal or update that came with the start is handled before run.
-        self._runs.reported = workflow.patched(REPORTED_STARTS)
-        # False while replaying a history written before PLANNING_AND_TRUST (it implies reported
-        # and paused-shows-paused).
-        self._current = workflow.patched(PLANNING_AND_TRUST)
+        if start.release >= START_RELEASE:
+            # Started by code that has every patch below: none is asked, so a new workflow run
+            # records no patch marker and no TemporalChangeVersion upsert.
+            self._runs.reported = self._current = True
+        else:
+            # Here, not in run: a signal or update that came with the start is handled before run.
+            self._runs.reported = workflow.patched(REPORTED_STARTS)
+            # False while replaying a history written before PLANNING_AND_TRUST (it implies
+            # reported and paused-shows-paused).
+            self._current = workflow.patched(PLANNING_AND_TRUST)
         self._healing = SelfHealing(self._state, enabled=self._current)
         self._record = TaskRecord(self._state)
         self._record.events_on = self._current
@@ -138,7 +149,7 @@ class TaskWorkflow:
             # A local activity: the worker's answer is recorded, so a replay reads the same.
             self._options = await workflow.execute_local_activity(
                 RUN_OPTIONS, result_type=RunOptions, start_to_close_timeout=RUN_OPTIONS_TIMEOUT)
-        self._record.before_release_1 = self._options.release < 1
+        self._record.release = self._options.release
         self._record.resend()
         # What the run's start cost in history (the patch markers grow with every release).
         self._start_length = workflow.info().get_current_history_length()
@@ -156,7 +167,7 @@ class TaskWorkflow:
                         self._state.continued_as_new += 1
                         # The same task goes on: its creator named the create, not this run.
                         workflow.continue_as_new(self._input.model_copy(
-                            update={"state": self._state, "actor": None}))
+                            update={"state": self._state, "actor": None, "release": RELEASE}))
                 await self._sleep()
         except asyncio.CancelledError:
             # Cancelled through Temporal itself (`temporal workflow cancel`): stop the runs,

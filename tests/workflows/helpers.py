@@ -19,6 +19,7 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
 from activities.handlers import HandlerContext
+from activities.options import RELEASE
 from scheduling.fire import first_fire
 from scheduling.spec import TaskSpec
 from scheduling.status import workflow_id
@@ -51,8 +52,10 @@ async def start_task(
     *,
     task_id: str | None = None,
     crowd: int = 0,
+    release: int = RELEASE,
 ) -> TaskHandle:
-    """Start a task workflow the way the API does (``crowd``: the herd its create counted)."""
+    """Start a task workflow the way the API does (``crowd``: the herd its create counted;
+    ``release``: its starter's, 0 for an API from before start inputs carried one)."""
     task_id = task_id or uuid.uuid4().hex
     now = await env.get_current_time()
     return await env.client.start_workflow(
@@ -63,6 +66,7 @@ async def start_task(
             spec=task_spec,
             created_at=now,
             crowd=crowd,
+            release=release,
         ),
         id=workflow_id(task_id),
         task_queue=task_queue,

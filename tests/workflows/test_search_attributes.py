@@ -1,6 +1,6 @@
 """The search attributes operators filter on in Temporal: TaskStatus shows PENDING, PAUSED and
 the final states, never the RUNNING of a run in progress (that is on the task row); every
-change of what it shows is one upsert."""
+change of what it shows is one upsert, and a one-time task upserts once in its life."""
 
 from __future__ import annotations
 
@@ -13,12 +13,13 @@ from temporalio.api.common.v1 import WorkflowExecution
 from temporalio.api.workflowservice.v1 import DescribeWorkflowExecutionRequest
 from temporalio.testing import WorkflowEnvironment
 
+from activities.handlers import HandlerContext
 from scheduling.status import TaskStatus
 from store.tasks import read_task
 from tests.conftest import new_worker
 from tests.workflows.helpers import Blocker, TaskHandle, handler_job, spec, start_task, until
 from workflows import attributes
-from workflows.task import TaskWorkflow
+from workflows.task import PLANNING_AND_TRUST, REPORTED_STARTS, TaskWorkflow
 
 
 async def _shown(env: WorkflowEnvironment, handle: TaskHandle) -> Any:
@@ -84,3 +85,85 @@ async def test_task_status_in_temporal_never_shows_a_run_in_progress(
     assert next_run is not None and abs(next_run - (now + timedelta(minutes=65))) < timedelta(seconds=1)
     # One upsert for each change of what it shows (the start's was PENDING).
     assert upserted == ["PAUSED", "PENDING", "CANCELLED"]
+
+
+class Gate:
+    """A handler that heartbeats until the test opens it."""
+
+    def __init__(self) -> None:
+        self.started = asyncio.Event()
+        self.open = asyncio.Event()
+
+    async def __call__(self, ctx: HandlerContext) -> None:
+        self.started.set()
+        while not self.open.is_set():
+            ctx.heartbeat()
+            await asyncio.sleep(0.1)
+
+
+async def _written(env: WorkflowEnvironment, handle: TaskHandle) -> tuple[list[set[str]], list[str]]:
+    """The attributes of each upsert in the history, and the patch ids of its patch markers."""
+    upserts, patches = [], []
+    async for event in handle.fetch_history_events():
+        if event.HasField("upsert_workflow_search_attributes_event_attributes"):
+            fields = event.upsert_workflow_search_attributes_event_attributes.search_attributes
+            upserts.append(set(fields.indexed_fields))
+        marker = event.marker_recorded_event_attributes
+        if event.HasField("marker_recorded_event_attributes") and marker.marker_name == "core_patch":
+            patches.append(env.client.data_converter.payload_converter.from_payloads(
+                [marker.details["patch-data"].payloads[0]])[0]["id"])
+    return upserts, patches
+
+
+async def test_a_one_time_task_upserts_once_and_asks_no_patch(
+    time_env: WorkflowEnvironment, sqlite_engine: Engine
+) -> None:
+    now = await time_env.get_current_time()
+    gate = Gate()
+    run_at = (now + timedelta(minutes=5)).replace(microsecond=0)
+    task = spec(schedule_type="once", run_at=run_at, job_details=handler_job("gate"),
+                heartbeat_timeout_seconds=2)
+    async with new_worker(time_env.client, sqlite_engine, handlers={"gate": gate}) as worker:
+        handle = await start_task(time_env, worker.task_queue, task)
+        result = asyncio.create_task(handle.result())
+        await asyncio.wait_for(gate.started.wait(), timeout=30)
+        task_id = (await handle.query(TaskWorkflow.query_state)).task_id
+
+        async def running() -> bool:
+            row = read_task(sqlite_engine, task_id, "t1")
+            return row is not None and row.status == "RUNNING"
+
+        # The run is reported started: the row has no next run any more; Temporal still shows
+        # the run's instant until the task's one upsert at its end.
+        await until(running)
+        row = read_task(sqlite_engine, task_id, "t1")
+        shown = (await handle.describe()).typed_search_attributes.get(attributes.NEXT_RUN_AT)
+        gate.open.set()
+        final = await asyncio.wait_for(result, timeout=30)
+        ended = await _shown(time_env, handle)
+        upserts, patches = await _written(time_env, handle)
+
+    assert final.status is TaskStatus.COMPLETED and final.success_count == 1
+    assert row is not None and row.next_run_at is None
+    assert shown == run_at
+    assert ended == "COMPLETED"
+    assert upserts == [{"TaskStatus", "NextRunAt"}]
+    assert patches == []
+
+
+async def test_a_start_from_an_older_api_asks_the_patches_and_runs_the_same(
+    time_env: WorkflowEnvironment, sqlite_engine: Engine
+) -> None:
+    # An API of release 1 or before starts without a release in the input: the workflow asks
+    # its patches, as every history recorded before asked them.
+    now = await time_env.get_current_time()
+    task = spec(schedule_type="once", run_at=(now + timedelta(minutes=5)).replace(microsecond=0))
+    async with new_worker(time_env.client, sqlite_engine) as worker:
+        handle = await start_task(time_env, worker.task_queue, task, release=0)
+        final = await asyncio.wait_for(handle.result(), timeout=30)
+        upserts, patches = await _written(time_env, handle)
+
+    assert final.status is TaskStatus.COMPLETED and final.success_count == 1
+    assert patches == [REPORTED_STARTS, PLANNING_AND_TRUST]
+    assert upserts == [{"TemporalChangeVersion"}, {"TemporalChangeVersion"},
+                       {"TaskStatus", "NextRunAt"}]
