@@ -183,13 +183,12 @@ class JobActivities:
         result = result.model_copy(update={"started_at": started})
         after_the_starts(self._finished, job_input, result, datetime.now(UTC) - started, labels, bound)
         with contextlib.suppress(asyncio.CancelledError):  # the job has run: it reports its end
-            await queued_bookkeeping_done()
-            await self._starts.completed(job_input, attempt)
+            await self._start_reported(job_input, attempt)
         return result
 
     async def _start_reported(self, job_input: JobInput, attempt: int) -> None:
         """Return once the start's queued bookkeeping has run and its start report is sent."""
-        # The attempt's failure, and the SDK's report of it, never reach the workflow before its start.
+        # The attempt's end, and the SDK's report of it, never reach the workflow before its start.
         await queued_bookkeeping_done()
         await self._starts.sent(job_input, attempt)
 

@@ -1,12 +1,10 @@
 """What a jobs worker tells a task's workflow about a run: that its job started (a signal,
-sent after the start, so a herd starts first, and only once the job has gone on for
-REPORT_AFTER: the completion of a shorter one tells its start), or, for an attempt that would
-start late, a question whether it still may (an update, answered before the job starts)."""
+sent after the start, so a herd starts first), or, for an attempt that would start late, a
+question whether it still may (an update, answered before the job starts)."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Coroutine
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -41,33 +39,6 @@ CLAIM_MARGIN = UNTAKEN_AFTER + timedelta(seconds=2)
 REPORT_WAIT_ON_CANCEL = 2.0
 # A start report that fails is sent again, until the workflow would find the run untaken.
 REPORT_RETRY_SECONDS = 0.5
-# A job that succeeds within this long reports no start: its completion carries it, and the
-# workflow spends no workflow task, row write and signal on it. Well below the shortest
-# interval (1 s): the report of a longer run reaches its workflow before the next fire's
-# overlap is decided. A job that fails or is cancelled reports its start before its end.
-REPORT_AFTER = 0.25
-
-
-class _Report:
-    """One attempt's start report: sent when REPORT_AFTER has passed or when asked to hurry,
-    dropped when the attempt succeeded before."""
-
-    def __init__(self, send: Callable[[], Coroutine[Any, Any, None]], forget: Callable[[], object]) -> None:
-        self._send = send
-        self._forget = forget
-        self._timer = asyncio.get_running_loop().call_later(REPORT_AFTER, self.go)
-        self.task: asyncio.Task[None] | None = None
-
-    def go(self) -> asyncio.Task[None]:
-        """Send it now, if it is not on its way already."""
-        if self.task is None:
-            self._timer.cancel()
-            self.task = asyncio.create_task(self._send())
-            self.task.add_done_callback(lambda _: self._forget())
-        return self.task
-
-    def drop(self) -> None:
-        self._timer.cancel()
 
 
 class StartReports:
@@ -75,41 +46,29 @@ class StartReports:
 
     def __init__(self, client: Client | None) -> None:
         self._client = client
-        self._sending: dict[tuple[str, int], _Report] = {}
+        self._sending: dict[tuple[str, int], asyncio.Task[None]] = {}
 
     def report(self, job_input: JobInput, workflow_id: str | None, attempt: int,
                at: datetime) -> None:
-        """Tell the workflow, once the job has gone on for REPORT_AFTER, that it started;
-        never waits for the answer."""
+        """Tell the workflow that the run's job started; never waits for the answer."""
         if self._client is None or workflow_id is None:
             return
+        key = (job_input.execution_id, attempt)
         info = activity.info()
         # To the workflow run that sent it: never a later run after a continue-as-new.
         handle = self._client.get_workflow_handle(workflow_id, run_id=info.workflow_run_id)
-        report = RunStart(execution_id=job_input.execution_id, attempt=attempt, at=at,
-                          activity_id=info.activity_id)
-        key = (job_input.execution_id, attempt)
-        self._sending[key] = _Report(lambda: self._send(handle, report),
-                                     lambda: self._sending.pop(key, None))
+        task = asyncio.create_task(self._send(handle, RunStart(
+            execution_id=job_input.execution_id, attempt=attempt, at=at,
+            activity_id=info.activity_id)))
+        self._sending[key] = task
+        task.add_done_callback(lambda _: self._sending.pop(key, None))
 
     async def sent(self, job_input: JobInput, attempt: int) -> None:
-        """Send the attempt's start report now and return once it is sent (or given up on): an
-        attempt that fails or is cancelled reports its end only after its start, so the
-        workflow never learns them the other way round."""
-        pending = self._sending.get((job_input.execution_id, attempt))
-        if pending is not None:
-            await asyncio.shield(pending.go())
-
-    async def completed(self, job_input: JobInput, attempt: int) -> None:
-        """The attempt succeeded: a start report not sent yet is dropped (the completion tells
-        the start); one on its way is awaited, so it never arrives after the end."""
-        pending = self._sending.pop((job_input.execution_id, attempt), None)
-        if pending is None:
-            return
-        if pending.task is None:
-            pending.drop()
-            return
-        await asyncio.shield(pending.task)
+        """Return once the attempt's start report is sent (or given up on): an attempt reports
+        its end only after its start, so the workflow never learns them the other way round."""
+        task = self._sending.get((job_input.execution_id, attempt))
+        if task is not None:
+            await asyncio.shield(task)
 
     async def claim(self, job_input: JobInput, workflow_id: str | None, attempt: int) -> None:
         """Ask the workflow whether the run may start now; raise Late if not."""
