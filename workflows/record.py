@@ -246,8 +246,9 @@ class TaskRecord:
                 updates.append(attributes.NEXT_RUN_AT.value_set(now.next_run_at))
         elif current.get(attributes.NEXT_RUN_AT) is not None and (
                 updates or self.release < NEXT_RUN_KEPT):
-            # Alone, the unset waits for the task's next upsert (its end, a pause, a cancel):
-            # the last run's instant stays shown while it runs, one visibility write less.
+            # Alone, the unset waits for the task's next upsert (the next run's instant, its
+            # end, a pause, a cancel): the instant of the run going on stays shown, one
+            # visibility write less (a one-time task's last run, each fixed_delay run).
             updates.append(attributes.NEXT_RUN_AT.value_unset())
         if updates:
             workflow.upsert_search_attributes(updates)

@@ -37,7 +37,7 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
 from activities.handlers import HandlerContext
-from activities.options import RunOptions
+from activities.options import RELEASE, RunOptions
 from scheduling import policy
 from scheduling.fire import first_fire
 from scheduling.spec import TaskChanges
@@ -385,18 +385,21 @@ async def test_random_fires_outages_messages_and_replays_keep_every_run_once(
         raise AssertionError(f"seed {seed}: {'; '.join(story.log)}\n{failure}\n{table}") from failure
 
 
+@pytest.mark.parametrize("release", [0, RELEASE])
 async def test_a_pause_that_comes_with_the_start_keeps_when_it_was_asked(
-    time_env: WorkflowEnvironment, sqlite_engine: Engine
+    time_env: WorkflowEnvironment, sqlite_engine: Engine, release: int
 ) -> None:
     # Found by the randomized test above (seed 2: a pause right after the start). A message in
     # the workflow's first task is handled before its run method, so the rules of
     # reported-starts must be known from the workflow's __init__: this pause had no paused_at.
+    # The same whether they come from its patches (a start input of release 0) or its input.
     task = spec(schedule_type="interval", interval_seconds=60)
     task_id, now = uuid.uuid4().hex, await time_env.get_current_time()
     async with new_worker(time_env.client, sqlite_engine) as worker:
         handle = await time_env.client.start_workflow(
             TaskWorkflow.run,
-            TaskWorkflowInput(task_id=task_id, tenant_id="t1", spec=task, created_at=now),
+            TaskWorkflowInput(task_id=task_id, tenant_id="t1", spec=task, created_at=now,
+                              release=release),
             id=workflow_id(task_id), task_queue=worker.task_queue,
             search_attributes=attributes.initial(
                 task_id=task_id, tenant_id="t1", name=task.task_name,
