@@ -119,16 +119,18 @@ def stamp(moment: datetime) -> str:
 
 # ------------------------------------------------------------------ test handlers
 class Blocker:
-    """A handler that heartbeats until it is cancelled; tells the test when it started."""
+    """A handler that heartbeats until it is cancelled or the test sets ``open``; tells the
+    test when it started."""
 
     def __init__(self) -> None:
         self.started = asyncio.Event()
         self.cancelled = asyncio.Event()
+        self.open = asyncio.Event()
 
     async def __call__(self, ctx: HandlerContext) -> None:
         self.started.set()
         try:
-            while True:
+            while not self.open.is_set():
                 ctx.heartbeat()
                 await asyncio.sleep(0.1)
         except asyncio.CancelledError:

@@ -13,7 +13,6 @@ from temporalio.api.common.v1 import WorkflowExecution
 from temporalio.api.workflowservice.v1 import DescribeWorkflowExecutionRequest
 from temporalio.testing import WorkflowEnvironment
 
-from activities.handlers import HandlerContext
 from scheduling.status import TaskStatus
 from store.tasks import read_task
 from tests.conftest import new_worker
@@ -87,20 +86,6 @@ async def test_task_status_in_temporal_never_shows_a_run_in_progress(
     assert upserted == ["PAUSED", "PENDING", "CANCELLED"]
 
 
-class Gate:
-    """A handler that heartbeats until the test opens it."""
-
-    def __init__(self) -> None:
-        self.started = asyncio.Event()
-        self.open = asyncio.Event()
-
-    async def __call__(self, ctx: HandlerContext) -> None:
-        self.started.set()
-        while not self.open.is_set():
-            ctx.heartbeat()
-            await asyncio.sleep(0.1)
-
-
 async def _written(env: WorkflowEnvironment, handle: TaskHandle) -> tuple[list[set[str]], list[str]]:
     """The attributes of each upsert in the history, and the patch ids of its patch markers."""
     upserts, patches = [], []
@@ -119,7 +104,7 @@ async def test_a_one_time_task_upserts_once_and_asks_no_patch(
     time_env: WorkflowEnvironment, sqlite_engine: Engine
 ) -> None:
     now = await time_env.get_current_time()
-    gate = Gate()
+    gate = Blocker()
     run_at = (now + timedelta(minutes=5)).replace(microsecond=0)
     task = spec(schedule_type="once", run_at=run_at, job_details=handler_job("gate"),
                 heartbeat_timeout_seconds=2)
