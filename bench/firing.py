@@ -107,10 +107,13 @@ class Fired:
         await sleep_until(first - CPU_WINDOW_AHEAD)
         before = stack.cpu()
         await wait
+        await self.cpu_since(stack, before, sum(len(v) for v in self.plan.expected().values()))
+
+    async def cpu_since(self, stack: Stack, before: dict[str, float], count: int) -> None:
+        """Once the stack is idle, note each role's CPU ms since ``before`` (a ``Stack.cpu``
+        reading), per one of ``count``."""
         await drained(stack, timeout=60.0)
-        after = stack.cpu()
-        due = sum(len(instants) for instants in self.plan.expected().values())
-        self.cpu_per_fire_ms = cpu_per(before, after, due)
+        self.cpu_per_fire_ms = cpu_per(before, stack.cpu(), count)
 
     def add(self, task: str, instant: float, start: float) -> None:
         """Record one observed run start."""

@@ -25,7 +25,6 @@ from bench.firing import (
     Plan,
     bounded,
     cpu_lines,
-    cpu_per,
     iso,
     read_executions,
     sleep_until,
@@ -34,7 +33,7 @@ from bench.firing import (
 from bench.firing_baselines import result_of, wait_visibility
 from bench.herd import notes
 from bench.measure import Report, Target, fmt, ratio, summary, table, targets_table
-from bench.stack import BACKLOG_BOUND, BareStack, SchedulerStack, api_session, drained
+from bench.stack import BACKLOG_BOUND, BareStack, SchedulerStack, api_session
 from config.settings import ApiSettings
 
 # Creates in flight at most; a create waiting for a slot still counts from when it was due.
@@ -119,8 +118,7 @@ async def fire_scheduler(args: argparse.Namespace) -> tuple[Fired, Sent]:
             sent = await open_loop(due, send)
             fired.create_errors, plan.refused = sent.errors, sent.refused
         await wait_scheduler(stack, plan, len(ids), fired)
-        await drained(stack, timeout=60.0)
-        fired.cpu_per_fire_ms = cpu_per(before, stack.cpu(), len(ids))
+        await fired.cpu_since(stack, before, len(ids))
         for task_id, scheduled, started, status, reason, _ in read_executions(stack):
             fired.statuses[status] += 1
             key = ids.get(task_id)
@@ -154,8 +152,7 @@ async def fire_bare(args: argparse.Namespace) -> tuple[Fired, Sent]:
         fired.create_errors = sent.errors
         await wait_visibility(client, "BareWorkflow", len(due), plan, fired)
         results = await _results(client, len(due))
-        await drained(stack, timeout=60.0)
-        fired.cpu_per_fire_ms = cpu_per(before, stack.cpu(), len(due) - len(sent.refused) - sent.errors)
+        await fired.cpu_since(stack, before, len(due) - len(sent.refused) - sent.errors)
         for i, result in enumerate(results):
             if isinstance(result, Exception):
                 fired.notes.append(f"bare-once-{i}: {result!r}")

@@ -151,7 +151,7 @@ class TaskWorkflow:
                 RUN_OPTIONS, result_type=RunOptions, start_to_close_timeout=RUN_OPTIONS_TIMEOUT)
         self._record.release = self._options.release
         self._record.resend()
-        # What the run's start cost in history (the patch markers grow with every release).
+        # What the run's start cost in history (with the patch markers of older start inputs).
         self._start_length = workflow.info().get_current_history_length()
         try:
             while True:
