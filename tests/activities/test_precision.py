@@ -74,30 +74,36 @@ async def test_a_collector_turned_off_by_the_process_stays_off(
         gc.enable()
 
 
+async def _bookkeeping_round(on_the_timer: set[asyncio.Task[Any]]) -> tuple[int, list[tuple[bool, bool]]]:
+    """300 runs of one instant, each queuing its bookkeeping as it wakes: the timers set for
+    the instant while they wait, and each run's (woken on the timer, the bookkeeping of a run
+    woken on it already done) as it wakes."""
+    instant_at = datetime.now(UTC) + timedelta(milliseconds=300)
+    done: list[asyncio.Task[Any]] = []
+    seen: list[tuple[bool, bool]] = []
+
+    async def one() -> None:
+        await sleep_until(instant_at)
+        me = asyncio.current_task()
+        assert me is not None
+        seen.append((me in on_the_timer, any(run in on_the_timer for run in done)))
+        after_the_starts(done.append, me)
+
+    def timers() -> int:
+        return sum(at == instant_at.timestamp() for _, at in precision._wakes)
+
+    runs = [asyncio.create_task(one()) for _ in range(300)]
+    await asyncio.sleep(0)
+    waiting = timers()
+    await asyncio.gather(*runs)
+    assert timers() == 0
+    return waiting, seen
+
+
 async def test_the_runs_of_one_instant_wake_before_any_bookkeeping_the_first_one_queues(
         on_the_timer: set[asyncio.Task[Any]]) -> None:
     for _ in range(ROUNDS):
-        instant_at = datetime.now(UTC) + timedelta(milliseconds=300)
-        done: list[asyncio.Task[Any]] = []
-        seen: list[tuple[bool, bool]] = []
-
-        async def one(instant_at: datetime = instant_at, done: list[asyncio.Task[Any]] = done,
-                      seen: list[tuple[bool, bool]] = seen) -> None:
-            await sleep_until(instant_at)
-            me = asyncio.current_task()
-            assert me is not None
-            # Woken on the timer; the bookkeeping of a run woken with it already done.
-            seen.append((me in on_the_timer, any(run in on_the_timer for run in done)))
-            after_the_starts(done.append, me)
-
-        def timers(instant_at: datetime = instant_at) -> int:
-            return sum(at == instant_at.timestamp() for _, at in precision._wakes)
-
-        runs = [asyncio.create_task(one()) for _ in range(300)]
-        await asyncio.sleep(0)
-        waiting = timers()
-        await asyncio.gather(*runs)
-        assert timers() == 0
+        waiting, seen = await _bookkeeping_round(on_the_timer)
         if sum(timed for timed, _ in seen) > 1:
             break
     assert waiting == 1  # one timer for the instant, not one per run
