@@ -129,7 +129,7 @@ class JobActivities:
                        started_before: bool) -> JobResult:
         # Once running, it heartbeats at a third of the heartbeat timeout.
         heartbeats = asyncio.create_task(
-            heartbeat_while_waiting(job_input.not_before, info.heartbeat_timeout)
+            heartbeat_while_waiting(job_input, info.heartbeat_timeout)
         )
         try:
             await wait_for_instant(job_input)

@@ -27,13 +27,15 @@ async def wait_for_instant(job_input: JobInput) -> None:
                           retryable=False) from None
 
 
-async def heartbeat_while_waiting(not_before: datetime | None, timeout: timedelta | None) -> None:
-    """Heartbeat while waiting for the instant, a few times over the remaining wait and more
-    often as it nears (activities/heartbeats.py), so a withdrawal reaches the run in time."""
+async def heartbeat_while_waiting(job_input: JobInput, timeout: timedelta | None) -> None:
+    """Heartbeat while waiting for the instant, a few times over the remaining wait and every
+    beat as it nears (activities/heartbeats.py), so a withdrawal reaches the run in time."""
+    not_before = job_input.not_before
     while True:
         activity.heartbeat()
         remaining = (not_before - datetime.now(UTC)).total_seconds() if not_before else 0.0
-        await asyncio.sleep(beat_every(remaining, timeout.total_seconds() if timeout else None))
+        await asyncio.sleep(beat_every(remaining, timeout.total_seconds() if timeout else None,
+                                       job_input.beat_seconds))
 
 
 async def heartbeat_forever(timeout: timedelta | None, *details: Any) -> None:

@@ -9,6 +9,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 from temporalio.exceptions import ApplicationError
 
+from activities.heartbeats import MIN_BEAT_SECONDS
 from scheduling.spec import HandlerJob, HttpJob, WorkflowJob
 from scheduling.status import JobFailure, Trigger
 from store.models import ExecutionRecord, TaskEventRecord, TaskSnapshot
@@ -49,6 +50,10 @@ class JobInput(BaseModel):
     refusable: bool = Field(
         default=True, description="a jobs worker may refuse it while its tenant holds its "
         "share of the slots (activities/share.py); False once it was refused often enough")
+    beat_seconds: float = Field(
+        default=MIN_BEAT_SECONDS, gt=0, description="how often at most it heartbeats near its "
+        "instant while it waits; its workflow withdraws it only further ahead than that "
+        "(activities/heartbeats.py)")
 
     def lateness(self, started: datetime) -> timedelta:
         """How late a start is: after the run's instant (an input sent without one, by an

@@ -42,10 +42,11 @@ from scheduling.status import (
 ON_TIME_GRACE = timedelta(seconds=60)
 # Due fires looked at in one pass: a per-second cron after a day down takes many passes.
 FIRES_PER_PASS = 250
-# A run dispatched ahead is withdrawn only while its instant is further than this away: a
-# cancel reaches a waiting run at its next heartbeat (at most 2 s apart near the instant,
-# activities/heartbeats.py), and a run must never be started and then killed by a withdrawal.
-WITHDRAW_MARGIN = timedelta(seconds=3)
+# A run dispatched ahead is withdrawn only while its instant is further away than its beat
+# and this: a cancel reaches a waiting run at its next heartbeat (at most a beat apart near
+# the instant, activities/heartbeats.py), and a run must never be started and then killed by a
+# withdrawal.
+WITHDRAW_SLACK = timedelta(seconds=1)
 # A run is running once its jobs worker reports that the job started. A scheduled run the
 # workflow has not heard of UNTAKEN_AFTER past its instant was taken by no worker: its fire
 # goes back to the missed-run policy. So an attempt of a scheduled run that would start more
@@ -447,9 +448,10 @@ def herd_lead(ahead: int, rate: float) -> float:
     return ahead / rate if rate > 0 else 0.0
 
 
-def may_withdraw(instant: datetime, now: datetime) -> bool:
-    """A waiting run can still be withdrawn safely (see WITHDRAW_MARGIN)."""
-    return instant - now > WITHDRAW_MARGIN
+def may_withdraw(instant: datetime, now: datetime, beat: timedelta) -> bool:
+    """A waiting run that heartbeats every ``beat`` near its instant can still be withdrawn
+    safely (see WITHDRAW_SLACK): 3 s ahead at the usual beat of 2 s."""
+    return instant - now > beat + WITHDRAW_SLACK
 
 
 def must_claim(trigger: Trigger, due: datetime, now: datetime) -> bool:

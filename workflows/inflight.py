@@ -75,6 +75,7 @@ class _Flying:
     run: Run
     run_id: str
     instant: datetime
+    beat: timedelta  # how often at most it heartbeats near its instant (policy.may_withdraw)
     handle: workflow.ActivityHandle[JobResult]
     send: Callable[[bool], workflow.ActivityHandle[JobResult]]  # again, refusable or not
     withdrawn: str | None = None
@@ -129,7 +130,7 @@ class RunsInFlight:
             last_fire=max((f.run.scheduled_at for f in counted
                            if f.run.trigger.scheduled), default=None),
             near=sum(1 for f in live if self.reported and not f.started
-                     and not may_withdraw(f.instant, now)),
+                     and not may_withdraw(f.instant, now, f.beat)),
         )
 
     def instants(self) -> list[datetime]:
@@ -210,10 +211,11 @@ class RunsInFlight:
                 and f.run.trigger is Trigger.SCHEDULE]
 
     def dispatch(self, spec: TaskSpec, *, task_id: str, tenant_id: str, run: Run, run_id: str,
-                 instant: datetime, lead: timedelta, spec_version: int | None = None,
-                 aimed: datetime | None = None) -> None:
-        """Start the job activity of ``run``; it waits on the worker's clock for ``instant``
-        (``aimed``: the instant its lateness counts from, when a calendar moved it)."""
+                 instant: datetime, lead: timedelta, beat: timedelta,
+                 spec_version: int | None = None, aimed: datetime | None = None) -> None:
+        """Start the job activity of ``run``; it waits on the worker's clock for ``instant``,
+        heartbeating every ``beat`` near it (``aimed``: the instant its lateness counts from,
+        when a calendar moved it)."""
         # A ghost of this run may still be pending: activity ids must differ.
         key = run_id if run_id not in self._flying else f"{run_id}#{len(self._flying)}"
         while key in self._flying:
@@ -223,9 +225,9 @@ class RunsInFlight:
         # worker that gets it late claims it, as a late first attempt does.
         send = functools.partial(self._send, spec, key=key, task_id=task_id, tenant_id=tenant_id,
                                  run=run, run_id=run_id, instant=instant, sent_at=workflow.now(),
-                                 lead=lead, spec_version=spec_version, aimed=aimed)
-        self._flying[key] = _Flying(run=run, run_id=run_id, instant=instant, handle=send(True),
-                                    aimed=aimed, send=send)
+                                 lead=lead, beat=beat, spec_version=spec_version, aimed=aimed)
+        self._flying[key] = _Flying(run=run, run_id=run_id, instant=instant, beat=beat,
+                                    handle=send(True), aimed=aimed, send=send)
         record = ExecutionRecord(id=run_id, task_id=task_id, tenant_id=tenant_id,
                                  scheduled_at=run.scheduled_at, instant=aimed, trigger=run.trigger.value,
                                  status=ExecutionStatus.RUNNING, spec_version=spec_version)
@@ -236,7 +238,8 @@ class RunsInFlight:
     @staticmethod
     def _send(spec: TaskSpec, refusable: bool, *, key: str, task_id: str, tenant_id: str,
               run: Run, run_id: str, instant: datetime, sent_at: datetime, lead: timedelta,
-              spec_version: int | None, aimed: datetime) -> workflow.ActivityHandle[JobResult]:
+              beat: timedelta, spec_version: int | None,
+              aimed: datetime) -> workflow.ActivityHandle[JobResult]:
         """Schedule the run's job activity (again, after a jobs worker refused it)."""
         wait = max(timedelta(0), instant - workflow.now())
         retry = spec.retry_policy
@@ -250,7 +253,7 @@ class RunsInFlight:
                 trigger=run.trigger, spec_version=spec_version,
                 run_timeout_seconds=spec.run_timeout_seconds,
                 late_after_seconds=late.total_seconds() if late is not None else None,
-                refusable=refusable,
+                refusable=refusable, beat_seconds=beat.total_seconds(),
             ),
             task_queue=jobs_queue(workflow.info().task_queue),
             result_type=JobResult,
@@ -273,7 +276,8 @@ class RunsInFlight:
         """Withdraw the runs still far enough from their instants (policy.may_withdraw)."""
         now = workflow.now()
         for flying in self._flying.values():
-            if flying.withdrawn is None and not flying.started and may_withdraw(flying.instant, now):
+            if (flying.withdrawn is None and not flying.started
+                    and may_withdraw(flying.instant, now, flying.beat)):
                 flying.withdrawn = reason
                 flying.handle.cancel()
 

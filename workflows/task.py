@@ -20,7 +20,9 @@ from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from activities.calendars import CALENDAR_DATES, CALENDAR_DATES_TIMEOUT, CalendarDatesRequest
+    from activities.heartbeats import MIN_BEAT_SECONDS, near_beat
     from activities.options import (
+        HERD_BEAT,
         RELEASE,
         RUN_OPTIONS,
         RUN_OPTIONS_TIMEOUT,
@@ -340,7 +342,8 @@ class TaskWorkflow:
         with spans.current(span):  # the job's spans are children of the decision's
             self._runs.dispatch(state.spec, task_id=state.task_id, tenant_id=state.tenant_id,
                                 run=run, run_id=run_id, instant=instant or workflow.now(),
-                                lead=self._lead(), spec_version=state.spec_version, aimed=aimed)
+                                lead=self._lead(), beat=self._beat(),
+                                spec_version=state.spec_version, aimed=aimed)
         self._note_runs()
 
     def _absorb_ended(self) -> None:
@@ -538,6 +541,13 @@ class TaskWorkflow:
         options, state = self._options, self._state
         return policy.lead(options.lead_seconds, state.wake_lag_seconds, options.max_lead_seconds,
                            policy.herd_lead(state.crowd, options.herd_rate))
+
+    def _beat(self) -> timedelta:
+        """How often a run sent now heartbeats near its instant (activities/heartbeats.py)."""
+        if self._options.release < HERD_BEAT:
+            return timedelta(seconds=MIN_BEAT_SECONDS)
+        extra = self._lead().total_seconds() - self._options.lead_seconds
+        return timedelta(seconds=near_beat(extra))
 
     def _draining(self) -> bool:
         """The history is long: no new run starts here; the next workflow run starts them.

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from activities.heartbeats import beat_every, waiting_heartbeat_timeout
+from activities.heartbeats import beat_every, near_beat, waiting_heartbeat_timeout
 
 
 def test_the_usual_lead_beats_every_two_seconds() -> None:
@@ -32,3 +32,12 @@ def test_a_beat_always_comes_well_inside_the_timeout() -> None:
         for remaining in (0.0, 1.0, 10.0, 100.0, 1000.0):
             assert 0.5 <= beat_every(remaining, timeout) <= max(0.5, 2 * timeout / 3)
     assert beat_every(100.0, None) == 10.0
+
+
+def test_a_run_sent_further_ahead_beats_that_much_further_apart_up_to_twenty_seconds() -> None:
+    assert [near_beat(extra) for extra in (0.0, 0.1, 1.9, 6.0, 20.0, 200.0)] == [
+        2.0, 2.0, 2.0, 6.0, 20.0, 20.0]
+    assert beat_every(8.0, 30.0, 6.0) == 6.0  # not a fifth of the rest
+    assert beat_every(200.0, 100.0, 20.0) == 40.0  # far out, still a fifth
+    # The timeout only brings beats closer: sooner is always safe for a withdrawal.
+    assert beat_every(8.0, 6.0, 20.0) == 4.0

@@ -7,8 +7,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from temporalio.exceptions import ApplicationError
+from temporalio.testing import ActivityEnvironment
 
-from activities.on_time import refuse_if_late, wait_for_instant
+from activities.on_time import heartbeat_while_waiting, refuse_if_late, wait_for_instant
 from activities.payloads import JobInput
 from scheduling.spec import HandlerJob
 from scheduling.status import JobFailure
@@ -58,3 +59,16 @@ def test_a_run_that_waited_in_the_queue_counts_from_when_it_was_sent() -> None:
     queued = _run(scheduled_at=datetime.now(UTC) - timedelta(seconds=300),
                   sent_at=datetime.now(UTC) - timedelta(seconds=10), late_after_seconds=60)
     refuse_if_late(queued, started_before=False)
+
+
+@pytest.mark.parametrize(("beat", "expected"), [(2.0, 2), (6.0, 1)])
+async def test_a_waiting_run_heartbeats_as_far_apart_as_its_beat(beat: float, expected: int) -> None:
+    # 8 s from its instant, watched for 3 s: at once, then a beat later (a fifth of the rest
+    # would be 1.6 s).
+    beats: list[float] = []
+    env = ActivityEnvironment()
+    env.on_heartbeat = lambda *_: beats.append(asyncio.get_running_loop().time())
+    run = _run(not_before=datetime.now(UTC) + timedelta(seconds=8), beat_seconds=beat)
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(env.run(heartbeat_while_waiting, run, timedelta(seconds=30)), 3)
+    assert len(beats) == expected, beats

@@ -51,7 +51,7 @@ from workflows.state import BackfillItem, BackfillRequest, ReplayRequest, TaskSt
 from workflows.task import TaskWorkflow
 
 HERE = Path(__file__).parent
-STAMP = "20261206-release2"  # the release in the run options and start input (activities/options.py)
+STAMP = "20261206-release3"  # the release in the run options and start input (activities/options.py)
 MINUTE = timedelta(minutes=1)
 
 Scenario = Callable[[WorkflowEnvironment, Engine], Awaitable[TaskHandle]]
@@ -207,6 +207,26 @@ async def withdrawn_by_pause(env: WorkflowEnvironment, engine: Engine) -> TaskHa
         await handle.signal(TaskWorkflow.resume_signal)
         state = await handle.result()
     assert state.success_count == 1, state
+    return handle
+
+
+@scenario
+async def herd_beat(env: WorkflowEnvironment, engine: Engine) -> TaskHandle:
+    # Created as the 101st of a herd (10 a second): dispatched at once, 10 s further ahead than
+    # the 2 s lead, it beats every 10 s near its instant. Paused about 8 s before it, the run is
+    # not withdrawn (it would be at the usual beat) and runs, which ends the task.
+    async with new_worker(env.client, engine,
+                          run_options=RunOptions(lead_seconds=2, herd_rate=10)) as worker:
+        task_id = uuid.uuid4().hex
+        await start_task_workflow(
+            env.client, task_queue=worker.task_queue, task_id=task_id, tenant_id="t1",
+            spec=spec(schedule_type="once", run_at=await env.get_current_time() + timedelta(seconds=8)),
+            created_at=await env.get_current_time(), crowd=100)
+        handle = env.client.get_workflow_handle(workflow_id(task_id), result_type=TaskState)
+        await until_in_flight(handle)
+        await handle.execute_update(TaskWorkflow.pause_update, "hold")
+        state = await handle.result()
+    assert state.success_count == 1 and state.skipped_count == 0, state
     return handle
 
 

@@ -1,5 +1,6 @@
 """How far ahead a run is dispatched: the base lead, grown by a late timer and by a herd, never
-past the longest lead, and none at all when the lead is off."""
+past the longest lead, and none at all when the lead is off; and how near its instant a run
+sent ahead can still be withdrawn."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 from hypothesis import given
 from hypothesis import strategies as st
 
-from scheduling.policy import herd_lead, lead, retimed_crowd
+from scheduling.policy import herd_lead, lead, may_withdraw, retimed_crowd
 
 seconds = st.floats(min_value=0, max_value=600, allow_nan=False)
 
@@ -41,3 +42,12 @@ def test_a_retimed_task_keeps_the_count_taken_for_the_second_of_its_next_run() -
     assert retimed_crowd(7, counted, counted + timedelta(seconds=1)) == 0
     assert retimed_crowd(7, None, counted) == 0  # not counted: an older API, a plain update
     assert retimed_crowd(7, counted, None) == 0  # no next run (paused, bounds reached)
+
+
+def test_a_run_is_withdrawn_only_further_ahead_than_its_beat_and_a_second() -> None:
+    instant = datetime(2026, 12, 6, 12, 0, tzinfo=UTC)
+    usual, herd = timedelta(seconds=2), timedelta(seconds=20)
+    assert may_withdraw(instant, instant - timedelta(seconds=3.01), usual)
+    assert not may_withdraw(instant, instant - timedelta(seconds=3), usual)
+    assert not may_withdraw(instant, instant - timedelta(seconds=20), herd)
+    assert may_withdraw(instant, instant - timedelta(seconds=21.01), herd)

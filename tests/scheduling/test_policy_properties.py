@@ -15,6 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from activities.heartbeats import MIN_BEAT_SECONDS
 from scheduling import policy
 from scheduling.fire import first_fire, next_fire
 from scheduling.policy import (
@@ -40,6 +41,7 @@ from scheduling.status import SkipReason, Trigger
 T0 = datetime(2026, 3, 8, 4, 0, tzinfo=UTC)
 TASK = "task-1"
 DISPATCH_SLACK = timedelta(seconds=1)  # as in workflows/task.py
+BEAT = timedelta(seconds=MIN_BEAT_SECONDS)  # the model's runs go the usual lead ahead, no herd
 # give_back rewinds the schedule to the fire it gives back even when later fires were taken
 # since (decided, queued or in flight): they are decided twice (see the xfail tests below).
 # Until it is fixed, the model's worker starts a late run instead when refusing it would hit it.
@@ -244,7 +246,7 @@ class Model:
 
     def outage(self, delta: timedelta, workflow_first: bool) -> None:
         """Nothing runs for ``delta``; then the workflow and the jobs' worker come back, one
-        before the other. Withdrawals reached their runs before it (WITHDRAW_MARGIN)."""
+        before the other. Withdrawals reached their runs before it (policy.may_withdraw)."""
         for f in [f for f in self.flying if f.withdrawn]:
             self.end(f, None)
         self.now += delta
@@ -277,7 +279,7 @@ class Model:
         """An update of max_runs alone (TaskWorkflow.update_task), never below the runs that
         have run or are going (or too close to their instant to be withdrawn)."""
         going = sum(1 for f in self.flying if f.run.trigger.scheduled and f.withdrawn is None
-                    and (f.going or not may_withdraw(f.instant, self.now)))
+                    and (f.going or not may_withdraw(f.instant, self.now, BEAT)))
         if KNOWN_QUEUED_PAST_MAX_RUNS_BUG:
             going = len(self.pending())
         new_spec = self.spec.model_copy(update={"max_runs": self.executed + going + extra or 1})
@@ -298,7 +300,7 @@ class Model:
 
     def withdraw(self, reason: str) -> None:
         for f in self.flying:
-            if f.withdrawn is None and may_withdraw(f.instant, self.now):
+            if f.withdrawn is None and may_withdraw(f.instant, self.now, BEAT):
                 f.withdrawn = reason
 
     # -- the checks ----------------------------------------------------------------------

@@ -20,6 +20,7 @@ from temporalio.worker import Worker
 
 from activities.handlers import HandlerContext
 from activities.options import RELEASE
+from activities.payloads import RUN_JOB, JobInput
 from scheduling.fire import first_fire
 from scheduling.spec import TaskSpec
 from scheduling.status import workflow_id
@@ -94,6 +95,20 @@ async def running_task(
             await handle.terminate("test over")
         except RPCError:
             pass  # it had already ended
+
+
+async def sent_jobs(env: WorkflowEnvironment, task_id: str) -> list[tuple[JobInput, datetime]]:
+    """Each run_job the task's workflow scheduled, with when its server recorded it."""
+    handle = env.client.get_workflow_handle(workflow_id(task_id))
+    sent = []
+    async for event in handle.fetch_history_events():
+        if event.HasField("activity_task_scheduled_event_attributes"):
+            scheduled = event.activity_task_scheduled_event_attributes
+            if scheduled.activity_type.name == RUN_JOB:
+                [job] = await env.client.data_converter.decode(scheduled.input.payloads, [JobInput])
+                assert isinstance(job, JobInput)
+                sent.append((job, event.event_time.ToDatetime(UTC)))
+    return sent
 
 
 async def task_state(handle: TaskHandle) -> TaskState:

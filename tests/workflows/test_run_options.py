@@ -10,11 +10,10 @@ from sqlalchemy import Engine
 from temporalio.testing import WorkflowEnvironment
 
 from activities.options import RunOptions
-from activities.payloads import RUN_JOB, JobInput
 from scheduling.spec import TaskChanges
 from scheduling.status import TaskStatus, workflow_id
 from tests.conftest import new_worker
-from tests.workflows.helpers import spec, start_task
+from tests.workflows.helpers import sent_jobs, spec, start_task
 from workflows import attributes
 from workflows.events import SpecChange
 from workflows.state import TaskWorkflowInput
@@ -23,15 +22,10 @@ from workflows.task import TaskWorkflow
 
 async def _leads(env: WorkflowEnvironment, task_id: str) -> list[float]:
     """How long before its instant each run_job of the task's workflow was scheduled."""
-    handle = env.client.get_workflow_handle(workflow_id(task_id))
     leads = []
-    async for event in handle.fetch_history_events():
-        if event.HasField("activity_task_scheduled_event_attributes"):
-            scheduled = event.activity_task_scheduled_event_attributes
-            if scheduled.activity_type.name == RUN_JOB:
-                [job] = await env.client.data_converter.decode(scheduled.input.payloads, [JobInput])
-                assert isinstance(job, JobInput) and job.instant is not None
-                leads.append((job.instant - event.event_time.ToDatetime(job.instant.tzinfo)).total_seconds())
+    for job, sent in await sent_jobs(env, task_id):
+        assert job.instant is not None
+        leads.append((job.instant - sent).total_seconds())
     return leads
 
 
