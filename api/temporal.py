@@ -34,7 +34,8 @@ from workflows.starter import start_task_workflow, start_with_update, state_from
 from workflows.state import BackfillRequest, ReplayRequest, TaskState
 from workflows.task import NEVER_RUNS, TaskWorkflow
 
-UPDATE_TIMEOUT = timedelta(seconds=20)
+# A cancel near the instant of a run of a herd answers within 25 s (workflows/task.py).
+UPDATE_TIMEOUT = timedelta(seconds=30)
 # A worker is alive while its last heartbeat is younger than this: a few of its heartbeat
 # intervals, so that one late heartbeat does not call it dead.
 HEARTBEAT_STALE_AFTER = 4 * WORKER_HEARTBEAT_INTERVAL

@@ -133,6 +133,12 @@ class RunsInFlight:
                      and not may_withdraw(f.instant, now, f.beat)),
         )
 
+    def longest_near_beat(self, now: datetime) -> timedelta:
+        """The longest beat of a run waiting too near its instant to be withdrawn (none: 0)."""
+        return max((f.beat for f in self._flying.values()
+                    if not f.started and not may_withdraw(f.instant, now, f.beat)),
+                   default=timedelta(0))
+
     def instants(self) -> list[datetime]:
         """The instants of the runs still waiting for them."""
         return [f.instant for f in self._flying.values() if f.withdrawn is None]

@@ -98,8 +98,11 @@ PAUSED_SHOWS_PAUSED = "paused-shows-paused"
 # each patch costs every new workflow a marker and a search-attribute upsert, and 12 of them
 # made a herd of 1,000 run seconds late (docs/capacity.md).
 PLANNING_AND_TRUST = "planning-and-trust"
-# How long a cancel waits for the runs it stops to end before it answers.
+# How long a cancel waits for the runs it stops to end before it answers; while a run waits
+# too near its instant to be withdrawn, at least its beat (it hears of the cancel at its next
+# heartbeat, which may come after it started) and the slack: up to 25 s.
 CANCEL_SETTLE = timedelta(seconds=10)
+CANCEL_SLACK = timedelta(seconds=5)
 CHANGE_TASK = "change_task"
 
 
@@ -339,11 +342,11 @@ class TaskWorkflow:
         shifted = (self._current and bool(state.spec.exclude_calendars)
                    and run.trigger.scheduled)
         aimed = state.position().instant(run.scheduled_at) if shifted else None
+        at = instant or workflow.now()
         with spans.current(span):  # the job's spans are children of the decision's
             self._runs.dispatch(state.spec, task_id=state.task_id, tenant_id=state.tenant_id,
-                                run=run, run_id=run_id, instant=instant or workflow.now(),
-                                lead=self._lead(), beat=self._beat(),
-                                spec_version=state.spec_version, aimed=aimed)
+                                run=run, run_id=run_id, instant=at, lead=self._lead(),
+                                beat=self._beat(at), spec_version=state.spec_version, aimed=aimed)
         self._note_runs()
 
     def _absorb_ended(self) -> None:
@@ -542,11 +545,12 @@ class TaskWorkflow:
         return policy.lead(options.lead_seconds, state.wake_lag_seconds, options.max_lead_seconds,
                            policy.herd_lead(state.crowd, options.herd_rate))
 
-    def _beat(self) -> timedelta:
-        """How often a run sent now heartbeats near its instant (activities/heartbeats.py)."""
+    def _beat(self, instant: datetime) -> timedelta:
+        """How often a run sent now for ``instant`` heartbeats near it: by how much its wait
+        exceeds the usual lead (activities/heartbeats.py)."""
         if self._options.release < HERD_BEAT:
             return timedelta(seconds=MIN_BEAT_SECONDS)
-        extra = self._lead().total_seconds() - self._options.lead_seconds
+        extra = (instant - workflow.now()).total_seconds() - self._options.lead_seconds
         return timedelta(seconds=near_beat(extra))
 
     def _draining(self) -> bool:
@@ -620,9 +624,10 @@ class TaskWorkflow:
             # heartbeats, or ended first: a waiting run hears of the cancel at its next
             # heartbeat).
             self._request_cancel(reason, actor)
+            settle = max(CANCEL_SETTLE, self._runs.longest_near_beat(workflow.now()) + CANCEL_SLACK)
             try:
                 await workflow.wait_condition(lambda: self._state.status in FINAL_STATUSES,
-                                              timeout=CANCEL_SETTLE)
+                                              timeout=settle)
             except TimeoutError:
                 pass  # still going (a silent worker): the answer lists them as running
             return self._state

@@ -212,9 +212,9 @@ async def withdrawn_by_pause(env: WorkflowEnvironment, engine: Engine) -> TaskHa
 
 @scenario
 async def herd_beat(env: WorkflowEnvironment, engine: Engine) -> TaskHandle:
-    # Created as the 101st of a herd (10 a second): dispatched at once, 10 s further ahead than
-    # the 2 s lead, it beats every 10 s near its instant. Paused about 8 s before it, the run is
-    # not withdrawn (it would be at the usual beat) and runs, which ends the task.
+    # Created as the 101st of a herd (10 a second): dispatched at once, 8 s before its instant,
+    # 6 s more than the 2 s lead, so it beats every 6 s near it. Paused about 5 s before it,
+    # the run is not withdrawn (it would be at the usual beat) and runs, which ends the task.
     async with new_worker(env.client, engine,
                           run_options=RunOptions(lead_seconds=2, herd_rate=10)) as worker:
         task_id = uuid.uuid4().hex
@@ -224,6 +224,7 @@ async def herd_beat(env: WorkflowEnvironment, engine: Engine) -> TaskHandle:
             created_at=await env.get_current_time(), crowd=100)
         handle = env.client.get_workflow_handle(workflow_id(task_id), result_type=TaskState)
         await until_in_flight(handle)
+        await asyncio.sleep(2.5)  # the server's clock moves with the real one while it waits
         await handle.execute_update(TaskWorkflow.pause_update, "hold")
         state = await handle.result()
     assert state.success_count == 1 and state.skipped_count == 0, state

@@ -49,5 +49,5 @@ def test_a_run_is_withdrawn_only_further_ahead_than_its_beat_and_a_second() -> N
     usual, herd = timedelta(seconds=2), timedelta(seconds=20)
     assert may_withdraw(instant, instant - timedelta(seconds=3.01), usual)
     assert not may_withdraw(instant, instant - timedelta(seconds=3), usual)
-    assert not may_withdraw(instant, instant - timedelta(seconds=20), herd)
+    assert not may_withdraw(instant, instant - timedelta(seconds=21), herd)
     assert may_withdraw(instant, instant - timedelta(seconds=21.01), herd)

@@ -2,9 +2,10 @@
 and its workflow withdraws it only while a heartbeat can still carry the withdrawal there in
 time (real dev server, real workers, real time).
 
-Base lead 6 s, 10 runs a second dispatched ahead of a herd: a task created as the 61st of one
-goes 12 s ahead and beats every 6 s, at about 12 s and 6 s before its instant, then as it
-starts. It is withdrawn only more than 7 s before its instant (the usual runs: 3 s).
+Base lead 6 s, 10 runs a second dispatched ahead of a herd, at most 12 s: a task created as
+the 61st of one is sent about 12 s ahead (its timer wakes it up to a second early or late) and
+beats about 6 s apart: when it is sent, about 6 s before its instant, then as it starts. It is withdrawn only more
+than its beat and a second before its instant (the usual runs: 3 s).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import asyncio
 from datetime import datetime, timedelta
 
+import pytest
 from sqlalchemy import Engine
 from temporalio.testing import WorkflowEnvironment
 
@@ -32,7 +34,7 @@ from tests.workflows.helpers import (
 )
 from workflows.task import TaskWorkflow
 
-OPTIONS = RunOptions(lead_seconds=6, max_lead_seconds=30, herd_rate=10)
+OPTIONS = RunOptions(lead_seconds=6, max_lead_seconds=12, herd_rate=10)
 CROWD = 60  # 6 s of herd lead: the run's beat
 AHEAD = 20.0  # the instant, from the task's start
 
@@ -57,8 +59,8 @@ async def _pause_at(env: WorkflowEnvironment, handle: TaskHandle, instant: datet
 async def test_a_pause_nearer_than_a_herd_runs_beat_lets_it_run_whole(
     dev_env: WorkflowEnvironment, sqlite_engine: Engine
 ) -> None:
-    # 4.5 s before: outside the usual 3 s, inside this run's 7 s. Withdrawn, it would learn of
-    # it at its first beat after its start and be killed while it runs.
+    # 4.5 s before: outside the usual 3 s, inside this run's 6-8 s. Withdrawn, it would learn
+    # of it at its first beat after its start and be killed while it runs.
     job = Blocker()
     now = await dev_env.get_current_time()
     instant = now + timedelta(seconds=AHEAD)
@@ -81,13 +83,16 @@ async def test_a_pause_nearer_than_a_herd_runs_beat_lets_it_run_whole(
     assert not job.cancelled.is_set()
     assert paused.status is TaskStatus.PAUSED and paused.run_count == 1
     [(sent, _)] = await sent_jobs(dev_env, handle.id.removeprefix("task-"))
-    assert 6.0 <= sent.beat_seconds <= 6.5  # and twice how late its timer fired (policy.lead)
+    # Its wait past the usual lead.
+    assert sent.not_before is not None and sent.sent_at is not None
+    assert 5.0 <= sent.beat_seconds <= 7.5
+    assert sent.beat_seconds == pytest.approx((sent.not_before - sent.sent_at).total_seconds() - 6)
 
 
 async def test_a_pause_further_than_a_herd_runs_beat_withdraws_it_before_it_starts(
     dev_env: WorkflowEnvironment, sqlite_engine: Engine
 ) -> None:
-    # 9.5 s before: after its dispatch, before its beat at about 6 s.
+    # 9.5 s before: after its dispatch, before its beat about 6 s before.
     job = Blocker()
     now = await dev_env.get_current_time()
     instant = now + timedelta(seconds=AHEAD)
@@ -108,3 +113,36 @@ async def test_a_pause_further_than_a_herd_runs_beat_withdraws_it_before_it_star
     assert paused.status is TaskStatus.PAUSED and paused.run_count == 0
     assert [r.status for r in executions(sqlite_engine, handle.id.removeprefix("task-"))
             if r.status == "COMPLETED"] == []
+
+
+async def test_a_cancel_within_a_herd_runs_margin_answers_only_after_the_run_heard_of_it(
+    dev_env: WorkflowEnvironment, sqlite_engine: Engine
+) -> None:
+    # 34 s of herd lead: sent 40-41 s ahead, it beats 20 s apart, at about 40 and 20 s before
+    # its instant, then as it starts. Cancelled 17 s before, within its 21 s margin, it hears
+    # of the cancel only as it starts: the answer waits for that (10 s would answer first).
+    job = Blocker()
+    options = RunOptions(lead_seconds=6, max_lead_seconds=40, herd_rate=10)
+    now = await dev_env.get_current_time()
+    instant = now + timedelta(seconds=45)
+    async with new_worker(dev_env.client, sqlite_engine, handlers={"block": job},
+                          run_options=options) as worker:
+        handle = await start_task(dev_env, worker.task_queue, _every_minute_from(instant),
+                                  crowd=340)
+
+        async def dispatched() -> bool:
+            return bool((await task_state(handle)).running)
+
+        await until(dispatched, timeout=15)
+        await asyncio.sleep((instant - await dev_env.get_current_time()).total_seconds() - 17)
+        answer = await handle.execute_update(TaskWorkflow.cancel_update, "stop")
+        started_first = job.started.is_set()
+        await asyncio.sleep(3 + (instant - await dev_env.get_current_time()).total_seconds())
+    # No run starts after the answer; one that started first is in it.
+    assert job.started.is_set() is started_first
+    assert answer.status is TaskStatus.CANCELLED and answer.running == []
+    [row] = executions(sqlite_engine, handle.id.removeprefix("task-"))
+    if started_first:
+        assert answer.started_before_cancel == [row.id] and row.status == "CANCELLED"
+    else:
+        assert answer.started_before_cancel == [] and (row.status, row.reason) == ("SKIPPED", "cancelled")
