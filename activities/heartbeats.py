@@ -1,14 +1,14 @@
 """How a run dispatched ahead of its instant shows that it is alive while it waits.
 
 A waiting run heartbeats about five times over its wait, and near its instant every **beat**
-apart: 2 s, or, for a run sent further ahead than the usual lead (its place in a herd,
-policy.herd_lead), by as much as its wait exceeds that lead, up to 20 s. Its workflow
-withdraws it only further than a beat and a second ahead of its instant
+apart: 2 s, or, for a run sent further ahead than the usual lead (its place in a herd, or
+after late timers, policy.lead), by as much as its wait exceeds that lead, up to 20 s. Its
+workflow withdraws it only further than a beat and a second ahead of its instant
 (policy.may_withdraw): a cancel reaches a waiting run at its next heartbeat. So a withdrawal
 still reaches a run sent the usual lead ahead or more for at least the usual lead less 3 s
 after its dispatch, as before. Each heartbeat is a write on the server: a herd of 10,000
-beating every 2 s would cost it 5,000 writes a second in its last seconds before the instant,
-each run at its own beat about 600 (both computed, at the default herd rate).
+beating every 2 s would cost it 5,000 writes a second in its last seconds before the
+instant, each run at its own beat about 600 (both computed, at the default herd rate).
 
 A run of a herd dispatched minutes ahead gets a heartbeat timeout of half its wait (never less
 than the task's own), so that thousands of waiting runs cost the server a few heartbeats each,

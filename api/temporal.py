@@ -34,8 +34,9 @@ from workflows.starter import start_task_workflow, start_with_update, state_from
 from workflows.state import BackfillRequest, ReplayRequest, TaskState
 from workflows.task import NEVER_RUNS, TaskWorkflow
 
+UPDATE_TIMEOUT = timedelta(seconds=20)
 # A cancel near the instant of a run of a herd answers within 25 s (workflows/task.py).
-UPDATE_TIMEOUT = timedelta(seconds=30)
+CANCEL_TIMEOUT = timedelta(seconds=30)
 # A worker is alive while its last heartbeat is younger than this: a few of its heartbeat
 # intervals, so that one late heartbeat does not call it dead.
 HEARTBEAT_STALE_AFTER = 4 * WORKER_HEARTBEAT_INTERVAL
@@ -112,7 +113,8 @@ class TemporalGateway:
     async def cancel(self, task_id: str, reason: str | None, actor: str | None = None, *,
                      request_id: str | None = None) -> TaskState:
         """Cancel the task (a running job is cancelled through its heartbeats)."""
-        return await self._update(task_id, TaskWorkflow.cancel_update, reason, actor, request_id=request_id)
+        return await self._update(task_id, TaskWorkflow.cancel_update, reason, actor,
+                                  request_id=request_id, timeout=CANCEL_TIMEOUT)
 
     async def pause(self, task_id: str, reason: str | None, actor: str | None = None, *,
                     request_id: str | None = None) -> TaskState:
@@ -173,7 +175,8 @@ class TemporalGateway:
             return result
 
     async def _update(
-        self, task_id: str, update: Any, *args: Any, request_id: str | None = None
+        self, task_id: str, update: Any, *args: Any, request_id: str | None = None,
+        timeout: timedelta = UPDATE_TIMEOUT,
     ) -> TaskState:
         handle = self.client.get_workflow_handle_for(TaskWorkflow.run, workflow_id(task_id))
         # An explicit update id: Temporal applies an id once per workflow run and answers a
@@ -181,7 +184,7 @@ class TemporalGateway:
         # same ``request_id``, so a retry after a timeout cannot apply the change twice.
         async with _temporal_errors(task_id):
             result: TaskState = await handle.execute_update(
-                update, args=list(args), id=_update_id(update, request_id), rpc_timeout=UPDATE_TIMEOUT
+                update, args=list(args), id=_update_id(update, request_id), rpc_timeout=timeout
             )
             return result
 
