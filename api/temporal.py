@@ -176,7 +176,7 @@ class TemporalGateway:
 
     async def _update(
         self, task_id: str, update: Any, *args: Any, request_id: str | None = None,
-        timeout: timedelta = UPDATE_TIMEOUT,
+        timeout: timedelta | None = None,
     ) -> TaskState:
         handle = self.client.get_workflow_handle_for(TaskWorkflow.run, workflow_id(task_id))
         # An explicit update id: Temporal applies an id once per workflow run and answers a
@@ -184,7 +184,8 @@ class TemporalGateway:
         # same ``request_id``, so a retry after a timeout cannot apply the change twice.
         async with _temporal_errors(task_id):
             result: TaskState = await handle.execute_update(
-                update, args=list(args), id=_update_id(update, request_id), rpc_timeout=timeout
+                update, args=list(args), id=_update_id(update, request_id),
+                rpc_timeout=timeout or UPDATE_TIMEOUT,
             )
             return result
 
