@@ -32,11 +32,11 @@ from store.models import Task
 from workflows.events import Origin, SpecChange
 from workflows.starter import start_task_workflow, start_with_update, state_from_row
 from workflows.state import BackfillRequest, ReplayRequest, TaskState
-from workflows.task import NEVER_RUNS, TaskWorkflow
+from workflows.task import LONGEST_CANCEL_SETTLE, NEVER_RUNS, TaskWorkflow
 
 UPDATE_TIMEOUT = timedelta(seconds=20)
-# A cancel near the instant of a run of a herd answers within 25 s (workflows/task.py).
-CANCEL_TIMEOUT = timedelta(seconds=30)
+# A cancel near the instant of a run of a herd waits up to LONGEST_CANCEL_SETTLE to answer.
+CANCEL_TIMEOUT = LONGEST_CANCEL_SETTLE + timedelta(seconds=5)
 # A worker is alive while its last heartbeat is younger than this: a few of its heartbeat
 # intervals, so that one late heartbeat does not call it dead.
 HEARTBEAT_STALE_AFTER = 4 * WORKER_HEARTBEAT_INTERVAL

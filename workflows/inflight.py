@@ -129,15 +129,18 @@ class RunsInFlight:
             # Withdrawn ones too: their fires come back through policy.take_back.
             last_fire=max((f.run.scheduled_at for f in counted
                            if f.run.trigger.scheduled), default=None),
-            near=sum(1 for f in live if self.reported and not f.started
-                     and not may_withdraw(f.instant, now, f.beat)),
+            near=sum(1 for f in live if self.reported and self._near(f, now)),
         )
 
     def longest_near_beat(self, now: datetime) -> timedelta:
         """The longest beat of a run waiting too near its instant to be withdrawn (none: 0)."""
-        return max((f.beat for f in self._flying.values()
-                    if not f.started and not may_withdraw(f.instant, now, f.beat)),
+        return max((f.beat for f in self._flying.values() if self._near(f, now)),
                    default=timedelta(0))
+
+    @staticmethod
+    def _near(flying: _Flying, now: datetime) -> bool:
+        """Not started, and too near its instant to be withdrawn (policy.may_withdraw)."""
+        return not flying.started and not may_withdraw(flying.instant, now, flying.beat)
 
     def instants(self) -> list[datetime]:
         """The instants of the runs still waiting for them."""

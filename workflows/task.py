@@ -20,7 +20,7 @@ from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from activities.calendars import CALENDAR_DATES, CALENDAR_DATES_TIMEOUT, CalendarDatesRequest
-    from activities.heartbeats import MIN_BEAT_SECONDS, near_beat
+    from activities.heartbeats import MAX_BEAT_SECONDS, MIN_BEAT_SECONDS, near_beat
     from activities.options import (
         HERD_BEAT,
         RELEASE,
@@ -100,9 +100,10 @@ PAUSED_SHOWS_PAUSED = "paused-shows-paused"
 PLANNING_AND_TRUST = "planning-and-trust"
 # How long a cancel waits for the runs it stops to end before it answers; while a run waits
 # too near its instant to be withdrawn, at least its beat (it hears of the cancel at its next
-# heartbeat, which may come after it started) and the slack: up to 25 s.
+# heartbeat, which may come after it started) and the slack: never longer than the longest.
 CANCEL_SETTLE = timedelta(seconds=10)
 CANCEL_SLACK = timedelta(seconds=5)
+LONGEST_CANCEL_SETTLE = max(CANCEL_SETTLE, timedelta(seconds=MAX_BEAT_SECONDS) + CANCEL_SLACK)
 CHANGE_TASK = "change_task"
 
 
