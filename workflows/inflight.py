@@ -107,6 +107,10 @@ class RunsInFlight:
         # A run is started when its worker says so; False replays histories recorded before,
         # where a run counted as started once its instant had passed.
         self.reported = False
+        # How long this workflow task's commands may wait before they reach the server (set
+        # by the workflow: a row write in flight holds them): a withdrawal allows for it.
+        self.held: Callable[[], timedelta] = lambda: timedelta(0)
+        self._cancelled_in: int | None = None  # the history length when a cancel was last sent
 
     def __len__(self) -> int:
         return len(self._flying)
@@ -137,10 +141,22 @@ class RunsInFlight:
         return max((f.beat for f in self._flying.values() if self._near(f, now)),
                    default=timedelta(0))
 
-    @staticmethod
-    def _near(flying: _Flying, now: datetime) -> bool:
-        """Not started, and too near its instant to be withdrawn (policy.may_withdraw)."""
-        return not flying.started and not may_withdraw(flying.instant, now, flying.beat)
+    def _near(self, flying: _Flying, now: datetime) -> bool:
+        """Not started, and too near its instant to be withdrawn."""
+        return not flying.started and not self._withdrawable(flying, now)
+
+    def _withdrawable(self, flying: _Flying, now: datetime) -> bool:
+        """Far enough from its instant that a cancel sent now reaches it before it starts
+        (policy.may_withdraw), even if this workflow task's commands are held (``held``)."""
+        return may_withdraw(flying.instant, now, flying.beat + self.held())
+
+    def cancel_unsent(self) -> bool:
+        """A run was cancelled in this workflow task: its cancel has not reached the server."""
+        return self._cancelled_in == workflow.info().get_current_history_length()
+
+    def _cancel(self, flying: _Flying) -> None:
+        self._cancelled_in = workflow.info().get_current_history_length()
+        flying.handle.cancel()
 
     def instants(self) -> list[datetime]:
         """The instants of the runs still waiting for them."""
@@ -211,7 +227,7 @@ class RunsInFlight:
         for flying in self._flying.values():
             if flying.ghost and not flying.released:
                 flying.released = True
-                flying.handle.cancel()
+                self._cancel(flying)
 
     def _waiting(self) -> list[_Flying]:
         if not self.reported:
@@ -285,10 +301,9 @@ class RunsInFlight:
         """Withdraw the runs still far enough from their instants (policy.may_withdraw)."""
         now = workflow.now()
         for flying in self._flying.values():
-            if (flying.withdrawn is None and not flying.started
-                    and may_withdraw(flying.instant, now, flying.beat)):
+            if flying.withdrawn is None and not flying.started and self._withdrawable(flying, now):
                 flying.withdrawn = reason
-                flying.handle.cancel()
+                self._cancel(flying)
 
     def outdate(self) -> None:
         """The schedule was re-timed: a run sent for the old one that ends unrun is not given
@@ -301,7 +316,7 @@ class RunsInFlight:
         now = workflow.now()
         for flying in self._flying.values():
             if flying.started if self.reported else flying.instant <= now:
-                flying.handle.cancel()
+                self._cancel(flying)
 
     def cancel_all(self) -> None:
         """Cancel every run, waiting or going (the task is cancelled)."""
@@ -309,7 +324,7 @@ class RunsInFlight:
             if self.reported and flying.withdrawn == "cancelled":
                 continue  # asked once already
             flying.withdrawn = flying.withdrawn or "cancelled"
-            flying.handle.cancel()
+            self._cancel(flying)
 
     async def settled(self) -> None:
         """Return once no run is in flight."""

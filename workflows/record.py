@@ -6,6 +6,7 @@ worker; notifications through an activity that never blocks the task."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -37,6 +38,13 @@ BOOKKEEPING_RETRY = RetryPolicy(
 # while the database refuses writes.
 BACKOFF_ON_TIMER = timedelta(milliseconds=1)
 NOTIFY_RETRY = RetryPolicy(maximum_attempts=5, maximum_interval=timedelta(seconds=30))
+# A workflow task that runs a local activity completes, and sends its commands, when the
+# activity ends, or when the SDK heartbeats the task: at 80 % of its timeout (10 s, the
+# default). So a slow write holds the commands of each workflow task it spans this long.
+WRITE_HOLDS_COMMANDS = timedelta(seconds=8)
+# A write that would hold a run's cancel (send_first) waits this timer first: the workflow
+# task completes with the cancel, and the write runs in the next.
+SEND_FIRST = timedelta(milliseconds=1)
 
 
 class TaskRecord:
@@ -57,6 +65,9 @@ class TaskRecord:
         self.release = 0
         self._events: list[TaskEventRecord] = []
         self._event_count = 0
+        # Commands to send before a write starts (set by the workflow: a run's cancel).
+        self.send_first: Callable[[], bool] = lambda: False
+        self._writing = False  # a write's local activity is running
 
     def add(self, record: ExecutionRecord) -> None:
         """An execution row to write with the next ``write``; counted in the metrics."""
@@ -145,6 +156,10 @@ class TaskRecord:
         """Nothing is being written behind the task."""
         return self._writer is None or self._writer.done()
 
+    def holding(self) -> timedelta:
+        """How long the commands of this workflow task may wait for the write in flight."""
+        return WRITE_HOLDS_COMMANDS if self._writing else timedelta(0)
+
     async def _write_behind(self) -> None:
         while self._latest is not None or self._pending or self._events:
             record = Record(executions=self._pending, snapshot=self._latest, events=self._events)
@@ -152,14 +167,20 @@ class TaskRecord:
             await self._record(record, local_retry_threshold=BACKOFF_ON_TIMER)
 
     async def _record(self, record: Record, **options: Any) -> None:
-        await workflow.execute_local_activity(
-            RECORD,
-            record,
-            start_to_close_timeout=BOOKKEEPING_TIMEOUT,
-            retry_policy=BOOKKEEPING_RETRY,
-            summary=f"record {self._state.status.value}, {len(record.executions)} runs",
-            **options,
-        )
+        if self.send_first():
+            await workflow.sleep(SEND_FIRST, summary="send the cancel before the write")
+        self._writing = True
+        try:
+            await workflow.execute_local_activity(
+                RECORD,
+                record,
+                start_to_close_timeout=BOOKKEEPING_TIMEOUT,
+                retry_policy=BOOKKEEPING_RETRY,
+                summary=f"record {self._state.status.value}, {len(record.executions)} runs",
+                **options,
+            )
+        finally:
+            self._writing = False
 
     def notify(self, event: NotifyEvent, run_id: str | None, detail: str | None) -> None:
         """Tell the task's webhook, if it asked for this event; never blocks the task."""

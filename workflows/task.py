@@ -22,6 +22,7 @@ with workflow.unsafe.imports_passed_through():
     from activities.calendars import CALENDAR_DATES, CALENDAR_DATES_TIMEOUT, CalendarDatesRequest
     from activities.heartbeats import MAX_BEAT_SECONDS, MIN_BEAT_SECONDS, near_beat
     from activities.options import (
+        CANCEL_FIRST,
         HERD_BEAT,
         RELEASE,
         RUN_OPTIONS,
@@ -156,6 +157,9 @@ class TaskWorkflow:
             self._options = await workflow.execute_local_activity(
                 RUN_OPTIONS, result_type=RunOptions, start_to_close_timeout=RUN_OPTIONS_TIMEOUT)
         self._record.release = self._options.release
+        if self._options.release >= CANCEL_FIRST:
+            self._record.send_first = self._runs.cancel_unsent
+            self._runs.held = self._record.holding
         self._record.resend()
         # What the run's start cost in history (with the patch markers of older start inputs).
         self._start_length = workflow.info().get_current_history_length()

@@ -12,6 +12,7 @@ the scenarios with a lead keep their instants a few real seconds after the serve
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sys
 import tempfile
 import uuid
@@ -38,6 +39,7 @@ from tests.workflows.helpers import (
     SlowFirst,
     TaskHandle,
     handler_job,
+    locked_for_writes,
     pass_time_without_worker,
     spec,
     start_task,
@@ -51,7 +53,7 @@ from workflows.state import BackfillItem, BackfillRequest, ReplayRequest, TaskSt
 from workflows.task import TaskWorkflow
 
 HERE = Path(__file__).parent
-STAMP = "20261206-release3"  # the release in the run options and start input (activities/options.py)
+STAMP = "20261206-release4"  # the release in the run options and start input (activities/options.py)
 MINUTE = timedelta(minutes=1)
 
 Scenario = Callable[[WorkflowEnvironment, Engine], Awaitable[TaskHandle]]
@@ -193,21 +195,33 @@ async def fixed_delay(env: WorkflowEnvironment, engine: Engine) -> TaskHandle:
     return await to_the_end(env, engine, task)
 
 
-@scenario
-async def withdrawn_by_pause(env: WorkflowEnvironment, engine: Engine) -> TaskHandle:
-    # Dispatched in the first workflow task (the lead is longer than the wait), paused 10 s
-    # before its instant: withdrawn, its fire given back; after the resume it runs (on time).
+async def paused_ahead(env: WorkflowEnvironment, engine: Engine, *, locked: bool) -> TaskHandle:
+    """A run dispatched in the first workflow task (the lead is longer than the wait), paused
+    10 s before its instant (``locked``: while its row write waits on a locked database):
+    withdrawn, its fire given back; after the resume it runs (on time)."""
     async with new_worker(env.client, engine, run_options=RunOptions(lead_seconds=20)) as worker:
         run_at = await env.get_current_time() + timedelta(seconds=10)
         handle = await start_ahead(env, worker.task_queue, spec(schedule_type="once", run_at=run_at))
         await until_in_flight(handle)
-        await handle.execute_update(TaskWorkflow.pause_update, "hold")
-        await until_in_flight(handle, flying=False)
+        with locked_for_writes(engine) if locked else contextlib.nullcontext():
+            await handle.execute_update(TaskWorkflow.pause_update, "hold")
+            await until_in_flight(handle, flying=False)
         await env.sleep(timedelta(seconds=30))
         await handle.signal(TaskWorkflow.resume_signal)
         state = await handle.result()
     assert state.success_count == 1, state
     return handle
+
+
+@scenario
+async def withdrawn_by_pause(env: WorkflowEnvironment, engine: Engine) -> TaskHandle:
+    return await paused_ahead(env, engine, locked=False)
+
+
+@scenario
+async def withdrawn_while_writing(env: WorkflowEnvironment, engine: Engine) -> TaskHandle:
+    # The run's cancel goes out first (its workflow task ends on a 1 ms timer), then the write.
+    return await paused_ahead(env, engine, locked=True)
 
 
 @scenario

@@ -4,9 +4,11 @@ need around them: test handlers, a worker that can be stopped, and time passing 
 from __future__ import annotations
 
 import asyncio
+import sqlite3
+import threading
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -253,6 +255,31 @@ async def _workflow_tasks(handle: TaskHandle) -> int:
     history = await handle.fetch_history()
     return sum(1 for e in history.events
                if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED)
+
+
+@contextmanager
+def locked_for_writes(engine: Engine) -> Iterator[threading.Event]:
+    """The database file locked for writing by another connection until the event is set."""
+    release, held = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        connection = sqlite3.connect(str(engine.url.database), isolation_level=None)
+        try:
+            connection.execute("BEGIN EXCLUSIVE")
+            held.set()
+            release.wait(timeout=60)
+            connection.execute("ROLLBACK")
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=hold, daemon=True)
+    thread.start()
+    assert held.wait(timeout=10), "the database was not locked"
+    try:
+        yield release
+    finally:
+        release.set()
+        thread.join(timeout=10)
 
 
 async def until(check: Callable[[], Awaitable[bool]], timeout: float = 30) -> None:
