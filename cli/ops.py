@@ -369,7 +369,7 @@ def run(args: argparse.Namespace, data_dir: Path) -> int:
     try:
         key = resolve_key(args.key, data_dir)
         headers = {"Authorization": f"Bearer {key}", "Accept": "application/json"}
-        # A cancel may take up to 25 s to answer (docs/scheduling.md, Cancel).
+        # A cancel may take up to 33 s to answer (docs/scheduling.md, Cancel).
         timeout = httpx.Timeout(10.0, read=45.0)
         with httpx.Client(base_url=args.url, headers=headers, timeout=timeout) as http:
             body, text = args.ops(OpsClient(http), args)

@@ -57,6 +57,10 @@ RESCHEDULED = "rescheduled"
 BUSY_FIRST_DELAY = timedelta(seconds=1)
 BUSY_MAX_DELAY = timedelta(seconds=30)
 BUSY_RESENDS = 12
+# A local activity holds its workflow task's commands until it ends: one that would hold a
+# run's cancel waits this timer first, so the task completes with the cancel and the activity
+# runs in the next.
+SEND_FIRST = timedelta(milliseconds=1)
 
 
 @dataclass
@@ -84,6 +88,7 @@ class _Flying:
     released: bool = False  # a ghost whose activity was cancelled
     outdated: bool = False  # sent for a schedule since re-timed
     aimed: datetime | None = None  # the run's own instant (a late or caught-up run's is past)
+    spared: bool = False  # too near its instant when a withdrawal came: it runs
 
     @property
     def ghost(self) -> bool:
@@ -110,6 +115,8 @@ class RunsInFlight:
         # How long this workflow task's commands may wait before they reach the server (set
         # by the workflow: a row write in flight holds them): a withdrawal allows for it.
         self.held: Callable[[], timedelta] = lambda: timedelta(0)
+        # Whether a local activity waits for the cancels of its workflow task to be sent.
+        self.cancels_first = False
         self._cancelled_in: int | None = None  # the history length when a cancel was last sent
 
     def __len__(self) -> int:
@@ -136,23 +143,28 @@ class RunsInFlight:
             near=sum(1 for f in live if self.reported and self._near(f, now)),
         )
 
-    def longest_near_beat(self, now: datetime) -> timedelta:
-        """The longest beat of a run waiting too near its instant to be withdrawn (none: 0)."""
-        return max((f.beat for f in self._flying.values() if self._near(f, now)),
-                   default=timedelta(0))
+    def cancel_reach(self, now: datetime) -> timedelta:
+        """How long a cancel sent now may take to reach the runs waiting too near their
+        instants to be withdrawn: the longest of their beats, and the hold on this workflow
+        task's commands (none such: 0)."""
+        beats = [f.beat for f in self._flying.values() if self._near(f, now)]
+        return max(beats) + self.held() if beats else timedelta(0)
 
     def _near(self, flying: _Flying, now: datetime) -> bool:
-        """Not started, and too near its instant to be withdrawn."""
-        return not flying.started and not self._withdrawable(flying, now)
+        """Not started, and too near its instant to be withdrawn (or spared by a withdrawal:
+        once the hold that spared it ends, it may look far enough, but it still runs)."""
+        return not flying.started and (flying.spared or not self._withdrawable(flying, now))
 
     def _withdrawable(self, flying: _Flying, now: datetime) -> bool:
         """Far enough from its instant that a cancel sent now reaches it before it starts
         (policy.may_withdraw), even if this workflow task's commands are held (``held``)."""
         return may_withdraw(flying.instant, now, flying.beat + self.held())
 
-    def cancel_unsent(self) -> bool:
-        """A run was cancelled in this workflow task: its cancel has not reached the server."""
-        return self._cancelled_in == workflow.info().get_current_history_length()
+    async def send_cancels(self) -> None:
+        """Before a local activity: let the cancels of this workflow task reach the server
+        first (with ``cancels_first``)."""
+        while self.cancels_first and self._cancelled_in == workflow.info().get_current_history_length():
+            await workflow.sleep(SEND_FIRST, summary="send the cancel first")
 
     def _cancel(self, flying: _Flying) -> None:
         self._cancelled_in = workflow.info().get_current_history_length()
@@ -301,9 +313,13 @@ class RunsInFlight:
         """Withdraw the runs still far enough from their instants (policy.may_withdraw)."""
         now = workflow.now()
         for flying in self._flying.values():
-            if flying.withdrawn is None and not flying.started and self._withdrawable(flying, now):
+            if flying.withdrawn is not None or flying.started:
+                continue
+            if self._withdrawable(flying, now):
                 flying.withdrawn = reason
                 self._cancel(flying)
+            else:
+                flying.spared = True
 
     def outdate(self) -> None:
         """The schedule was re-timed: a run sent for the old one that ends unrun is not given

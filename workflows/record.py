@@ -6,7 +6,7 @@ worker; notifications through an activity that never blocks the task."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -42,9 +42,6 @@ NOTIFY_RETRY = RetryPolicy(maximum_attempts=5, maximum_interval=timedelta(second
 # activity ends, or when the SDK heartbeats the task: at 80 % of its timeout (10 s, the
 # default). So a slow write holds the commands of each workflow task it spans this long.
 WRITE_HOLDS_COMMANDS = timedelta(seconds=8)
-# A write that would hold a run's cancel (send_first) waits this timer first: the workflow
-# task completes with the cancel, and the write runs in the next.
-SEND_FIRST = timedelta(milliseconds=1)
 
 
 class TaskRecord:
@@ -65,9 +62,9 @@ class TaskRecord:
         self.release = 0
         self._events: list[TaskEventRecord] = []
         self._event_count = 0
-        # Commands to send before a write starts (set by the workflow: a run's cancel).
-        self.send_first: Callable[[], bool] = lambda: False
-        self._writing = False  # a write's local activity is running
+        # Awaited before each write (set by the workflow: a run's cancel goes out first).
+        self.before_write: Callable[[], Awaitable[None]] | None = None
+        self._writing = False  # a write's local activity is running or backing off
 
     def add(self, record: ExecutionRecord) -> None:
         """An execution row to write with the next ``write``; counted in the metrics."""
@@ -157,7 +154,8 @@ class TaskRecord:
         return self._writer is None or self._writer.done()
 
     def holding(self) -> timedelta:
-        """How long the commands of this workflow task may wait for the write in flight."""
+        """How long the commands of this workflow task may wait for the write in flight (also
+        while it backs off between attempts, when it holds nothing: the safe side)."""
         return WRITE_HOLDS_COMMANDS if self._writing else timedelta(0)
 
     async def _write_behind(self) -> None:
@@ -167,8 +165,8 @@ class TaskRecord:
             await self._record(record, local_retry_threshold=BACKOFF_ON_TIMER)
 
     async def _record(self, record: Record, **options: Any) -> None:
-        if self.send_first():
-            await workflow.sleep(SEND_FIRST, summary="send the cancel before the write")
+        if self.before_write is not None:
+            await self.before_write()
         self._writing = True
         try:
             await workflow.execute_local_activity(

@@ -72,7 +72,7 @@ with workflow.unsafe.imports_passed_through():
         SpecChange,
     )
     from workflows.inflight import RESCHEDULED, UNTAKEN, Ended, RunsInFlight
-    from workflows.record import TaskRecord
+    from workflows.record import WRITE_HOLDS_COMMANDS, TaskRecord
     from workflows.state import (
         Backfill,
         BackfillRequest,
@@ -101,10 +101,12 @@ PAUSED_SHOWS_PAUSED = "paused-shows-paused"
 PLANNING_AND_TRUST = "planning-and-trust"
 # How long a cancel waits for the runs it stops to end before it answers; while a run waits
 # too near its instant to be withdrawn, at least its beat (it hears of the cancel at its next
-# heartbeat, which may come after it started) and the slack: never longer than the longest.
+# heartbeat, which may come after it started), the hold of a slow write on the cancel, and the
+# slack: never longer than the longest.
 CANCEL_SETTLE = timedelta(seconds=10)
 CANCEL_SLACK = timedelta(seconds=5)
-LONGEST_CANCEL_SETTLE = max(CANCEL_SETTLE, timedelta(seconds=MAX_BEAT_SECONDS) + CANCEL_SLACK)
+LONGEST_CANCEL_SETTLE = max(
+    CANCEL_SETTLE, timedelta(seconds=MAX_BEAT_SECONDS) + WRITE_HOLDS_COMMANDS + CANCEL_SLACK)
 CHANGE_TASK = "change_task"
 
 
@@ -158,8 +160,9 @@ class TaskWorkflow:
                 RUN_OPTIONS, result_type=RunOptions, start_to_close_timeout=RUN_OPTIONS_TIMEOUT)
         self._record.release = self._options.release
         if self._options.release >= CANCEL_FIRST:
-            self._record.send_first = self._runs.cancel_unsent
+            self._runs.cancels_first = True
             self._runs.held = self._record.holding
+        self._record.before_write = self._runs.send_cancels
         self._record.resend()
         # What the run's start cost in history (with the patch markers of older start inputs).
         self._start_length = workflow.info().get_current_history_length()
@@ -538,6 +541,7 @@ class TaskWorkflow:
         request = CalendarDatesRequest(
             tenant_id=state.tenant_id, years=years,
             calendar_ids=[ref.calendar_id for ref in state.spec.exclude_calendars])
+        await self._runs.send_cancels()
         try:
             state.calendar_dates = await workflow.execute_local_activity(
                 CALENDAR_DATES, request, result_type=list[CalendarDates],
@@ -629,7 +633,7 @@ class TaskWorkflow:
             # heartbeats, or ended first: a waiting run hears of the cancel at its next
             # heartbeat).
             self._request_cancel(reason, actor)
-            settle = max(CANCEL_SETTLE, self._runs.longest_near_beat(workflow.now()) + CANCEL_SLACK)
+            settle = max(CANCEL_SETTLE, self._runs.cancel_reach(workflow.now()) + CANCEL_SLACK)
             try:
                 await workflow.wait_condition(lambda: self._state.status in FINAL_STATUSES,
                                               timeout=settle)

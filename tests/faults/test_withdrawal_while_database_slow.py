@@ -90,10 +90,10 @@ async def _waiting_run(env: WorkflowEnvironment, engine: Engine, *, ahead: float
 async def test_a_pause_withdraws_a_waiting_run_in_time_while_its_row_write_hangs(
     dev_env: WorkflowEnvironment, sqlite_engine: Engine
 ) -> None:
-    # Sent 6 s ahead, it beats every 2 s near its instant. Paused 5 s before, outside its 3 s
+    # Sent 10 s ahead, it beats every 2 s near its instant. Paused 7 s before, outside its 3 s
     # margin: withdrawn.
-    async with _waiting_run(dev_env, sqlite_engine, ahead=14, lead=6) as run:
-        await run.before(5)
+    async with _waiting_run(dev_env, sqlite_engine, ahead=18, lead=10) as run:
+        await run.before(7)
         with locked_for_writes(sqlite_engine) as release:
             paused = await run.handle.execute_update(TaskWorkflow.pause_update, "pause")
             await run.before(-4)
