@@ -99,10 +99,10 @@ PAUSED_SHOWS_PAUSED = "paused-shows-paused"
 # each patch costs every new workflow a marker and a search-attribute upsert, and 12 of them
 # made a herd of 1,000 run seconds late (docs/capacity.md).
 PLANNING_AND_TRUST = "planning-and-trust"
-# How long a cancel waits for the runs it stops to end before it answers; while a run waits
-# too near its instant to be withdrawn, at least its beat (it hears of the cancel at its next
-# heartbeat, which may come after it started), the hold of a slow write on the cancel, and the
-# slack: never longer than the longest.
+# How long a cancel waits for the runs it stops to end before it answers, and longer by the
+# hold of a slow write on the cancel; while a run waits too near its instant to be withdrawn,
+# at least its beat (it hears of the cancel at its next heartbeat, which may come after it
+# started), the hold and the slack: never longer than the longest.
 CANCEL_SETTLE = timedelta(seconds=10)
 CANCEL_SLACK = timedelta(seconds=5)
 LONGEST_CANCEL_SETTLE = max(
@@ -633,7 +633,8 @@ class TaskWorkflow:
             # heartbeats, or ended first: a waiting run hears of the cancel at its next
             # heartbeat).
             self._request_cancel(reason, actor)
-            settle = max(CANCEL_SETTLE, self._runs.cancel_reach(workflow.now()) + CANCEL_SLACK)
+            settle = max(CANCEL_SETTLE + self._runs.held(),
+                         self._runs.cancel_reach(workflow.now()) + CANCEL_SLACK)
             try:
                 await workflow.wait_condition(lambda: self._state.status in FINAL_STATUSES,
                                               timeout=settle)
