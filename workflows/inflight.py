@@ -118,6 +118,7 @@ class RunsInFlight:
         # Whether a local activity waits for the cancels of its workflow task to be sent.
         self.cancels_first = False
         self._cancelled_in: int | None = None  # the history length when a cancel was last sent
+        self._sending: asyncio.Task[None] | None = None  # the timer that sends them
 
     def __len__(self) -> int:
         return len(self._flying)
@@ -161,10 +162,14 @@ class RunsInFlight:
         return may_withdraw(flying.instant, now, flying.beat + self.held())
 
     async def send_cancels(self) -> None:
-        """Before a local activity: let the cancels of this workflow task reach the server
-        first (with ``cancels_first``)."""
+        """Before a local activity, or before a message answers: let the cancels of this
+        workflow task reach the server first (with ``cancels_first``; one timer for all who
+        wait). An answer then leaves with the write after them, as without a cancel."""
         while self.cancels_first and self._cancelled_in == workflow.info().get_current_history_length():
-            await workflow.sleep(SEND_FIRST, summary="send the cancel first")
+            if self._sending is None or self._sending.done():
+                self._sending = asyncio.create_task(
+                    workflow.sleep(SEND_FIRST, summary="send the cancel first"))
+            await asyncio.shield(self._sending)
 
     def _cancel(self, flying: _Flying) -> None:
         self._cancelled_in = workflow.info().get_current_history_length()

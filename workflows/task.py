@@ -651,7 +651,8 @@ class TaskWorkflow:
         async with self._lock:
             self._pause(reason, actor or TEMPORAL_SIGNAL)
             await self._write()
-            return self._state
+        await self._runs.send_cancels()
+        return self._state
 
     @workflow.update(name="resume_task")
     async def resume_update(self, missed: ResumeMissed | None = None,
@@ -667,7 +668,8 @@ class TaskWorkflow:
         """Queue a run now and answer with the task's state."""
         async with self._lock:
             self._trigger(actor)
-            return self._state
+        await self._runs.send_cancels()
+        return self._state
 
     @workflow.update(name="replay_run")
     async def replay_update(self, request: ReplayRequest) -> TaskState:
@@ -677,7 +679,8 @@ class TaskWorkflow:
             self._record.event(REPLAY, request.actor, detail={"execution_id": request.execution_id})
             self._make_way()
             self._wake = True
-            return self._state
+        await self._runs.send_cancels()
+        return self._state
 
     @workflow.update(name="backfill")
     async def backfill_update(self, request: BackfillRequest) -> TaskState:
@@ -744,7 +747,8 @@ class TaskWorkflow:
                 self._healing.replan(cool_down)
             self._wake = True
             await self._write()
-            return state
+        await self._runs.send_cancels()
+        return state
 
     @cancel_update.validator
     def _validate_cancel(self, reason: str | None = None, actor: str | None = None) -> None:
