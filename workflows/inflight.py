@@ -172,7 +172,8 @@ class RunsInFlight:
             await asyncio.shield(self._sending)
 
     def _cancel(self, flying: _Flying) -> None:
-        self._cancelled_in = workflow.info().get_current_history_length()
+        if not flying.handle.done():  # an ended activity takes no cancel: nothing to send
+            self._cancelled_in = workflow.info().get_current_history_length()
         flying.handle.cancel()
 
     def instants(self) -> list[datetime]:

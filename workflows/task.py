@@ -624,6 +624,12 @@ class TaskWorkflow:
         async with self._lock:
             self._trigger(arguments.text(actor, "actor"))
 
+    async def _answered(self) -> TaskState:
+        """The state an update answers, once the cancels of its workflow task are sent: the
+        answer leaves after them, with the task's write (RunsInFlight.send_cancels)."""
+        await self._runs.send_cancels()
+        return self._state
+
     @workflow.update(name="cancel_task")
     async def cancel_update(self, reason: str | None = None, actor: str | None = None) -> TaskState:
         """Cancel the task and answer with its state."""
@@ -640,7 +646,7 @@ class TaskWorkflow:
                                               timeout=settle)
             except TimeoutError:
                 pass  # still going (a silent worker): the answer lists them as running
-            return self._state
+            return await self._answered()
         async with self._lock:
             self._request_cancel(reason, actor)
             return self._state
@@ -651,8 +657,7 @@ class TaskWorkflow:
         async with self._lock:
             self._pause(reason, actor or TEMPORAL_SIGNAL)
             await self._write()
-        await self._runs.send_cancels()
-        return self._state
+        return await self._answered()
 
     @workflow.update(name="resume_task")
     async def resume_update(self, missed: ResumeMissed | None = None,
@@ -661,15 +666,14 @@ class TaskWorkflow:
         async with self._lock:
             self._resume(missed or ResumeMissed.SKIP, actor)
             await self._write()
-            return self._state
+        return await self._answered()
 
     @workflow.update(name="trigger_task")
     async def trigger_update(self, actor: str | None = None) -> TaskState:
         """Queue a run now and answer with the task's state."""
         async with self._lock:
             self._trigger(actor)
-        await self._runs.send_cancels()
-        return self._state
+        return await self._answered()
 
     @workflow.update(name="replay_run")
     async def replay_update(self, request: ReplayRequest) -> TaskState:
@@ -679,8 +683,7 @@ class TaskWorkflow:
             self._record.event(REPLAY, request.actor, detail={"execution_id": request.execution_id})
             self._make_way()
             self._wake = True
-        await self._runs.send_cancels()
-        return self._state
+        return await self._answered()
 
     @workflow.update(name="backfill")
     async def backfill_update(self, request: BackfillRequest) -> TaskState:
@@ -696,7 +699,7 @@ class TaskWorkflow:
                 "end": request.end.isoformat(), "instants": len(request.instants)})
             self._wake = True
             await self._write()
-            return self._state
+        return await self._answered()
 
     @workflow.update(name="update_task")
     async def update_task(self, changes: TaskChanges) -> TaskState:
@@ -747,8 +750,7 @@ class TaskWorkflow:
                 self._healing.replan(cool_down)
             self._wake = True
             await self._write()
-        await self._runs.send_cancels()
-        return state
+        return await self._answered()
 
     @cancel_update.validator
     def _validate_cancel(self, reason: str | None = None, actor: str | None = None) -> None:
