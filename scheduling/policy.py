@@ -448,10 +448,12 @@ def herd_lead(ahead: int, rate: float) -> float:
     return ahead / rate if rate > 0 else 0.0
 
 
-def may_withdraw(instant: datetime, now: datetime, beat: timedelta) -> bool:
+def may_withdraw(instant: datetime, now: datetime, beat: timedelta,
+                 held: timedelta = timedelta(0)) -> bool:
     """A waiting run that heartbeats every ``beat`` near its instant can still be withdrawn
-    safely (see WITHDRAW_SLACK): 3 s ahead at the usual beat of 2 s."""
-    return instant - now > beat + WITHDRAW_SLACK
+    safely (see WITHDRAW_SLACK): 3 s ahead at the usual beat of 2 s; ``held`` more while the
+    workflow task's commands, the cancel among them, may be held that long (a slow write)."""
+    return instant - now > beat + held + WITHDRAW_SLACK
 
 
 def must_claim(trigger: Trigger, due: datetime, now: datetime) -> bool:

@@ -159,7 +159,7 @@ class RunsInFlight:
     def _withdrawable(self, flying: _Flying, now: datetime) -> bool:
         """Far enough from its instant that a cancel sent now reaches it before it starts
         (policy.may_withdraw), even if this workflow task's commands are held (``held``)."""
-        return may_withdraw(flying.instant, now, flying.beat + self.held())
+        return may_withdraw(flying.instant, now, flying.beat, self.held())
 
     async def send_cancels(self) -> None:
         """Before a local activity, or before a message answers: let the cancels of this

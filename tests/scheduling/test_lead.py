@@ -51,3 +51,6 @@ def test_a_run_is_withdrawn_only_further_ahead_than_its_beat_and_a_second() -> N
     assert not may_withdraw(instant, instant - timedelta(seconds=3), usual)
     assert not may_withdraw(instant, instant - timedelta(seconds=21), herd)
     assert may_withdraw(instant, instant - timedelta(seconds=21.01), herd)
+    held = timedelta(seconds=8)  # a slow write holds the workflow task's commands
+    assert not may_withdraw(instant, instant - timedelta(seconds=11), usual, held)
+    assert may_withdraw(instant, instant - timedelta(seconds=11.01), usual, held)
