@@ -159,13 +159,16 @@ async def test_bad_update_changes_nothing(stack: Stack) -> None:
 async def test_an_update_that_would_leave_the_task_no_run_is_refused_and_changes_nothing(
     stack: Stack,
 ) -> None:
+    # Daily at an hour 5-6 h from now, so that half an hour before its next fire is never past
+    # (a fixed midnight failed from 23:30 UTC on).
+    hour = (datetime.now(UTC) + timedelta(hours=6)).hour
     async with stack.client("t2") as api:
-        created = await api.post("/task/create", json=with_(cron="0 0 * * *", timezone="UTC"))
+        created = await api.post("/task/create", json=with_(cron=f"0 {hour} * * *", timezone="UTC"))
         assert created.status_code == 201, created.text
         task_id, next_run = created.json()["task_id"], created.json()["next_run_at"]
-        midnight = datetime.fromisoformat(next_run)
+        next_fire = datetime.fromisoformat(next_run)
         try:
-            ends_first = (midnight - timedelta(minutes=30)).isoformat()
+            ends_first = (next_fire - timedelta(minutes=30)).isoformat()
             previewed = await api.post("/task/preview", json={"task_id": task_id, "end_date": ends_first})
             assert previewed.status_code == 422 and previewed.json()["field"] == "end_date", previewed.text
             refused = await api.post("/task/update", json={"task_id": task_id, "end_date": ends_first})
@@ -175,7 +178,7 @@ async def test_an_update_that_would_leave_the_task_no_run_is_refused_and_changes
             kept = (await api.get(f"/tasks/{task_id}")).json()
             assert (kept["next_run_at"], kept["schedule"]["end_date"]) == (next_run, None)
             # An end after its next fire leaves it that run: accepted.
-            ends_after = (midnight + timedelta(minutes=30)).isoformat()
+            ends_after = (next_fire + timedelta(minutes=30)).isoformat()
             taken = await api.post("/task/update", json={"task_id": task_id, "end_date": ends_after})
             assert taken.status_code == 202, taken.text
             assert taken.json()["next_run_at"] == next_run
