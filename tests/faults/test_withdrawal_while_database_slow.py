@@ -1,6 +1,7 @@
 """A pause that withdraws a run waiting for its instant reaches the run before the instant
 even while the task database is slow: the row the pause writes does not hold back the
-withdrawal (real dev server, real workers, a SQLite file another connection keeps locked).
+withdrawal (real dev server, real workers, and another connection holding the lock of the
+SQLite file, or of every PostgreSQL table).
 
 A workflow task that runs a local activity completes only when the activity does, or when
 its heartbeat comes, 80 % of the workflow task's 10 s timeout later. Its commands, the
@@ -88,13 +89,13 @@ async def _waiting_run(env: WorkflowEnvironment, engine: Engine, *, ahead: float
 
 
 async def test_a_pause_withdraws_a_waiting_run_in_time_while_its_row_write_hangs(
-    dev_env: WorkflowEnvironment, sqlite_engine: Engine
+    dev_env: WorkflowEnvironment, any_engine: Engine
 ) -> None:
     # Sent 10 s ahead, it beats every 2 s near its instant. Paused 7 s before, outside its 3 s
     # margin: withdrawn.
-    async with _waiting_run(dev_env, sqlite_engine, ahead=18, lead=10) as run:
+    async with _waiting_run(dev_env, any_engine, ahead=18, lead=10) as run:
         await run.before(7)
-        with locked_for_writes(sqlite_engine) as release:
+        with locked_for_writes(any_engine) as release:
             paused = await run.handle.execute_update(TaskWorkflow.pause_update, "pause")
             await run.before(-4)
             started_while_locked = run.job.started.is_set()
@@ -102,11 +103,11 @@ async def test_a_pause_withdraws_a_waiting_run_in_time_while_its_row_write_hangs
         task_id = run.handle.id.removeprefix("task-")
 
         async def caught_up() -> bool:
-            row = read_task(sqlite_engine, task_id, None)
+            row = read_task(any_engine, task_id, None)
             return row is not None and row.status == TaskStatus.PAUSED
 
         await until(caught_up)  # the pause's row, written once the database is back
-        after, rows, replays = await run.end(sqlite_engine)
+        after, rows, replays = await run.end(any_engine)
     assert replays
     assert not started_while_locked and not run.job.started.is_set()
     assert paused.status is TaskStatus.PAUSED
@@ -115,7 +116,7 @@ async def test_a_pause_withdraws_a_waiting_run_in_time_while_its_row_write_hangs
 
 
 async def test_a_pause_while_an_earlier_write_hangs_withdraws_a_run_only_with_room_for_the_hold(
-    dev_env: WorkflowEnvironment, sqlite_engine: Engine
+    dev_env: WorkflowEnvironment, any_engine: Engine
 ) -> None:
     # Sent 20 s ahead, it beats every 2 s near its instant. A rename 15 s before the instant
     # writes its row into the locked database: from then on the workflow task heartbeats
@@ -123,9 +124,9 @@ async def test_a_pause_while_an_earlier_write_hangs_withdraws_a_run_only_with_ro
     # messages reach the workflow and its commands the server. The pause, sent 10 s before,
     # is acted on about 7 s before: withdrawn then, the run would hear of it after it started
     # and be killed. Now it is left to run whole.
-    async with _waiting_run(dev_env, sqlite_engine, ahead=30, lead=20) as run:
+    async with _waiting_run(dev_env, any_engine, ahead=30, lead=20) as run:
         await run.before(15)
-        with locked_for_writes(sqlite_engine) as release:
+        with locked_for_writes(any_engine) as release:
             renamed = asyncio.create_task(run.handle.execute_update(
                 TaskWorkflow.update_task, TaskChanges(task_name="renamed")))
             await run.before(10)
@@ -137,11 +138,11 @@ async def test_a_pause_while_an_earlier_write_hangs_withdraws_a_run_only_with_ro
         task_id = run.handle.id.removeprefix("task-")
 
         async def ended() -> bool:
-            return (bool(executions(sqlite_engine, task_id))
+            return (bool(executions(any_engine, task_id))
                     and not (await task_state(run.handle)).running)
 
         await until(ended)
-        after, rows, replays = await run.end(sqlite_engine)
+        after, rows, replays = await run.end(any_engine)
     assert replays
     assert paused.result().status is TaskStatus.PAUSED
     assert not run.job.cancelled.is_set()  # never started and then killed

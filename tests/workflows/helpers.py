@@ -12,7 +12,8 @@ from contextlib import asynccontextmanager, contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Engine
+from sqlalchemy import Engine, text
+from sqlmodel import SQLModel
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.testservice.v1 import LockTimeSkippingRequest, UnlockTimeSkippingRequest
 from temporalio.client import WorkflowHandle
@@ -259,10 +260,11 @@ async def _workflow_tasks(handle: TaskHandle) -> int:
 
 @contextmanager
 def locked_for_writes(engine: Engine) -> Iterator[threading.Event]:
-    """The database file locked for writing by another connection until the event is set."""
+    """The database locked for writing by another connection until the event is set: the
+    SQLite file, or every table on PostgreSQL (reads go on, as they do under a slow writer)."""
     release, held = threading.Event(), threading.Event()
 
-    def hold() -> None:
+    def hold_sqlite() -> None:
         connection = sqlite3.connect(str(engine.url.database), isolation_level=None)
         try:
             connection.execute("BEGIN EXCLUSIVE")
@@ -272,6 +274,15 @@ def locked_for_writes(engine: Engine) -> Iterator[threading.Event]:
         finally:
             connection.close()
 
+    def hold_postgres() -> None:
+        tables = ", ".join(table.name for table in SQLModel.metadata.sorted_tables)
+        with engine.connect() as connection:
+            connection.execute(text(f"LOCK TABLE {tables} IN EXCLUSIVE MODE"))
+            held.set()
+            release.wait(timeout=60)
+            connection.rollback()
+
+    hold = hold_postgres if engine.dialect.name == "postgresql" else hold_sqlite
     thread = threading.Thread(target=hold, daemon=True)
     thread.start()
     assert held.wait(timeout=10), "the database was not locked"
