@@ -287,10 +287,7 @@ def decide_due(pos: Position, flight: Flight, now: datetime, *, queued_missed: b
         if left is not None and left <= 0:
             break
         _decide_on_time(result, fire, flight, spec.overlap_policy)
-    if is_fixed_delay(spec) and not result.start and not any(
-        run.trigger.scheduled for run in result.queue
-    ) and not flight.scheduled:
-        # No scheduled run will finish to plan the next fire: the delay counts from now.
+    if not result.start and _delay_from_now(spec, result.queue, flight):
         result.next_fire_at = next_fire(spec, anchor=pos.anchor, after=now)
     result.next_fire_at = bounded(result.next_fire_at, _after(pos, result), flight)
     # Fires beyond max_runs are not taken: they come back if a run in flight does not run.
@@ -487,7 +484,8 @@ def after_finish(pos: Position, flight: Flight, finished_at: datetime) -> dateti
 
 
 def take_back(pos: Position, flight: Flight, fire: datetime, now: datetime, *,
-              missed: bool = False, outdated: bool = False, in_order: bool = True) -> Due:
+              missed: bool = False, outdated: bool = False, in_order: bool = True,
+              delay_goes_on: bool = True) -> Due:
     """A fire whose run did not start (withdrawn by a pause or new bounds, refused as late, or
     taken by no worker).
 
@@ -496,7 +494,8 @@ def take_back(pos: Position, flight: Flight, fire: datetime, now: datetime, *,
     unrun (``missed``: late or untaken), it is a missed fire, decided alone by the
     missed-run policy (never by rewinding the schedule over the later ones). A fire of a
     schedule since re-timed (``outdated``) is SKIPPED rescheduled: the new schedule keeps its
-    position."""
+    position. A fixed_delay fire SKIPPED so plans the next fire from now when no other run of
+    the schedule will (``delay_goes_on``; workflows before it ended there)."""
     spec = pos.spec
     result = Due(next_fire_at=pos.next_fire_at, queue=list(pos.queue))
     if outdated:
@@ -534,7 +533,16 @@ def take_back(pos: Position, flight: Flight, fire: datetime, now: datetime, *,
             # max_runs may have ended the schedule counting this run: it did not run.
             result.next_fire_at = bounded(next_fire(spec, anchor=pos.anchor, after=pos.latest_taken),
                                           pos, flight)
+        elif delay_goes_on and result.next_fire_at is None and _delay_from_now(spec, result.queue, flight):
+            result.next_fire_at = bounded(next_fire(spec, anchor=pos.anchor, after=now), pos, flight)
     return result
+
+
+def _delay_from_now(spec: TaskSpec, queue: list[Run], flight: Flight) -> bool:
+    """fixed_delay plans its next fire when a run of the schedule ends: with none in flight
+    or queued to end, the delay counts from now."""
+    return is_fixed_delay(spec) and not flight.scheduled and not any(
+        run.trigger.scheduled for run in queue)
 
 
 def _queue_missed(queue: list[Run], fire: datetime, *, in_order: bool) -> None:

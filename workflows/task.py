@@ -23,6 +23,7 @@ with workflow.unsafe.imports_passed_through():
     from activities.heartbeats import MAX_BEAT_SECONDS, MIN_BEAT_SECONDS, near_beat
     from activities.options import (
         CANCEL_FIRST,
+        DELAY_GOES_ON,
         HERD_BEAT,
         RELEASE,
         RUN_OPTIONS,
@@ -267,7 +268,8 @@ class TaskWorkflow:
             for stale in policy.stale_in_queue(state.position(), now):
                 state.queue.remove(stale)
                 back = policy.take_back(state.position(), self._runs.flight(now),
-                                        stale.scheduled_at, now, missed=True)
+                                        stale.scheduled_at, now, missed=True,
+                                        delay_goes_on=self._options.release >= DELAY_GOES_ON)
                 state.next_fire_at, state.queue = back.next_fire_at, back.queue
                 for skipped, reason in back.skipped:
                     self._record.skip(skipped, reason)
@@ -386,7 +388,8 @@ class TaskWorkflow:
             now = workflow.now()
             missed = reported and (ended.reason == UNTAKEN or ended.reason is None)
             back = policy.take_back(state.position(), self._runs.flight(now), fire, now,
-                                    missed=missed, outdated=outdated, in_order=reported)
+                                    missed=missed, outdated=outdated, in_order=reported,
+                                    delay_goes_on=self._options.release >= DELAY_GOES_ON)
             state.next_fire_at, state.queue = back.next_fire_at, back.queue
             for skipped, reason in back.skipped:
                 self._record.skip(skipped, reason)

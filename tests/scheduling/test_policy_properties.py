@@ -483,6 +483,23 @@ def test_a_run_refused_late_after_later_fires_were_decided_does_not_decide_them_
     assert not decided & redecided
 
 
+def test_a_fixed_delay_fire_missed_unrun_plans_the_next_fire_from_then() -> None:
+    # fixed_delay plans its next fire when a run of the schedule ends. A run that ended unrun
+    # (untaken, or refused as late) and was SKIPPED missed must plan it too, or the task ends.
+    spec = make_spec(schedule_type="interval", interval_seconds=60, interval_mode="fixed_delay",
+                     missed_run_policy="skip")
+    pos = Position(spec=spec, task_id=TASK, anchor=T0, next_fire_at=None, latest_taken=T0 + MINUTE)
+    now = T0 + MINUTE + timedelta(seconds=10)
+    back = take_back(pos, Flight(), T0 + MINUTE, now, missed=True)
+    assert back.skipped == [(T0 + MINUTE, SkipReason.MISSED)]
+    assert back.next_fire_at == now + MINUTE
+    # A run of the schedule still in flight or queued plans it when it ends.
+    going = Flight(total=1, scheduled=1, last_fire=T0)
+    assert take_back(pos, going, T0 + MINUTE, now, missed=True).next_fire_at is None
+    # Workflows of the releases before ended there (their histories replay so).
+    assert take_back(pos, Flight(), T0 + MINUTE, now, missed=True, delay_goes_on=False).next_fire_at is None
+
+
 def test_lowering_max_runs_holds_the_runs_queued_past_it() -> None:
     spec = make_spec(schedule_type="interval", interval_seconds=60, missed_run_policy="catchup")
     pos = Position(spec=spec, task_id=TASK, anchor=T0, next_fire_at=T0 + MINUTE)

@@ -1,5 +1,6 @@
-"""A run is running once its jobs worker says so: runs sent ahead to no jobs worker, a cancel
-just before a dispatched instant, and a run asked for beside a waiting one (real dev server)."""
+"""A run is running once its jobs worker says so: runs sent ahead to no jobs worker (and a
+fixed_delay schedule that goes on after one), a cancel just before a dispatched instant, and a
+run asked for beside a waiting one (real dev server)."""
 
 from __future__ import annotations
 
@@ -12,8 +13,9 @@ from datetime import datetime, timedelta
 
 import httpx
 from sqlalchemy import Engine
+from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
-from temporalio.worker import Worker
+from temporalio.worker import Replayer, Worker
 
 from activities.handlers import HandlerContext
 from activities.options import RunOptions
@@ -108,6 +110,35 @@ async def test_a_run_sent_ahead_to_no_jobs_worker_is_not_running_and_its_fire_is
     ran = [r for r in rows if r.status == "COMPLETED"]
     assert sorted(job.started) == sorted(r.id for r in ran)
     assert final.run_count == len(ran)
+
+
+async def test_a_fixed_delay_run_no_jobs_worker_took_is_skipped_and_the_schedule_goes_on(
+    dev_env: WorkflowEnvironment, sqlite_engine: Engine
+) -> None:
+    # fixed_delay plans its next fire when a run ends. A run no worker took ends unrun, and
+    # its fire is SKIPPED missed (policy skip): the delay then counts from that decision.
+    job = Counting()
+    task = spec(schedule_type="interval", interval_seconds=4, interval_mode="fixed_delay",
+                missed_run_policy="skip", job_details=handler_job("count"), max_runs=3)
+    async with split_workers(dev_env, sqlite_engine, job, lead=2) as (queue, up, _):
+        handle = await start_ahead(dev_env, queue, task)
+        task_id = handle.id.removeprefix("task-")
+
+        async def missed() -> bool:  # no jobs worker yet
+            return any(r.reason == "missed" for r in executions(sqlite_engine, task_id))
+
+        await until(missed, timeout=4 + UNTAKEN_AFTER.total_seconds() + 20)
+        skipped = await task_state(handle)
+        assert skipped.status is not TaskStatus.COMPLETED and skipped.next_fire_at is not None
+        up.set()
+        final = await asyncio.wait_for(handle.result(), timeout=60)
+    replayer = Replayer(workflows=[TaskWorkflow], data_converter=pydantic_data_converter)
+    await replayer.replay_workflow(await handle.fetch_history())  # decided the same on replay
+    rows = executions(sqlite_engine, final.task_id)
+    assert final.status is TaskStatus.COMPLETED and final.run_count == 3
+    assert sorted((r.status, r.reason) for r in rows) == [
+        ("COMPLETED", None), ("COMPLETED", None), ("COMPLETED", None), ("SKIPPED", "missed")]
+    assert sorted(job.started) == sorted(r.id for r in rows if r.status == "COMPLETED")
 
 
 async def test_cancel_just_before_a_dispatched_instant_starts_no_run(
