@@ -40,6 +40,10 @@ def parse_cron(expression: str) -> int:
     fields = expression.split()
     if len(fields) not in (5, 6):
         raise CronError(f"cron must have 5 fields (or 6 with seconds first), got {len(fields)}")
+    if any(term[:1].upper() in "RH" or "(" in term for field in fields for term in field.split(",")):
+        # croniter's R picks a time at random in each process that parses it: the API's answer,
+        # the preview and each worker would each fire at a time of their own.
+        raise CronError(f"cron {expression!r}: R (random) and H (hashed) are not supported")
     try:
         valid = croniter.is_valid(expression, second_at_beginning=len(fields) == 6)
     except Exception:  # noqa: BLE001 - croniter raises assorted errors on odd input
@@ -60,8 +64,9 @@ def _hour_field(expression: str) -> str:
     return fields[2] if len(fields) == 6 else fields[1]
 
 
-def next_cron_fire(expression: str, zone: ZoneInfo, after: datetime, dst: DstRules) -> datetime:
-    """The first fire time strictly after ``after`` (UTC in, UTC out), under ``dst``.
+def next_cron_fire(expression: str, zone: ZoneInfo, after: datetime, dst: DstRules) -> datetime | None:
+    """The first fire time strictly after ``after`` (UTC in, UTC out), under ``dst``; None when
+    there is none within ``HORIZON`` (every time it names falls in a gap that ``skip`` skips).
 
     croniter walks naive wall-clock times (pure calendar arithmetic, no DST guessing); each wall
     time is then mapped to real instants by the rules in this module's docstring.
@@ -78,9 +83,17 @@ def next_cron_fire(expression: str, zone: ZoneInfo, after: datetime, dst: DstRul
     walls.set_current(start, force=True)
     seconds: list[datetime] = []
     for _ in range(_MAX_STEPS):
-        wall: datetime = walls.get_next(datetime)
+        try:
+            wall: datetime = walls.get_next(datetime)
+        except (ValueError, OverflowError):  # past year 9999
+            break
+        if wall - start > HORIZON:
+            break
         first, second, missing = _instants(wall, zone)
         if missing and dst.gap == "skip":
+            # Every wall time of this gap is skipped: walk on from its end (one step a gap,
+            # however many times of it the expression names).
+            walls.set_current(first.astimezone(zone).replace(tzinfo=None) - _SECOND, force=True)
             continue
         if second is not None:
             if keep_second and second > after:
@@ -91,7 +104,7 @@ def next_cron_fire(expression: str, zone: ZoneInfo, after: datetime, dst: DstRul
             # Instants of first occurrences grow with the wall time, so this is the earliest
             # one; only a repeated (second) occurrence seen on the way can come sooner.
             return min([first, *seconds])
-    raise CronError(f"cron {expression!r} has no next fire time after {after.isoformat()}")
+    return min(seconds, default=None)
 
 
 def dst_note(expression: str, zone: ZoneInfo, fire: datetime, dst: DstRules) -> str | None:
@@ -163,6 +176,10 @@ _EPOCH = datetime(1970, 1, 1)
 # The largest offset change of any zone (Antarctica/Troll: 2 h), with room to spare.
 _MAX_SHIFT = timedelta(hours=3)
 _MAX_STEPS = 100_000
+# How far ahead a next fire is looked for, as croniter does: past every cycle of weekdays and
+# leap days.
+HORIZON = timedelta(days=366 * 50)
+_SECOND = timedelta(seconds=1)
 
 
 def _offset(moment: datetime, zone: ZoneInfo) -> timedelta:

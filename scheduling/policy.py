@@ -156,8 +156,8 @@ def _gap_after(spec: ScheduleFields, scheduled_at: datetime) -> timedelta | None
         return timedelta(seconds=spec.interval_seconds)
     if spec.schedule_type is ScheduleType.CRON:
         assert spec.cron is not None
-        return next_cron_fire(spec.cron, ZoneInfo(spec.timezone), scheduled_at,
-                              spec.dst_policy) - scheduled_at
+        following = next_cron_fire(spec.cron, ZoneInfo(spec.timezone), scheduled_at, spec.dst_policy)
+        return following - scheduled_at if following is not None else None
     if spec.schedule_type is ScheduleType.DATES:
         later = [d for d in spec.dates or [] if d > scheduled_at]
         return later[0] - scheduled_at if later else None
@@ -620,6 +620,10 @@ def why_no_run(spec: TaskSpec, executed: int = 0) -> tuple[str | None, str]:
     if spec.end_date is not None:
         return "end_date", (f"end_date: the schedule has no fire before end_date "
                             f"{spec.end_date.isoformat()}: the task would have nothing to run")
+    if spec.schedule_type is ScheduleType.CRON and spec.dst_policy.gap == "skip":
+        return "dst_policy.gap", (f"dst_policy.gap: every time cron {spec.cron!r} names falls in a "
+                                  f"daylight saving gap of {spec.timezone}, and gap 'skip' skips "
+                                  f"them: the task would never run (gap 'shift' runs them after it)")
     return None, "the schedule has no fire left: the task would have nothing to run"
 
 

@@ -81,6 +81,12 @@ BAD_BODIES = [
     ("a cron whose only time in its window is a skipped daylight saving gap",
      with_(cron="30 2 * * *", dst_policy={"gap": "skip"}, start_date="2031-03-30T00:00:00Z",
            end_date="2031-03-30T01:45:00Z"), "end_date"),
+    ("a cron whose every time falls in a skipped daylight saving gap",
+     with_(cron="30 2 * 3 0#2", timezone="America/New_York", dst_policy={"gap": "skip"}), "dst_policy.gap"),
+    ("every second of a skipped daylight saving gap",
+     with_(cron="* * 2 * 3 0#2", timezone="America/New_York", dst_policy={"gap": "skip"}), "dst_policy.gap"),
+    ("a random cron time", with_(cron="R R * * *"), "cron"),
+    ("a hashed cron time", with_(cron="H 9 * * *"), "cron"),
 ]
 
 
@@ -182,5 +188,27 @@ async def test_an_update_that_would_leave_the_task_no_run_is_refused_and_changes
             taken = await api.post("/task/update", json={"task_id": task_id, "end_date": ends_after})
             assert taken.status_code == 202, taken.text
             assert taken.json()["next_run_at"] == next_run
+        finally:
+            await api.patch("/task/cancel", json={"task_id": task_id})
+
+
+async def test_an_update_to_skip_the_only_times_a_cron_names_is_refused(stack: Stack) -> None:
+    # 02:30 on the second Sunday of March never exists in New York: under gap "shift" it runs
+    # at 03:00; "skip" would leave it no run ever.
+    gap_only = with_(cron="30 2 * 3 0#2", timezone="America/New_York")
+    async with stack.client("t2") as api:
+        created = await api.post("/task/create", json=gap_only)
+        assert created.status_code == 201, created.text
+        task_id = created.json()["task_id"]
+        try:
+            change = {"task_id": task_id, "dst_policy": {"gap": "skip"}}
+            previewed = await api.post("/task/preview", json=change)
+            assert previewed.status_code == 422 and previewed.json()["field"] == "dst_policy.gap", previewed.text
+            refused = await api.post("/task/update", json=change)
+            assert refused.status_code == 422 and refused.json()["field"] == "dst_policy.gap", refused.text
+            assert "never run" in refused.json()["detail"]
+            kept = (await api.get(f"/tasks/{task_id}")).json()
+            assert kept["schedule"]["dst_policy"]["gap"] == "shift"
+            assert kept["next_run_at"] == created.json()["next_run_at"]
         finally:
             await api.patch("/task/cancel", json={"task_id": task_id})

@@ -214,3 +214,37 @@ def test_leap_day_cron_finds_the_next_leap_year() -> None:
 def test_invalid_expressions_are_refused_with_a_message(expression: str, message: str) -> None:
     with pytest.raises(CronError, match=re.escape(message)):
         parse_cron(expression)
+
+
+@pytest.mark.parametrize("expression", ["R R * * *", "0 R * * *", "0 9 * * R", "H * * * *",
+                                        "0 H(0-5) * * *", "0 9,R * * *"])
+def test_random_and_hashed_tokens_are_refused(expression: str) -> None:
+    # croniter's R picks its time in each process that parses it: each would fire at its own.
+    with pytest.raises(CronError, match="R \\(random\\) and H \\(hashed\\) are not supported"):
+        parse_cron(expression)
+
+
+def test_month_and_day_names_are_not_taken_for_random_tokens() -> None:
+    assert parse_cron("0 9 * MAR,APR FRI") == 5
+
+
+@pytest.mark.parametrize("expression", ["30 2 * 3 0#2", "0-59 2 * 3 0#2", "* * 2 * 3 0#2"])
+def test_a_cron_naming_only_times_of_a_skipped_gap_has_no_next_fire(expression: str) -> None:
+    # In New York the second Sunday of March has no 02:00-02:59. Walked one step per gap, the
+    # 50 years to the horizon end in no fire (these walked 100,000 steps, or to year 9999).
+    york, after = ZoneInfo("America/New_York"), datetime(2026, 12, 7, tzinfo=UTC)
+    assert next_cron_fire(expression, york, after, DstPolicy(gap="skip")) is None
+    shifted = next_cron_fire(expression, york, after, DEFAULT_DST)
+    assert shifted == datetime(2027, 3, 14, 7, 0, tzinfo=UTC)  # 03:00 EDT, as gap shift says
+
+
+def test_skipping_a_gap_keeps_the_fires_after_it() -> None:
+    # Every 20 minutes from 01:00 to 03:59: the gap's 02:00-02:40 go, 03:00 is the next fire.
+    york = ZoneInfo("America/New_York")
+    before_gap = datetime(2027, 3, 14, 6, 40, tzinfo=UTC)  # 01:40 EST
+    found = next_cron_fire("*/20 1-3 * * *", york, before_gap, DstPolicy(gap="skip"))
+    assert found == datetime(2027, 3, 14, 7, 0, tzinfo=UTC)
+
+
+def test_no_fire_past_the_last_representable_year_is_none() -> None:
+    assert next_cron_fire("0 0 1 1 *", ZoneInfo("UTC"), datetime(9999, 6, 1, tzinfo=UTC), DEFAULT_DST) is None
