@@ -22,7 +22,8 @@ class BodyGuard:
         if scope["type"] != "http" or scope["method"] not in BODY_METHODS:
             await self.app(scope, receive, send)
             return
-        headers = {k.decode().lower(): v.decode() for k, v in scope["headers"]}
+        # Header values are bytes of any kind (latin-1, as HTTP and Starlette read them).
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
         length = headers.get("content-length")
         if length is not None and length.isdigit() and int(length) > self.max_bytes:
             await _problem(send, 413, "too-large", "Request body too large",
@@ -35,26 +36,26 @@ class BodyGuard:
             await _problem(send, 415, "unsupported-media-type", "Unsupported media type",
                            f"send JSON with Content-Type: application/json (got {media or 'none'})")
             return
-        received = 0
-
-        async def counted() -> Message:
-            nonlocal received
+        # The body is read here, up to the limit, before the app parses any of it: a body sent
+        # without its length (chunked) is refused as too large, not as JSON that did not parse.
+        messages: list[Message] = []
+        received, more = 0, has_body
+        while more:
             message = await receive()
-            if message["type"] == "http.request":
-                received += len(message.get("body", b""))
-                if received > self.max_bytes:
-                    raise _TooLarge()
-            return message
+            messages.append(message)
+            if message["type"] != "http.request":
+                break
+            received += len(message.get("body", b""))
+            if received > self.max_bytes:
+                await _problem(send, 413, "too-large", "Request body too large",
+                               f"the body exceeds the limit of {self.max_bytes} bytes")
+                return
+            more = message.get("more_body", False)
 
-        try:
-            await self.app(scope, counted, send)
-        except _TooLarge:
-            await _problem(send, 413, "too-large", "Request body too large",
-                           f"the body exceeds the limit of {self.max_bytes} bytes")
+        async def replayed() -> Message:
+            return messages.pop(0) if messages else await receive()
 
-
-class _TooLarge(Exception):
-    pass
+        await self.app(scope, replayed, send)
 
 
 async def _problem(send: Send, status: int, slug: str, title: str, detail: str) -> None:

@@ -194,3 +194,33 @@ async def test_error_format_for_protocol_errors(stack: Stack) -> None:
         problem = response.json()
         assert problem["type"].startswith("https://") and problem["status"] == response.status_code
         assert "Traceback" not in response.text
+
+
+async def test_a_body_sent_without_its_length_is_bounded_like_any_other(stack: Stack) -> None:
+    async def chunks() -> Any:
+        yield b'{"task_name": "'
+        for _ in range(64):
+            yield b"x" * 32 * 1024
+        yield b'"}'
+
+    async with stack.client() as api:
+        huge = await api.post("/task/preview", content=chunks(), headers={"Content-Type": "application/json"})
+        assert huge.status_code == 413, huge.text
+        assert "exceeds the limit" in huge.json()["detail"]
+
+        async def small() -> Any:
+            yield b'{"task_name": "chunked", "job_details": {"type": "handler", "name": "noop"}, '
+            yield b'"schedule_type": "interval", "interval_seconds": 3600}'
+
+        fine = await api.post("/task/preview", content=small(), headers={"Content-Type": "application/json"})
+        assert fine.status_code == 200, fine.text
+
+
+async def test_header_values_that_are_not_utf8_are_no_server_error(stack: Stack) -> None:
+    body = {"task_name": "h", "job_details": {"type": "handler", "name": "noop"},
+            "schedule_type": "interval", "interval_seconds": 3600}
+    async with stack.client() as api:
+        odd = await api.post("/task/preview", json=body, headers={"X-Anything": b"\xff"})
+        assert odd.status_code == 200, odd.text
+        keyed = await api.post("/task/preview", json=body, headers={"Idempotency-Key": b"caf\xe9"})
+        assert keyed.status_code < 500, keyed.text
