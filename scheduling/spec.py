@@ -31,6 +31,7 @@ from scheduling.bounds import (
     CatchupWindowSeconds,
     Count,
     DriftThresholdSeconds,
+    Duration,
     HeaderName,
     HeaderValue,
     HeartbeatTimeoutSeconds,
@@ -128,7 +129,7 @@ class HttpJob(_Strict):
     headers: dict[HeaderName, HeaderValue] = Field(
         default_factory=dict, json_schema_extra={"additionalProperties": False})
     body: JsonValue = Field(default=None, description=JSON_DEPTH)
-    timeout_seconds: float = Field(strict=True, default=30.0, gt=0, le=3600)
+    timeout_seconds: Duration = Field(default=30.0, le=3600)
 
     @field_validator("url")
     @classmethod
@@ -165,7 +166,7 @@ class WorkflowJob(_Strict):
     workflow_type: Text = Field(min_length=1, max_length=200)
     task_queue: Text | None = Field(default=None, max_length=200)
     args: list[JsonValue] = Field(default_factory=list, description=JSON_DEPTH)
-    execution_timeout_seconds: float | None = Field(strict=True, default=None, gt=0, le=MAX_RUN_SECONDS)
+    execution_timeout_seconds: Duration | None = Field(default=None, le=MAX_RUN_SECONDS)
 
 
 JobDetails = Annotated[HttpJob | HandlerJob | WorkflowJob, Field(discriminator="type")]
@@ -175,9 +176,9 @@ class RetrySpec(_Strict):
     """How a failed run is retried before it counts as FAILED."""
 
     max_attempts: Count = Field(default=3, ge=1, le=50)
-    initial_interval_seconds: float = Field(strict=True, default=1.0, gt=0, le=3600)
+    initial_interval_seconds: Duration = Field(default=1.0, le=3600)
     backoff_coefficient: float = Field(strict=True, default=2.0, ge=1, le=10)
-    maximum_interval_seconds: float = Field(strict=True, default=300.0, gt=0, le=86400)
+    maximum_interval_seconds: Duration = Field(default=300.0, le=86400)
 
     @model_validator(mode="after")
     def _ordered(self) -> RetrySpec:
@@ -358,8 +359,8 @@ class PolicyFields(_Strict):
         default=5,
         description="after this many failed runs in a row the task is auto-paused (null: never)",
     )
-    auto_resume_after_seconds: float | None = Field(
-        default=None, strict=True, gt=0, le=MAX_COOL_DOWN_SECONDS,
+    auto_resume_after_seconds: Duration | None = Field(
+        default=None, le=MAX_COOL_DOWN_SECONDS,
         description="after an auto-pause, one probe run after this cool-down: success resumes "
         "the task, failure pauses it again with the cool-down doubled, up to a day (null: stay "
         "paused until resumed)",

@@ -86,6 +86,12 @@ BAD_BODIES = [
     ("every second of a skipped daylight saving gap",
      with_(cron="* * 2 * 3 0#2", timezone="America/New_York", dst_policy={"gap": "skip"}), "dst_policy.gap"),
     ("a random cron time", with_(cron="R R * * *"), "cron"),
+    ("retry intervals Temporal reads as 0",
+     with_(retry_policy={"initial_interval_seconds": 4e-7, "maximum_interval_seconds": 1e-6}), "initial_interval_seconds"),
+    ("a cool-down Temporal reads as 0", with_(auto_resume_after_seconds=1e-300), "auto_resume_after_seconds"),
+    ("a workflow job timeout Temporal reads as none",
+     with_(job_details={"type": "workflow", "workflow_type": "W", "execution_timeout_seconds": 1e-7}),
+     "execution_timeout_seconds"),
     ("a hashed cron time", with_(cron="H 9 * * *"), "cron"),
 ]
 
