@@ -15,7 +15,7 @@ import structlog
 from sqlalchemy import Engine
 
 from activities.payloads import JobInput, JobResult
-from scheduling.status import ExecutionStatus
+from scheduling.status import ExecutionStatus, Trigger
 from store.batch import BatchWriter, Write
 from store.models import ExecutionRecord, TaskExecution
 from store.tasks import get_execution, write_completed, write_started
@@ -76,9 +76,11 @@ class RunRows:
         task.add_done_callback(self._writes.discard)
 
 
-def completed_result(row: TaskExecution | None) -> JobResult | None:
-    """What an earlier attempt returned, when its row says the job completed."""
-    if row is None or row.status != ExecutionStatus.COMPLETED:
+def completed_result(row: TaskExecution | None, trigger: Trigger) -> JobResult | None:
+    """What an earlier attempt returned, when its row says the job completed. A row of another
+    trigger is an earlier run's (a backfill reruns an instant under its execution id), left
+    there when this run's own write did not land: its outcome is not this run's."""
+    if row is None or row.status != ExecutionStatus.COMPLETED or row.trigger != trigger:
         return None
     return JobResult(attempt=row.attempts, started_at=row.started_at,
                      http_status=row.http_status, response_snippet=row.response_snippet)

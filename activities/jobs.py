@@ -102,7 +102,7 @@ class JobActivities:
         )
         # The server retries an attempt whose completion it never got: the job ran already.
         previous = await self._rows.previous(job_input) if info.attempt > 1 and self._rows else None
-        done = completed_result(previous)
+        done = completed_result(previous, job_input.trigger)
         if done is not None:
             bound.info("job.already_completed", completed_attempt=done.attempt)
             return done

@@ -1,16 +1,25 @@
-"""The job activity on its own (no server): what it reports around the end of a job."""
+"""The job activity on its own (no server): what it reports around the end of a job, and
+what a retry takes from the rows."""
 
 from __future__ import annotations
 
 import asyncio
-from datetime import UTC, datetime
+import dataclasses
+from datetime import UTC, datetime, timedelta
 
+import pytest
+from sqlalchemy import Engine
+from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
 from activities.handlers import HandlerContext
 from activities.jobs import JobActivities
 from activities.payloads import JobInput
 from scheduling.spec import HandlerJob
+from scheduling.status import ExecutionStatus, Trigger
+from store.batch import BatchWriter, Write
+from store.models import ExecutionRecord
+from store.tasks import write_record
 
 
 async def test_a_cancel_that_comes_as_the_job_ends_still_reports_its_end() -> None:
@@ -30,3 +39,48 @@ async def test_a_cancel_that_comes_as_the_job_ends_still_reports_its_end() -> No
     env.cancel()  # reaches the activity after its job returned, before it reported the end
     result = await run
     assert result.output == "done" and result.started_at is not None
+
+
+async def test_a_retried_backfill_runs_its_job_and_does_not_take_the_earlier_runs_outcome(
+    sqlite_engine: Engine,
+) -> None:
+    # A backfill reruns an instant under the execution id of its earlier, COMPLETED run. Its
+    # first attempt's RUNNING write does not land (the database blips) and its job fails: the
+    # retry finds the earlier run's row, and must run the job, not return that run's outcome.
+    fire = datetime(2026, 1, 1, 10, tzinfo=UTC)
+    run_id = f"t1:{fire.isoformat(timespec='milliseconds').replace('+00:00', 'Z')}"
+    earlier = ExecutionRecord(id=run_id, task_id="t1", tenant_id="x", scheduled_at=fire,
+                              trigger=Trigger.SCHEDULE, status=ExecutionStatus.COMPLETED, attempts=1,
+                              started_at=fire, finished_at=fire + timedelta(seconds=1), http_status=200)
+    with sqlite_engine.begin() as connection:
+        write_record(sqlite_engine, [earlier], None)(connection)
+    calls: list[int] = []
+
+    async def job(ctx: HandlerContext) -> str:
+        calls.append(len(calls) + 1)
+        if len(calls) == 1:
+            raise ApplicationError("the target is down")  # retryable
+        return "ran"
+
+    class Blipping(BatchWriter):
+        down = True
+
+        async def submit(self, write: Write) -> None:
+            if self.down:
+                raise RuntimeError("the database is unavailable")
+            await super().submit(write)
+
+    writer = Blipping(sqlite_engine)
+    jobs = JobActivities(http=None, handlers={"job": job}, client=None,  # type: ignore[arg-type]
+                         engine=sqlite_engine, writer=writer)
+    backfill = JobInput(execution_id=run_id, task_id="t1", tenant_id="x", scheduled_at=fire,
+                        job=HandlerJob(type="handler", name="job"), trigger=Trigger.BACKFILL,
+                        sent_at=datetime.now(UTC))
+    env = ActivityEnvironment()
+    with pytest.raises(ApplicationError):
+        await env.run(jobs.run_job, backfill)
+    writer.down = False
+    env.info = dataclasses.replace(env.info, attempt=2)
+    result = await env.run(jobs.run_job, backfill)
+    assert calls == [1, 2]
+    assert result.attempt == 2 and result.output == "ran" and result.started_at != fire

@@ -93,18 +93,24 @@ def test_only_a_completed_row_counts_as_the_job_done() -> None:
     from datetime import UTC, datetime, timedelta
 
     from activities.execution_rows import completed_result
+    from scheduling.status import Trigger
     from store.models import TaskExecution
 
     start = datetime(2026, 11, 30, 12, tzinfo=UTC)
 
-    def row(status: str, finished: datetime | None) -> TaskExecution:
-        return TaskExecution(id="t:1", task_id="t", tenant_id="t1", scheduled_at=start,
+    def row(status: str, finished: datetime | None, trigger: str = "schedule") -> TaskExecution:
+        return TaskExecution(id="t:1", task_id="t", tenant_id="t1", scheduled_at=start, trigger=trigger,
                              status=status, started_at=start, finished_at=finished, attempts=2)
 
-    done = completed_result(row("COMPLETED", start + timedelta(seconds=1)))
+    scheduled = Trigger.SCHEDULE
+    done = completed_result(row("COMPLETED", start + timedelta(seconds=1)), scheduled)
     assert done is not None and done.attempt == 2 and done.started_at == start
-    assert completed_result(row("RUNNING", None)) is None  # still running, or died mid-job
+    assert completed_result(row("RUNNING", None), scheduled) is None  # still running, or died mid-job
     # a replayed dead letter's reopened row keeps the failed run's finish: not done
-    assert completed_result(row("RUNNING", start - timedelta(hours=1))) is None
-    assert completed_result(row("FAILED", start + timedelta(seconds=1))) is None
-    assert completed_result(None) is None
+    assert completed_result(row("RUNNING", start - timedelta(hours=1)), scheduled) is None
+    assert completed_result(row("FAILED", start + timedelta(seconds=1)), scheduled) is None
+    assert completed_result(None, scheduled) is None
+    # a backfill of the instant, whose own row write did not land, finds the earlier run's
+    assert completed_result(row("COMPLETED", start + timedelta(seconds=1)), Trigger.BACKFILL) is None
+    backfilled = row("COMPLETED", start + timedelta(seconds=1), trigger="backfill")
+    assert completed_result(backfilled, Trigger.BACKFILL) is not None
