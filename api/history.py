@@ -44,7 +44,8 @@ async def rollback(service: TaskService, who: Principal, task_id: str, version: 
                           version=version)
     if row is None or row.spec is None:
         raise NotFound(f"task {task_id} has no version {version}", field="version")
-    body = json.dumps(row.spec)
+    # Measured as a client would send it: UTF-8, no escapes, no spaces.
+    body = json.dumps(row.spec, ensure_ascii=False, separators=(",", ":"))
     try:
         changes = TaskChanges.model_validate_json(body)
     except ValidationError as exc:  # a spec stored by an older release that this one refuses
@@ -52,7 +53,7 @@ async def rollback(service: TaskService, who: Principal, task_id: str, version: 
                           field="version") from exc
     origin = Origin(actor=who.key_id, action=ROLLBACK, detail={"version": version})
     return await service.update(
-        who, task_id, changes, body_size=len(body), idempotency_key=idempotency_key,
+        who, task_id, changes, body_size=len(body.encode()), idempotency_key=idempotency_key,
         origin=origin, request={"rollback": task_id, "version": version},
     )
 

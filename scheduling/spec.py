@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 from urllib.parse import urlsplit
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
 from pydantic import (
     BaseModel,
@@ -105,7 +105,8 @@ DEFAULT_MISSED_RUN_POLICY = {
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # NaN and infinities are refused as such (a NaN failed its bound with a misleading "≤").
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 
@@ -198,6 +199,11 @@ class DstPolicy(_Strict):
     repeated: DstRepeated = Field(default=DstRepeated.FIRST, description="a wall time that "
                                   "happens twice: run on the first, the last or both (an hour "
                                   "field of * always runs on both)")
+
+
+# The IANA names every host's tz database has alike (new tasks only: a stored spec keeps its
+# zone, whatever it is, so that its workflow still reads it).
+PORTABLE_ZONES = frozenset(available_timezones() - {"localtime", "Factory", "posixrules"})
 
 
 def _zone(name: str) -> ZoneInfo:
@@ -460,6 +466,11 @@ def check_timing(spec: TaskSpec, now: datetime) -> None:
             "and time zone (or set missed_run_policy to single_catchup or catchup)")
     if spec.end_date is not None and spec.end_date <= now:
         raise TimingError("end_date", "is in the past: the task could never run")
+    if spec.timezone not in PORTABLE_ZONES:
+        # A zone file that is no IANA zone ("localtime", "Factory", "right/UTC") reads each
+        # host's own setup: the API, the preview and every worker could fire at other times.
+        raise TimingError("timezone", f"{spec.timezone!r} is not an IANA time zone name "
+                          "(e.g. Europe/Berlin, America/New_York, UTC)")
 
 
 def check_start(spec: TaskSpec) -> None:

@@ -4,6 +4,7 @@ spec versions, rollback, and the version each run ran under; on SQLite and Postg
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 import httpx
@@ -200,3 +201,23 @@ async def test_the_circuit_breakers_pause_is_recorded_as_the_schedulers(stack: S
         assert (await api.patch("/task/cancel", json={"task_id": task_id})).status_code == 202
     assert [(e["action"], e["actor"]) for e in events] == [("pause", "scheduler"), ("create", key_id(stack))]
     assert "2 consecutive failed runs" in events[0]["detail"]["reason"]
+
+
+async def test_a_rollback_is_measured_against_the_body_limit_as_sent_not_as_escaped(stack: Stack) -> None:
+    # 500 "é" are 1,000 bytes of UTF-8, and 3,000 written as \u00e9 escapes.
+    body = {"task_name": "accents", "job_details": {"type": "handler", "name": "noop", "args": {"note": "é" * 500}},
+            "schedule_type": "interval", "interval_seconds": 600}
+    set_quota(stack.engine, "t1", max_body_bytes=2000)
+    try:
+        async with stack.client() as api:
+            created = await api.post("/task/create", content=json.dumps(body, ensure_ascii=False).encode(),
+                                     headers={"Content-Type": "application/json"})
+            assert created.status_code == 201, created.text
+            task_id = created.json()["task_id"]
+            updated = await api.post("/task/update", json={"task_id": task_id, "interval_seconds": 7200})
+            assert updated.status_code == 202, updated.text
+            rolled = await api.post(f"/tasks/{task_id}/rollback", json={"version": 1})
+            assert rolled.status_code == 202, rolled.text
+            assert rolled.json()["schedule"]["interval_seconds"] == 600
+    finally:
+        set_quota(stack.engine, "t1", max_body_bytes=None)

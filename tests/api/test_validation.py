@@ -86,6 +86,9 @@ BAD_BODIES = [
     ("every second of a skipped daylight saving gap",
      with_(cron="* * 2 * 3 0#2", timezone="America/New_York", dst_policy={"gap": "skip"}), "dst_policy.gap"),
     ("a random cron time", with_(cron="R R * * *"), "cron"),
+    ("the host's own time zone", with_(timezone="localtime"), "timezone"),
+    ("a zone file that is no IANA zone", with_(timezone="Factory"), "timezone"),
+    ("a zone with leap seconds", with_(timezone="right/UTC"), "timezone"),
     ("retry intervals Temporal reads as 0",
      with_(retry_policy={"initial_interval_seconds": 4e-7, "maximum_interval_seconds": 1e-6}), "initial_interval_seconds"),
     ("a cool-down Temporal reads as 0", with_(auto_resume_after_seconds=1e-300), "auto_resume_after_seconds"),
@@ -218,3 +221,16 @@ async def test_an_update_to_skip_the_only_times_a_cron_names_is_refused(stack: S
             assert kept["next_run_at"] == created.json()["next_run_at"]
         finally:
             await api.patch("/task/cancel", json={"task_id": task_id})
+
+
+async def test_a_number_that_is_not_finite_is_refused_as_such(stack: Stack) -> None:
+    before = await _tenant_state(stack)
+    async with stack.client("t2") as api:
+        for number in (b"NaN", b"Infinity"):
+            body = (b'{"task_name": "n", "job_details": {"type": "handler", "name": "noop"}, '
+                    b'"schedule_type": "interval", "interval_seconds": ' + number + b"}")
+            response = await api.post("/task/create", content=body, headers={"Content-Type": "application/json"})
+            assert response.status_code == 422, response.text
+            assert "interval_seconds" in response.json()["detail"]
+            assert "finite" in response.json()["detail"], response.text
+    assert await _tenant_state(stack) == before
