@@ -85,13 +85,15 @@ async def admitted(request: Request, key: str, lookup: Callable[..., T | None], 
                    key_of: Callable[[T], ActiveKey]) -> T | None:
     """What ``lookup(engine, key, *args)`` finds for a presented key, or None: unknown, revoked,
     or a dev key outside dev. A None counts as a failure of the caller's address, and an
-    address over its failure limit gets 429 before the key is looked up."""
+    address over its failure limit gets 429 before the key is looked up, unless the key signed
+    in from it lately (``AuthFailureLimiter``)."""
     failures, address = auth_failures(request), client_address(request)
-    await failures.refuse_if_over(address)
+    await failures.refuse_if_over(address, key)
     found = await in_thread(lookup, service_of(request).engine, key, *args)
     if found is None or (not request.app.state.dev_keys and is_dev_key(key_of(found), key)):
         await failures.failed(address)
         return None
+    failures.succeeded(address, key)
     return found
 
 

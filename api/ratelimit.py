@@ -11,8 +11,10 @@ The same storage and strategy count failed sign-ins per client address (``AuthFa
 
 from __future__ import annotations
 
+import hashlib
 import math
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import Annotated, Any, TypeVar
 
@@ -67,17 +69,38 @@ class TenantRateLimiter(_MovingWindow):
 
 class AuthFailureLimiter(_MovingWindow):
     """Counts failed sign-ins per client address; over the limit, the address is refused
-    before its key is even looked up, so guessing keys costs a guesser time, not the database."""
+    before its key is even looked up, so guessing keys costs a guesser time, not the database.
+
+    A key that signed in from the address within ``KNOWN_FOR`` still passes (this process
+    remembers a digest of it): many tenants may share one address (a NAT, a proxy), and one's
+    wrong key must not lock the others out. A guess is never such a key."""
 
     KIND = "auth-failure"
+    KNOWN_FOR = 3600.0  # seconds a sign-in vouches for its key from its address
+    KNOWN_MAX = 10_000  # (address, key) pairs remembered, the oldest forgotten first
 
     def __init__(self, storage_uri: str, failures: str) -> None:
         super().__init__(storage_uri)
         self._item = parse(failures)
+        self._known: OrderedDict[tuple[str, bytes], float] = OrderedDict()
 
-    async def refuse_if_over(self, address: str) -> None:
-        """Raise RateLimited with Retry-After while ``address`` is over its failure limit."""
-        if await self._store(self._limiter.test, self._item, self.KIND, address):
+    def succeeded(self, address: str, key: str) -> None:
+        """Remember that ``key`` signed in from ``address``."""
+        pair = (address, _digest(key))
+        self._known[pair] = time.monotonic()
+        self._known.move_to_end(pair)
+        while len(self._known) > self.KNOWN_MAX:
+            self._known.popitem(last=False)
+
+    def _vouched(self, address: str, key: str | None) -> bool:
+        seen = self._known.get((address, _digest(key))) if key is not None else None
+        return seen is not None and time.monotonic() - seen < self.KNOWN_FOR
+
+    async def refuse_if_over(self, address: str, key: str | None = None) -> None:
+        """Raise RateLimited with Retry-After while ``address`` is over its failure limit,
+        unless ``key`` signed in from it lately."""
+        if self._vouched(address, key) or await self._store(
+                self._limiter.test, self._item, self.KIND, address):
             return
         retry_after = await self._retry_after(self._item, self.KIND, address)
         raise RateLimited(
@@ -88,6 +111,10 @@ class AuthFailureLimiter(_MovingWindow):
     async def failed(self, address: str) -> None:
         """Count one failed sign-in of ``address`` (a success is never counted)."""
         await self._store(self._limiter.hit, self._item, self.KIND, address)
+
+
+def _digest(key: str) -> bytes:
+    return hashlib.sha256(key.encode()).digest()
 
 
 def _limit(kind: str):  # type: ignore[no-untyped-def]
