@@ -32,9 +32,9 @@ MAX_WINDOW_SECONDS = 10 * 366 * 24 * 3600
 MAX_RUNS = 1_000_000_000
 MAX_JSON_DEPTH = 32
 
-# A duration Temporal is handed (a timeout, a retry interval, a cool-down): Temporal reads one
-# under a microsecond as 0, which means its default or none at all; a millisecond is the least.
-MIN_DURATION_SECONDS = 0.001
+# A duration Temporal is handed (a timeout, a retry interval, a cool-down) goes as whole
+# microseconds: under half of one it reaches Temporal as 0, its default or none at all.
+MIN_DURATION_SECONDS = 0.000001
 Duration = Annotated[float, Field(strict=True, ge=MIN_DURATION_SECONDS)]
 
 CatchupWindowSeconds = Annotated[float, Field(strict=True, gt=0, le=MAX_WINDOW_SECONDS)]

@@ -40,10 +40,6 @@ def parse_cron(expression: str) -> int:
     fields = expression.split()
     if len(fields) not in (5, 6):
         raise CronError(f"cron must have 5 fields (or 6 with seconds first), got {len(fields)}")
-    if any(term[:1].upper() in "RH" or "(" in term for field in fields for term in field.split(",")):
-        # croniter's R picks a time at random in each process that parses it: the API's answer,
-        # the preview and each worker would each fire at a time of their own.
-        raise CronError(f"cron {expression!r}: R (random) and H (hashed) are not supported")
     try:
         valid = croniter.is_valid(expression, second_at_beginning=len(fields) == 6)
     except Exception:  # noqa: BLE001 - croniter raises assorted errors on odd input
@@ -57,6 +53,15 @@ def parse_cron(expression: str) -> int:
     except CroniterBadDateError:
         raise CronError(f"cron {expression!r} names no date that exists (e.g. 30 February)") from None
     return len(fields)
+
+
+def check_portable(expression: str) -> None:
+    """Refuse croniter's R (random) and H (hashed) times in a new expression: R picks its time
+    in each process that parses it, so the API's answer, the preview and each worker would fire
+    at times of their own. (A stored expression is not checked: its task keeps loading.)"""
+    if any(term[:1].upper() in "RH" or "(" in term for field in expression.split()
+           for term in field.split(",")):
+        raise CronError(f"cron {expression!r}: R (random) and H (hashed) are not supported")
 
 
 def _hour_field(expression: str) -> str:

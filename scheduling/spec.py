@@ -45,7 +45,7 @@ from scheduling.bounds import (
     Text,
 )
 from scheduling.calendars import MAX_TASK_CALENDARS, CalendarRef
-from scheduling.cron import CronError, parse_cron
+from scheduling.cron import CronError, check_portable, parse_cron
 from scheduling.partial import optional_fields
 
 MAX_NAME_LENGTH = 200
@@ -466,6 +466,11 @@ def check_timing(spec: TaskSpec, now: datetime) -> None:
             "and time zone (or set missed_run_policy to single_catchup or catchup)")
     if spec.end_date is not None and spec.end_date <= now:
         raise TimingError("end_date", "is in the past: the task could never run")
+    if spec.cron is not None:
+        try:
+            check_portable(spec.cron)
+        except CronError as exc:
+            raise TimingError("cron", str(exc)) from exc
     if spec.timezone not in PORTABLE_ZONES:
         # A zone file that is no IANA zone ("localtime", "Factory", "right/UTC") reads each
         # host's own setup: the API, the preview and every worker could fire at other times.

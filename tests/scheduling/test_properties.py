@@ -79,3 +79,13 @@ def test_fixed_rate_fires_stay_on_the_grid(interval: int, origin: datetime, offs
     fire = next_fire(spec, anchor=origin, after=after)
     assert fire is not None and after < fire <= after + timedelta(seconds=interval)
     assert (fire - origin).total_seconds() % interval == 0
+
+
+def test_a_spec_stored_before_the_rules_for_new_tasks_still_loads() -> None:
+    # New tasks may not use croniter's R, nor durations under a microsecond; a stored spec
+    # from before is read as it is (its workflow and the reconciler load it), not refused.
+    stored = {"task_name": "old", "job_details": {"type": "handler", "name": "noop"},
+              "schedule_type": "cron", "cron": "R 3 * * *", "timezone": "UTC",
+              "retry_policy": {"initial_interval_seconds": 0.00001, "maximum_interval_seconds": 0.00002}}
+    spec = TaskSpec.model_validate(stored)
+    assert spec.cron == "R 3 * * *" and spec.retry_policy.initial_interval_seconds == 0.00001
