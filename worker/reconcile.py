@@ -103,13 +103,19 @@ class Reconciler:
         """The full comparison when it is due (the first pass, then every ``full_every``),
         otherwise a look at the task workflows closed since the pass before."""
         now = datetime.now(UTC)
+        # Every pass looks at the workflows closed since the pass before; the first, at those
+        # closed within the window (a terminate while no reconciler ran, of a task of any age).
+        since = now - self._window if self._last_pass is None else self._last_pass - LISTING_LAG
         if self._last_pass is None or self._last_full is None or (
             now - self._last_full >= self._full_every
         ):
             report = await self._full_pass(now)
+            closed = await self._closed_since(since, now)
+            report.listed += closed.listed
+            report.marked += [i for i in closed.marked if i not in report.marked]
             self._last_full = now
         else:
-            report = await self._closed_since(self._last_pass - LISTING_LAG, now)
+            report = await self._closed_since(since, now)
         self._last_pass = now
         return report
 
@@ -177,23 +183,29 @@ class Reconciler:
         """Describe each task's workflow: start it again when it is gone, mark the row when it
         closed without writing its end; a running one is left alone."""
         for task_id in task_ids:
-            handle = self._client.get_workflow_handle(workflow_id(task_id))
             try:
-                description = await handle.describe()
-            except RPCError as exc:
-                if exc.status is not RPCStatusCode.NOT_FOUND:
-                    raise
-                found = await asyncio.to_thread(read_task, self._engine, task_id, None)
-                if found is not None:
-                    await self._restart(found, now)
-                    report.restarted.append(task_id)
-                continue
-            closed = CLOSED_AS.get(description.status) if description.status else None
-            if closed is not None:
-                status, reason = closed
-                await asyncio.to_thread(mark_task, self._engine, task_id, status=status, reason=reason)
-                await asyncio.to_thread(_record_marked, self._engine, task_id, status, reason)
-                report.marked.append(task_id)
+                await self._repair_row(task_id, now, report)
+            except Exception as exc:  # one row (say, a spec this release refuses) stops no other
+                log.error("reconcile.row_failed", task_id=task_id, error=f"{type(exc).__name__}: {exc}")
+
+    async def _repair_row(self, task_id: str, now: datetime, report: ReconcileReport) -> None:
+        handle = self._client.get_workflow_handle(workflow_id(task_id))
+        try:
+            description = await handle.describe()
+        except RPCError as exc:
+            if exc.status is not RPCStatusCode.NOT_FOUND:
+                raise
+            found = await asyncio.to_thread(read_task, self._engine, task_id, None)
+            if found is not None:
+                await self._restart(found, now)
+                report.restarted.append(task_id)
+            return
+        closed = CLOSED_AS.get(description.status) if description.status else None
+        if closed is not None:
+            status, reason = closed
+            await asyncio.to_thread(mark_task, self._engine, task_id, status=status, reason=reason)
+            await asyncio.to_thread(_record_marked, self._engine, task_id, status, reason)
+            report.marked.append(task_id)
 
     async def _restart(self, row: Task, now: datetime) -> None:
         spec = TaskSpec.model_validate(row.spec)

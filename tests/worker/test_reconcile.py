@@ -6,7 +6,8 @@ import asyncio
 import uuid
 from datetime import UTC, datetime, timedelta
 
-from sqlalchemy import Engine, delete
+from sqlalchemy import Engine, delete, update
+from sqlmodel import col
 from temporalio.client import WorkflowExecutionStatus
 from temporalio.testing import WorkflowEnvironment
 
@@ -150,7 +151,7 @@ async def test_passes_after_the_first_list_only_workflows_closed_since(
                                      grace=timedelta(0), full_every=timedelta(0))
         await every_pass_full.reconcile_once()
         later = await every_pass_full.reconcile_once()
-        assert later.full and later.listed == 2
+        assert later.full and later.listed == 3  # the two running, and the one closed since
 
 
 
@@ -187,3 +188,57 @@ async def test_a_restarted_paused_task_stays_paused_and_counts_only_its_schedule
     runs, _ = list_executions(sqlite_engine, task_id=task_id, limit=20)
     ran = [r for r in runs if r.trigger == "schedule" and r.status == "COMPLETED"]
     assert len(ran) == 3  # max_runs: one more scheduled run, the manual ones not counted
+
+
+async def test_a_terminate_while_no_reconciler_ran_is_caught_for_a_task_of_any_age(
+    dev_env: WorkflowEnvironment, sqlite_engine: Engine
+) -> None:
+    async with new_worker(dev_env.client, sqlite_engine) as worker:
+        handle = await start_task(dev_env, worker.task_queue, spec(schedule_type="interval", interval_seconds=3600))
+        task_id = handle.id.removeprefix("task-")
+
+        async def row_written() -> bool:
+            return read_task(sqlite_engine, task_id, "t1") is not None
+
+        await until(row_written)
+        with sqlite_engine.begin() as connection:  # created two days ago: outside the window
+            connection.execute(update(Task).where(col(Task.id) == task_id).values(
+                created_at=datetime.now(UTC) - timedelta(days=2)))
+        await handle.terminate("operator cleanup")  # while no reconciler runs
+
+        async def listed_closed() -> bool:
+            query = f"WorkflowId = '{handle.id}' AND ExecutionStatus = 'Terminated'"
+            return (await dev_env.client.count_workflows(query)).count == 1
+
+        await until(listed_closed)
+        # The worker comes back: its reconciler's first pass catches it (before, only passes
+        # after the first looked at closes, and only at those since a minute before it).
+        reconciler = Reconciler(sqlite_engine, dev_env.client, worker.task_queue, grace=timedelta(0))
+        first = await reconciler.reconcile_once()
+        assert first.full and first.marked == [task_id]
+    row = read_task(sqlite_engine, task_id, "t1")
+    assert row is not None and row.status == "CANCELLED"
+
+
+async def test_a_row_the_reconciler_cannot_read_stops_no_other_repair(
+    dev_env: WorkflowEnvironment, sqlite_engine: Engine
+) -> None:
+    now = datetime.now(UTC)
+    task_spec = spec(schedule_type="interval", interval_seconds=3600)
+    ids = sorted(uuid.uuid4().hex for _ in range(2))  # repaired in this order
+    for task_id in ids:  # rows whose workflows were lost
+        save_snapshot(sqlite_engine, TaskSnapshot(
+            task_id=task_id, tenant_id="t1", name=task_spec.task_name, schedule_type="interval",
+            spec=task_spec.model_dump(mode="json"), status="PENDING", next_run_at=now + timedelta(hours=1),
+            created_at=now - timedelta(minutes=5), updated_at=now - timedelta(minutes=5),
+        ))
+    # The first row's spec is one this release cannot read: restarting it fails.
+    with sqlite_engine.begin() as connection:
+        connection.execute(update(Task).where(col(Task.id) == ids[0]).values(spec={"bogus": True}))
+    async with new_worker(dev_env.client, sqlite_engine) as worker:
+        reconciler = Reconciler(sqlite_engine, dev_env.client, worker.task_queue, grace=timedelta(0))
+        report = await reconciler.reconcile_once()
+        assert report.full and report.restarted == [ids[1]]
+        restarted = dev_env.client.get_workflow_handle(workflow_id(ids[1]))
+        assert (await restarted.describe()).status is WorkflowExecutionStatus.RUNNING
+        await restarted.terminate("done")
