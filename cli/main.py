@@ -9,12 +9,16 @@ import os
 import sys
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import TYPE_CHECKING, Literal, TypedDict
+
+from pydantic import ValidationError
+from pydantic_settings import BaseSettings
 
 from cli import calendars, ops
 from cli.terminal import shown
 from config.logging import configure_logging
-from config.settings import Settings
+from config.settings import QuotaSettings, Settings
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
@@ -159,6 +163,13 @@ def _quotas(settings: Settings, args: argparse.Namespace) -> int:
             except (ValueError, KeyError):
                 print(f"--{name.replace('_', '-')}: not a valid value: {shown(repr(raw))}", file=sys.stderr)
                 return 2
+        try:  # within the bounds of the settings' defaults
+            QuotaSettings.model_validate({k: v for k, v in changes.items()
+                                          if k in QuotaSettings.model_fields and v is not None})
+        except ValidationError as exc:
+            error = exc.errors()[0]
+            print(f"--{str(error['loc'][0]).replace('_', '-')}: {error['msg']}", file=sys.stderr)
+            return 2
         set_quota(engine, args.tenant, **changes)
     for name, value in asdict(quota_for(engine, args.tenant, defaults)).items():
         value_text = (",".join(value) or "(none)") if isinstance(value, tuple) else value
@@ -233,12 +244,27 @@ def parser() -> argparse.ArgumentParser:
     return root
 
 
+class _ClientSettings(BaseSettings):
+    """What a client of the API reads of the settings: where the dev key is kept. The server's
+    settings (and their production checks) are not its business."""
+
+    model_config = Settings.model_config
+    data_dir: Path = Settings.model_fields["data_dir"].default
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the console script."""
     args = parser().parse_args(argv)
-    settings = Settings()
-    if args.command in ("tasks", "dead-letters", "calendars"):
-        return ops.run(args, settings.data_dir)  # a client of the API: it logs nothing itself
+    try:
+        if args.command in ("tasks", "dead-letters", "calendars"):
+            # A client of the API: it logs nothing itself.
+            return ops.run(args, _ClientSettings().data_dir)
+        settings = Settings()
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'settings'}: {e['msg']}"
+                             for e in exc.errors())
+        print(f"task-scheduler: bad settings: {problems}", file=sys.stderr)
+        return 2
     configure_logging(settings.resolved_log_format, settings.log.level)
     if args.command == "dev":
         from worker.dev import run_dev

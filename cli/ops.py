@@ -376,6 +376,12 @@ def run(args: argparse.Namespace, data_dir: Path) -> int:
     except UsageProblem as exc:
         print(f"task-scheduler: {shown(exc)}", file=sys.stderr)
         return EXIT_USAGE
+    except httpx.InvalidURL as exc:
+        print(f"task-scheduler: --url {args.url!r}: {shown(exc)}", file=sys.stderr)
+        return EXIT_USAGE
+    except UnicodeEncodeError:
+        print("task-scheduler: an API key is ASCII text; this one is not", file=sys.stderr)
+        return EXIT_USAGE
     except ApiProblem as exc:
         print(f"error: {shown(exc)}", file=sys.stderr)
         return EXIT_API_ERROR

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, SecretStr, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -188,7 +188,10 @@ class WorkflowJobSettings(BaseModel):
 
 
 class QuotaSettings(BaseModel):
-    """Every tenant's limits unless `task-scheduler quotas set` overrides them."""
+    """Every tenant's limits unless `task-scheduler quotas set` overrides them (within the same
+    bounds)."""
+
+    model_config = ConfigDict(allow_inf_nan=False)
 
     max_active_tasks: int = Field(default=100_000, ge=0, json_schema_extra=key(API),
                                   description="tasks a tenant may have pending, running or paused")

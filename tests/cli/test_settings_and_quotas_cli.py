@@ -80,3 +80,29 @@ def test_quotas_cli_grants_and_withdraws_workflow_jobs(tmp_path: Path, monkeypat
     assert main(["quotas", "set", "--tenant", "growth", "--workflow-types", " , "]) == 2
     assert main(["quotas", "set", "--tenant", "growth", "--workflow-types", "default"]) == 0
     assert quota_for(make_engine(url), "growth", Quota()).workflow_types == ()
+
+
+def test_quotas_cli_refuses_what_the_settings_would(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    url = f"sqlite:///{tmp_path / 'q.db'}"
+    monkeypatch.setenv("SCHEDULER_DATABASE_URL", url)
+    for flag, value in (("--min-interval-seconds", "nan"), ("--min-interval-seconds", "inf"),
+                        ("--min-interval-seconds", "-5"), ("--max-active-tasks", "-1")):
+        assert main(["quotas", "set", "--tenant", "growth", flag, value]) == 2, (flag, value)
+        assert flag in capsys.readouterr().err
+    assert quota_for(make_engine(url), "growth", Quota()) == Quota()  # nothing was set
+
+
+def test_bad_settings_are_one_line_and_exit_2_and_api_clients_need_none(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("SCHEDULER_ENV", "production")  # no signing key, no metrics token
+    assert main(["migrate"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("task-scheduler: bad settings:") and "SCHEDULER_SIGNING_KEY" in err
+    assert "Traceback" not in err
+    # A client of the API reads none of the server's settings: it gets as far as the API.
+    assert main(["tasks", "list", "--url", "http://127.0.0.1:9", "--key", "k"]) == 1
+    assert "cannot reach the API" in capsys.readouterr().err
+    assert main(["tasks", "list", "--url", "http://[::1", "--key", "k"]) == 2
+    assert main(["tasks", "list", "--url", "http://127.0.0.1:9", "--key", "tské"]) == 2
+    assert "ASCII" in capsys.readouterr().err
