@@ -267,7 +267,9 @@ class SigningSettings(BaseModel):
         default=SecretStr(DEV_SIGNING_KEY), json_schema_extra=key(API, WORKFLOWS, JOBS),
         description="the Fernet key (`python -c 'from cryptography.fernet import Fernet; "
         "print(Fernet.generate_key().decode())'`) that encrypts the tenants' signing secrets "
-        "in the database; the default is a development key, refused in production",
+        "in the database; the default is a development key, refused in production. To change "
+        "it, list the new key first and the old after it, comma-separated: secrets are re-sealed "
+        "under the first as they are read",
     )
     rotation_hours: float = Field(
         default=24.0, ge=0.1, le=24 * 90,

@@ -8,7 +8,7 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from cryptography.fernet import Fernet
+from cryptography.fernet import Fernet, InvalidToken, MultiFernet
 from sqlalchemy import Engine
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
@@ -39,16 +39,28 @@ def new_secret() -> str:
 
 
 class SecretBox:
-    """Encrypts secrets for the database and decrypts them back (Fernet: AES and an HMAC)."""
+    """Encrypts secrets for the database and decrypts them back (Fernet: AES and an HMAC).
 
-    def __init__(self, key: str) -> None:
-        self._fernet = Fernet(key.encode())
+    ``keys`` is one key, or several separated by commas: the first seals, each of them opens,
+    so the key can change without a secret becoming unreadable (``resealed``)."""
+
+    def __init__(self, keys: str) -> None:
+        fernets = [Fernet(k.strip().encode()) for k in keys.split(",") if k.strip()]
+        self._first, self._fernet = fernets[0], MultiFernet(fernets)
 
     def seal(self, secret: str) -> str:
         return self._fernet.encrypt(secret.encode()).decode()
 
     def open(self, sealed: str) -> str:
         return self._fernet.decrypt(sealed.encode()).decode()
+
+    def resealed(self, sealed: str) -> str | None:
+        """``sealed`` under the first key, when another key sealed it; else None."""
+        try:
+            self._first.decrypt(sealed.encode())
+        except InvalidToken:
+            return self._fernet.rotate(sealed.encode()).decode()
+        return None
 
 
 @dataclass(frozen=True)
@@ -65,7 +77,9 @@ def live_secrets(engine: Engine, tenant_id: str, now: datetime, box: SecretBox) 
     with Session(engine) as session:
         rows = _live(session, tenant_id, now)
         if rows:
-            return [_shown(row, box) for row in rows]
+            shown = [_shown(row, box) for row in rows]
+            _reseal(session, rows, box)
+            return shown
         # Two first uses at once make one secret (one current secret per tenant, a unique index).
         _add(session, tenant_id, now, box)
         try:
@@ -106,6 +120,18 @@ def rotate_secret(engine: Engine, tenant_id: str, now: datetime, window: timedel
                 continue  # another rotation made a current secret meanwhile: rotate that one
             return [_shown(row, box) for row in _live(session, tenant_id, now)]
     raise RotationsContended(CONTENDED)
+
+
+def _reseal(session: Session, rows: list[SigningSecret], box: SecretBox) -> None:
+    """Seal under the first key the secrets an older key sealed (after a key change), so that
+    the older key can go once every tenant's secrets have been read."""
+    changed = False
+    for row in rows:
+        if (again := box.resealed(row.secret_encrypted)) is not None:
+            row.secret_encrypted, changed = again, True
+            session.add(row)
+    if changed:
+        session.commit()
 
 
 def _live(session: Session, tenant_id: str, now: datetime) -> list[SigningSecret]:

@@ -138,3 +138,18 @@ async def test_secrets_under_another_key_are_a_503_with_the_reason(sqlite_engine
                            timedelta(hours=1))
     with pytest.raises(ServiceUnavailable, match="SCHEDULER_SIGNING_KEY"):
         await other.secrets("t1")
+
+
+def test_the_signing_key_changes_without_a_secret_lost(any_engine: Engine) -> None:
+    # The new key first, the old after it: the secrets sealed under the old are read, and
+    # sealed again under the new as they are, so that the old key can then go.
+    now = datetime.now(UTC)
+    old_key, new_key = "dGFzay1zY2hlZHVsZXIgZGV2ZWxvcG1lbnQga2V5ISE=", "YW5vdGhlci1rZXktb2YtdGhpcnR5LXR3by1ieXRlcyE="
+    [first] = live_secrets(any_engine, "t7", now, SecretBox(old_key))
+    with pytest.raises(InvalidToken):  # the new key alone cannot read it yet
+        live_secrets(any_engine, "t7", now, SecretBox(new_key))
+    both = SecretBox(f"{new_key}, {old_key}")
+    assert live_secrets(any_engine, "t7", now, both) == [first]
+    assert live_secrets(any_engine, "t7", now, SecretBox(new_key)) == [first]  # re-sealed
+    new, kept = rotate_secret(any_engine, "t7", now, timedelta(hours=24), SecretBox(new_key))
+    assert kept.secret == first.secret and new.secret != first.secret
