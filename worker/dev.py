@@ -118,13 +118,36 @@ def _die_with_parent() -> None:
         pass  # not Linux: Ctrl-C and SIGTERM still stop every child
 
 
-def wait_for_port(address: str, timeout: float, process: subprocess.Popen[bytes]) -> None:
-    """Block until something listens on host:port (or the process died)."""
+def ports_in_use(settings: Settings, workers: list[tuple[str, str, int]]) -> list[str]:
+    """The ports the stack would listen on that something else holds already: the stack would
+    otherwise take that other listener for its own part (another Temporal server, say)."""
+    host, _, temporal_port = settings.temporal.address.rpartition(":")
+    wanted = [("Temporal", host or "127.0.0.1", int(temporal_port)),
+              ("Temporal UI", "127.0.0.1", settings.temporal.ui_port),
+              ("API", settings.api.host, settings.api.port),
+              *((f"{name} metrics", "127.0.0.1", port) for name, _, port in workers)]
+    taken = []
+    for what, where, port in wanted:
+        with socket.socket() as sock:
+            # As a server binds: a port a stopped stack left in TIME_WAIT is free.
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                sock.bind((where, port))
+            except OSError:
+                taken.append(f"{where}:{port} ({what})")
+    return taken
+
+
+def wait_for_port(address: str, timeout: float, process: subprocess.Popen[bytes],
+                  stopping: Callable[[], bool] = lambda: False, name: str = "the Temporal dev server") -> None:
+    """Block until something listens on host:port (or the process died, or Ctrl-C came)."""
     host, _, port = address.rpartition(":")
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
+        if stopping():
+            raise SystemExit("stopped while starting")
         if process.poll() is not None:
-            raise SystemExit(f"the Temporal dev server exited with code {process.returncode}")
+            raise SystemExit(f"{name} exited with code {process.returncode} while starting")
         try:
             with socket.create_connection((host or "127.0.0.1", int(port)), timeout=0.5):
                 return
@@ -133,7 +156,7 @@ def wait_for_port(address: str, timeout: float, process: subprocess.Popen[bytes]
     raise SystemExit(f"nothing listens on {address} after {timeout:.0f}s")
 
 
-def wait_for_health(url: str, timeout: float) -> str | None:
+def wait_for_health(url: str, timeout: float, stopping: Callable[[], bool] = lambda: False) -> str | None:
     """Block until ``url`` (/checkHealth) answers 200; else, after ``timeout``, its last answer.
 
     Right after the start it answers 503 for a moment: a worker is live from its first
@@ -141,6 +164,8 @@ def wait_for_health(url: str, timeout: float) -> str | None:
     deadline = time.monotonic() + timeout
     last = "no answer"
     while time.monotonic() < deadline:
+        if stopping():
+            raise SystemExit("stopped while starting")
         try:
             with urllib.request.urlopen(url, timeout=5) as answer:
                 return None if answer.status == 200 else answer.read().decode()
@@ -232,6 +257,10 @@ def run_dev(settings: Settings) -> int:
            "SCHEDULER_DATABASE_URL": settings.resolved_database_url, "SCHEDULER_DATABASE_AUTO_MIGRATE": "false"}
     cli = [sys.executable, "-m", "cli.main"]
     workers = worker_roles(settings)
+    if taken := ports_in_use(settings, workers):
+        print(f"task-scheduler dev: in use already: {', '.join(taken)}. Stop what listens there "
+              "(another `make run`?) or choose other ports (README, settings).", file=sys.stderr)
+        return 2
     # Fixed here rather than left to the dev server's choice, so that they can be denied.
     side_ports = (_free_port(), _free_port())
     env["SCHEDULER_EGRESS_DENY_PORTS"] = deny_ports(settings, workers, side_ports)
@@ -261,12 +290,13 @@ def run_dev(settings: Settings) -> int:
 
     try:
         server = start("temporal", dev_server_command(settings, side_ports))
-        wait_for_port(settings.temporal.address, 60, server.process)
+        wait_for_port(settings.temporal.address, 60, server.process, lambda: stopping)
         for name, role, port in workers:
             start(name, [*cli, "worker", "--role", role, "--metrics-port", str(port)])
         api = start("api", [*cli, "api"])
-        wait_for_port(f"{settings.api.host}:{settings.api.port}", 60, api.process)
-        unhealthy = wait_for_health(f"http://{settings.api.host}:{settings.api.port}/checkHealth", 60)
+        wait_for_port(f"{settings.api.host}:{settings.api.port}", 60, api.process, lambda: stopping, "the API")
+        unhealthy = wait_for_health(f"http://{settings.api.host}:{settings.api.port}/checkHealth", 60,
+                                    lambda: stopping or api.process.poll() is not None)
         if unhealthy is not None:
             print(f"not healthy after 60 s: {unhealthy}", flush=True)
         print(

@@ -253,3 +253,23 @@ def test_dev_refuses_production_and_starts_nothing(tmp_path: Path) -> None:
     assert ran.returncode == 2, ran.stderr
     assert "refuses SCHEDULER_ENV=production" in ran.stderr and "task-scheduler api" in ran.stderr
     assert not (tmp_path / "data").exists()  # no database, no key, no child process
+
+
+def test_dev_refuses_ports_something_else_holds_and_starts_nothing(tmp_path: Path) -> None:
+    # Another Temporal server on its address would have been taken for its own.
+    stack = DevStack(tmp_path)
+    env = {**os.environ, "SCHEDULER_DATA_DIR": str(tmp_path / "data"),
+           "SCHEDULER_API_PORT": str(stack.api_port),
+           "SCHEDULER_TEMPORAL_ADDRESS": f"127.0.0.1:{stack.temporal_port}",
+           "SCHEDULER_TEMPORAL_UI_PORT": str(stack.ui_port),
+           "SCHEDULER_WORKER_METRICS_PORT": str(stack.metrics_port),
+           "SCHEDULER_DEV_JOBS_METRICS_PORT": str(stack.jobs_metrics_port)}
+    env.pop("SCHEDULER_DATABASE_URL", None)
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", stack.temporal_port))
+        squatter.listen()
+        ran = subprocess.run([sys.executable, "-m", "cli.main", "dev"], env=env, capture_output=True,
+                             text=True, timeout=60, cwd=Path(__file__).resolve().parents[2])
+    assert ran.returncode == 2, ran.stderr
+    assert f"127.0.0.1:{stack.temporal_port} (Temporal)" in ran.stderr
+    assert "started (pid" not in ran.stdout  # no child process
