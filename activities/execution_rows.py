@@ -77,10 +77,13 @@ class RunRows:
 
 
 def completed_result(row: TaskExecution | None, trigger: Trigger) -> JobResult | None:
-    """What an earlier attempt returned, when its row says the job completed. A row of another
-    trigger is an earlier run's (a backfill reruns an instant under its execution id), left
-    there when this run's own write did not land: its outcome is not this run's."""
-    if row is None or row.status != ExecutionStatus.COMPLETED or row.trigger != trigger:
+    """What an earlier attempt returned, when its row says the job completed. A backfill
+    reruns an instant under its execution id, and its own start writes ``backfill`` on the row:
+    a row without it is the earlier run's, left there when that write did not land. (A replay
+    keeps the row's trigger: its COMPLETED row is its own.)"""
+    if row is None or row.status != ExecutionStatus.COMPLETED:
+        return None
+    if trigger is Trigger.BACKFILL and row.trigger != Trigger.BACKFILL:
         return None
     return JobResult(attempt=row.attempts, started_at=row.started_at,
                      http_status=row.http_status, response_snippet=row.response_snippet)

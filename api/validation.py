@@ -26,6 +26,7 @@ from scheduling.spec import (
     TaskSpec,
     TimingError,
     WorkflowJob,
+    check_durations,
     check_start,
     check_timing,
 )
@@ -72,6 +73,7 @@ async def validate_new_task(
             field="schedule_type",
         )
     _check_timing(spec, now, before)
+    _check_durations(spec, before)
     if before is None:
         _check_first_fire(spec, now)  # a change: its workflow checks the schedule it leaves
     await _check_targets(spec, rules)
@@ -83,8 +85,15 @@ def _check_timing(spec: TaskSpec, now: datetime, before: TaskSpec | None) -> Non
     if before is not None and not policy.timing_judged(before, spec):
         return
     try:
-        check_timing(spec, now)
+        check_timing(spec, now, before)
         check_start(spec)
+    except TimingError as exc:
+        raise InvalidTask(str(exc), field=exc.field) from exc
+
+
+def _check_durations(spec: TaskSpec, before: TaskSpec | None) -> None:
+    try:
+        check_durations(spec, before)
     except TimingError as exc:
         raise InvalidTask(str(exc), field=exc.field) from exc
 

@@ -32,16 +32,17 @@ MAX_WINDOW_SECONDS = 10 * 366 * 24 * 3600
 MAX_RUNS = 1_000_000_000
 MAX_JSON_DEPTH = 32
 
-# A duration Temporal is handed (a timeout, a retry interval, a cool-down) goes as whole
-# microseconds: under half of one it reaches Temporal as 0, its default or none at all.
+# A duration (a timeout, a retry interval, a cool-down). One Temporal is handed goes as whole
+# microseconds: under half of one it reaches Temporal as 0, its default or none at all, so a
+# new one is at least MIN_DURATION_SECONDS (``spec.check_durations``; a stored one still loads).
 MIN_DURATION_SECONDS = 0.000001
-Duration = Annotated[float, Field(strict=True, ge=MIN_DURATION_SECONDS)]
+Duration = Annotated[float, Field(strict=True, gt=0)]
 
 CatchupWindowSeconds = Annotated[float, Field(strict=True, gt=0, le=MAX_WINDOW_SECONDS)]
 DriftThresholdSeconds = Annotated[float, Field(strict=True, gt=0, le=MAX_WINDOW_SECONDS)]
 JitterSeconds = Annotated[float, Field(strict=True, ge=0, le=3600)]
 HeartbeatTimeoutSeconds = Annotated[float, Field(strict=True, ge=1, le=3600)]
-RunTimeoutSeconds = Annotated[Duration, Field(le=MAX_RUN_SECONDS)]
+RunTimeoutSeconds = Annotated[float, Field(strict=True, gt=0, le=MAX_RUN_SECONDS)]
 OverdueAfterSeconds = Annotated[float, Field(strict=True, ge=OVERDUE_AFTER_MIN_SECONDS,
                                              le=OVERDUE_AFTER_MAX_SECONDS)]
 

@@ -28,6 +28,7 @@ from scheduling.bounds import (
     JSON_DEPTH,
     MAX_INTERVAL_SECONDS,
     MAX_RUN_SECONDS,
+    MIN_DURATION_SECONDS,
     CatchupWindowSeconds,
     Count,
     DriftThresholdSeconds,
@@ -130,7 +131,7 @@ class HttpJob(_Strict):
     headers: dict[HeaderName, HeaderValue] = Field(
         default_factory=dict, json_schema_extra={"additionalProperties": False})
     body: JsonValue = Field(default=None, description=JSON_DEPTH)
-    timeout_seconds: Duration = Field(default=30.0, le=3600)
+    timeout_seconds: float = Field(strict=True, default=30.0, gt=0, le=3600)
 
     @field_validator("url")
     @classmethod
@@ -446,7 +447,7 @@ class TimingError(ValueError):
         self.field = field
 
 
-def check_timing(spec: TaskSpec, now: datetime) -> None:
+def check_timing(spec: TaskSpec, now: datetime, before: TaskSpec | None = None) -> None:
     """Refuse schedules that can never fire or that point into the past (raises TimingError).
 
     A run_at in the past is most often a client's clock or time-zone mistake, so it is refused
@@ -466,16 +467,38 @@ def check_timing(spec: TaskSpec, now: datetime) -> None:
             "and time zone (or set missed_run_policy to single_catchup or catchup)")
     if spec.end_date is not None and spec.end_date <= now:
         raise TimingError("end_date", "is in the past: the task could never run")
-    if spec.cron is not None:
+    # A change (``before``) is judged on what it sets: a stored task keeps its own cron and zone.
+    if spec.cron is not None and (before is None or before.cron != spec.cron):
         try:
             check_portable(spec.cron)
         except CronError as exc:
             raise TimingError("cron", str(exc)) from exc
-    if spec.timezone not in PORTABLE_ZONES:
+    if spec.timezone not in PORTABLE_ZONES and (before is None or before.timezone != spec.timezone):
         # A zone file that is no IANA zone ("localtime", "Factory", "right/UTC") reads each
         # host's own setup: the API, the preview and every worker could fire at other times.
         raise TimingError("timezone", f"{spec.timezone!r} is not an IANA time zone name "
                           "(e.g. Europe/Berlin, America/New_York, UTC)")
+
+
+def check_durations(spec: TaskSpec, before: TaskSpec | None = None) -> None:
+    """Refuse a duration Temporal is handed that it would read as 0 (raises TimingError): the
+    run would be refused as a bad schedule, or run without its timeout. Only a new value is
+    checked (a stored task keeps what it has)."""
+    def durations(of: TaskSpec | None) -> dict[str, float | None]:
+        if of is None:
+            return {}
+        job = of.job_details
+        return {"retry_policy.initial_interval_seconds": of.retry_policy.initial_interval_seconds,
+                "retry_policy.maximum_interval_seconds": of.retry_policy.maximum_interval_seconds,
+                "auto_resume_after_seconds": of.auto_resume_after_seconds,
+                "job_details.execution_timeout_seconds":
+                    job.execution_timeout_seconds if isinstance(job, WorkflowJob) else None}
+
+    old = durations(before)
+    for name, value in durations(spec).items():
+        if value is not None and value < MIN_DURATION_SECONDS and old.get(name) != value:
+            raise TimingError(name, f"must be at least {MIN_DURATION_SECONDS:.6f} s: Temporal "
+                              "counts whole microseconds, and reads a shorter one as 0")
 
 
 def check_start(spec: TaskSpec) -> None:

@@ -800,7 +800,7 @@ class TaskWorkflow:
         self._refuse_if_final("updated")
         state, new_spec, now = self._state, changes.apply_to(self._state.spec), workflow.now()
         if policy.timing_judged(state.spec, new_spec):
-            check_timing(new_spec, now)
+            check_timing(new_spec, now, state.spec)
         if not policy.schedule_changes(state.spec, new_spec):
             return
         # A schedule change that would leave the task nothing to run is refused, not applied

@@ -84,3 +84,32 @@ async def test_a_retried_backfill_runs_its_job_and_does_not_take_the_earlier_run
     result = await env.run(jobs.run_job, backfill)
     assert calls == [1, 2]
     assert result.attempt == 2 and result.output == "ran" and result.started_at != fire
+
+
+async def test_a_retried_replay_whose_completion_was_lost_does_not_run_its_job_again(
+    sqlite_engine: Engine,
+) -> None:
+    # A replay reruns a dead letter under its row, which keeps the trigger it first ran by: a
+    # COMPLETED row a retry of the replay finds is the replay's own (its completion was lost).
+    fire = datetime(2026, 1, 1, 10, tzinfo=UTC)
+    run_id = f"t1:{fire.isoformat(timespec='milliseconds').replace('+00:00', 'Z')}"
+    replayed = ExecutionRecord(id=run_id, task_id="t1", tenant_id="x", scheduled_at=fire,
+                               trigger=Trigger.SCHEDULE, status=ExecutionStatus.COMPLETED, attempts=1,
+                               started_at=datetime.now(UTC), finished_at=datetime.now(UTC), http_status=200)
+    with sqlite_engine.begin() as connection:
+        write_record(sqlite_engine, [replayed], None)(connection)
+    calls: list[str] = []
+
+    async def job(ctx: HandlerContext) -> str:
+        calls.append(ctx.execution_id)
+        return "ran"
+
+    jobs = JobActivities(http=None, handlers={"job": job}, client=None,  # type: ignore[arg-type]
+                         engine=sqlite_engine)
+    replay = JobInput(execution_id=run_id, task_id="t1", tenant_id="x", scheduled_at=fire,
+                      job=HandlerJob(type="handler", name="job"), trigger=Trigger.REPLAY,
+                      sent_at=datetime.now(UTC))
+    env = ActivityEnvironment()
+    env.info = dataclasses.replace(env.info, attempt=2)
+    result = await env.run(jobs.run_job, replay)
+    assert calls == [] and result.attempt == 1 and result.http_status == 200

@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
+import pytest
 from croniter import croniter
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -12,7 +13,7 @@ from pydantic import ValidationError
 
 from scheduling.cron import CronError, next_cron_fire, parse_cron
 from scheduling.fire import next_fire
-from scheduling.spec import DstPolicy, TaskSpec
+from scheduling.spec import DstPolicy, TaskSpec, TimingError, check_durations
 
 DEFAULT_DST = DstPolicy()
 
@@ -86,6 +87,20 @@ def test_a_spec_stored_before_the_rules_for_new_tasks_still_loads() -> None:
     # from before is read as it is (its workflow and the reconciler load it), not refused.
     stored = {"task_name": "old", "job_details": {"type": "handler", "name": "noop"},
               "schedule_type": "cron", "cron": "R 3 * * *", "timezone": "UTC",
-              "retry_policy": {"initial_interval_seconds": 0.00001, "maximum_interval_seconds": 0.00002}}
+              "retry_policy": {"initial_interval_seconds": 4e-7, "maximum_interval_seconds": 1e-6}}
     spec = TaskSpec.model_validate(stored)
-    assert spec.cron == "R 3 * * *" and spec.retry_policy.initial_interval_seconds == 0.00001
+    assert spec.cron == "R 3 * * *" and spec.retry_policy.initial_interval_seconds == 4e-7
+
+
+def test_a_duration_temporal_reads_as_0_is_refused_only_as_a_new_value() -> None:
+    base = {"task_name": "d", "job_details": {"type": "handler", "name": "noop"},
+            "schedule_type": "interval", "interval_seconds": 60}
+    tiny = TaskSpec.model_validate({**base, "retry_policy": {"initial_interval_seconds": 4e-7,
+                                                              "maximum_interval_seconds": 1e-6}})
+    with pytest.raises(TimingError, match="retry_policy.initial_interval_seconds must be at least"):
+        check_durations(tiny)
+    check_durations(tiny, before=tiny)  # a change of something else keeps what the task has
+    check_durations(TaskSpec.model_validate({**base, "auto_resume_after_seconds": 1e-6}))
+    with pytest.raises(TimingError, match="auto_resume_after_seconds"):
+        check_durations(TaskSpec.model_validate({**base, "auto_resume_after_seconds": 1e-300}),
+                        before=TaskSpec.model_validate(base))

@@ -8,7 +8,14 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from scheduling.spec import MissedRunPolicy, ScheduleType, TaskChanges, TaskSpec, check_timing
+from scheduling.spec import (
+    MissedRunPolicy,
+    ScheduleType,
+    TaskChanges,
+    TaskSpec,
+    TimingError,
+    check_timing,
+)
 
 NOW = datetime(2026, 6, 1, 10, 0, tzinfo=UTC)
 JOB = {"type": "handler", "name": "noop"}
@@ -143,3 +150,16 @@ def test_a_past_run_at_is_accepted_when_the_task_asks_for_catch_up() -> None:
     for fields in ({"priority": "high"}, {"missed_run_policy": "skip"}):
         with pytest.raises(ValueError, match="or set missed_run_policy to single_catchup"):
             check_timing(TaskSpec.model_validate({**past, **fields}), NOW)
+
+
+def test_a_change_is_judged_on_what_it_sets_not_on_a_stored_cron_or_zone() -> None:
+    stored = TaskSpec.model_validate({"task_name": "old", "job_details": {"type": "handler", "name": "noop"},
+                                      "schedule_type": "cron", "cron": "R 3 * * *", "timezone": "Factory"})
+    later_end = stored.model_copy(update={"end_date": NOW + timedelta(days=30)})
+    check_timing(later_end, NOW, stored)  # the end moved; its cron and zone are the task's own
+    with pytest.raises(TimingError, match="cron"):
+        check_timing(later_end, NOW)  # as a new task: refused
+    with pytest.raises(TimingError, match="cron"):
+        check_timing(later_end.model_copy(update={"cron": "H 4 * * *"}), NOW, stored)
+    with pytest.raises(TimingError, match="timezone"):
+        check_timing(stored.model_copy(update={"cron": "0 3 * * *", "timezone": "localtime"}), NOW, stored)

@@ -114,3 +114,5 @@ def test_only_a_completed_row_counts_as_the_job_done() -> None:
     assert completed_result(row("COMPLETED", start + timedelta(seconds=1)), Trigger.BACKFILL) is None
     backfilled = row("COMPLETED", start + timedelta(seconds=1), trigger="backfill")
     assert completed_result(backfilled, Trigger.BACKFILL) is not None
+    # a replayed dead letter keeps the row's trigger: its completed row is its own
+    assert completed_result(row("COMPLETED", start + timedelta(seconds=1)), Trigger.REPLAY) is not None
