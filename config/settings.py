@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
 
+from cryptography.fernet import Fernet
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -262,6 +263,11 @@ class OverdueSettings(BaseModel):
 DEV_SIGNING_KEY = "dGFzay1zY2hlZHVsZXIgZGV2ZWxvcG1lbnQga2V5ISE="
 
 
+def signing_keys(setting: str) -> list[str]:
+    """The keys of ``SCHEDULER_SIGNING_KEY``: one, or several comma-separated (the first seals)."""
+    return [key.strip() for key in setting.split(",") if key.strip()]
+
+
 class SigningSettings(BaseModel):
     key: SecretStr = Field(
         default=SecretStr(DEV_SIGNING_KEY), json_schema_extra=key(API, WORKFLOWS, JOBS),
@@ -341,7 +347,16 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _signing_key_set_in_production(self) -> Settings:
-        if self.env == "production" and self.signing.key.get_secret_value() == DEV_SIGNING_KEY:
+        keys = signing_keys(self.signing.key.get_secret_value())
+        if not keys:
+            raise ValueError("SCHEDULER_SIGNING_KEY names no key")
+        for key in keys:
+            try:
+                Fernet(key.encode())
+            except ValueError:
+                raise ValueError("SCHEDULER_SIGNING_KEY: each key must be a Fernet key (32 bytes, "
+                                 "url-safe base64)") from None
+        if self.env == "production" and keys[0] == DEV_SIGNING_KEY:  # the key that seals
             raise ValueError(
                 "SCHEDULER_SIGNING_KEY must be set when SCHEDULER_ENV=production: it encrypts "
                 "the tenants' signing secrets at rest (a Fernet key, see the README)"

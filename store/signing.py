@@ -8,13 +8,17 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+import structlog
 from cryptography.fernet import Fernet, InvalidToken, MultiFernet
 from sqlalchemy import Engine
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.orm import Session
 from sqlmodel import col, select
 
+from config.settings import signing_keys
 from store.models import SigningSecret
+
+log = structlog.get_logger("task_scheduler.signing")
 
 SECRET_PREFIX = "whsec_"
 SECRET_BYTES = 32
@@ -45,7 +49,7 @@ class SecretBox:
     so the key can change without a secret becoming unreadable (``resealed``)."""
 
     def __init__(self, keys: str) -> None:
-        fernets = [Fernet(k.strip().encode()) for k in keys.split(",") if k.strip()]
+        fernets = [Fernet(key.encode()) for key in signing_keys(keys)]
         self._first, self._fernet = fernets[0], MultiFernet(fernets)
 
     def seal(self, secret: str) -> str:
@@ -131,7 +135,11 @@ def _reseal(session: Session, rows: list[SigningSecret], box: SecretBox) -> None
             row.secret_encrypted, changed = again, True
             session.add(row)
     if changed:
-        session.commit()
+        try:
+            session.commit()
+        except SQLAlchemyError as exc:  # the secrets were read: sealing again waits for a later read
+            session.rollback()
+            log.warning("signing.reseal_failed", error=type(exc).__name__)
 
 
 def _live(session: Session, tenant_id: str, now: datetime) -> list[SigningSecret]:
