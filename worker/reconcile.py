@@ -52,6 +52,7 @@ CLOSED_AS = {
 CLOSED_QUERY = "'Terminated', 'Canceled', 'Failed', 'TimedOut'"
 # How long after closing a workflow may still be missing from a visibility listing.
 LISTING_LAG = timedelta(seconds=60)
+REPAIR_TRIES = 10  # passes that try a failing repair before it is left to the logs
 
 
 @dataclass
@@ -79,6 +80,7 @@ class Reconciler:
         self._full_every = full_every
         self._last_full: datetime | None = None
         self._last_pass: datetime | None = None
+        self._failed: dict[str, int] = {}  # task id -> repairs of it that failed
         self._engine = engine
         self._client = client
         self._task_queue = task_queue
@@ -103,6 +105,7 @@ class Reconciler:
         """The full comparison when it is due (the first pass, then every ``full_every``),
         otherwise a look at the task workflows closed since the pass before."""
         now = datetime.now(UTC)
+        earlier = list(self._failed)
         # Every pass looks at the workflows closed since the pass before; the first, at those
         # closed within the window (a terminate while no reconciler ran, of a task of any age).
         since = now - self._window if self._last_pass is None else self._last_pass - LISTING_LAG
@@ -113,9 +116,16 @@ class Reconciler:
             closed = await self._closed_since(since, now)
             report.listed += closed.listed
             report.marked += [i for i in closed.marked if i not in report.marked]
+            report.restarted += [i for i in closed.restarted if i not in report.restarted]
             self._last_full = now
         else:
             report = await self._closed_since(since, now)
+        # The repairs that failed in the passes before (a blip of the database or of Temporal):
+        # their closes are behind the window of the listing now.
+        again = await self._active([i for i in earlier if i in self._failed])
+        for gone in set(earlier) - set(again):
+            self._failed.pop(gone, None)
+        await self._repair_rows(again, now, report)
         self._last_pass = now
         return report
 
@@ -139,6 +149,11 @@ class Reconciler:
         if not closed:
             return report
 
+        await self._repair_rows(await self._active(sorted(closed)), now, report)
+        return report
+
+    async def _active(self, ids: list[str]) -> list[str]:
+        """Those of ``ids`` whose rows are still active."""
         def active(candidates: list[str]) -> list[str]:
             with Session(self._engine) as session:
                 return list(session.scalars(select(Task.id).where(
@@ -146,11 +161,9 @@ class Reconciler:
                 )))
 
         found: list[str] = []
-        ids = sorted(closed)
         for start in range(0, len(ids), 500):
             found += await asyncio.to_thread(active, ids[start:start + 500])
-        await self._repair_rows(found, now, report)
-        return report
+        return found
 
     async def _running_workflows(self, now: datetime) -> dict[str, datetime | None]:
         """Task id -> start of the current run, of every running task workflow of this queue
@@ -186,7 +199,13 @@ class Reconciler:
             try:
                 await self._repair_row(task_id, now, report)
             except Exception as exc:  # one row (say, a spec this release refuses) stops no other
-                log.error("reconcile.row_failed", task_id=task_id, error=f"{type(exc).__name__}: {exc}")
+                tries = self._failed.pop(task_id, 0) + 1
+                if tries < REPAIR_TRIES:  # the passes after try it again
+                    self._failed[task_id] = tries
+                log.error("reconcile.row_failed", task_id=task_id, tries=tries,
+                          error=f"{type(exc).__name__}: {exc}")
+            else:
+                self._failed.pop(task_id, None)
 
     async def _repair_row(self, task_id: str, now: datetime, report: ReconcileReport) -> None:
         handle = self._client.get_workflow_handle(workflow_id(task_id))

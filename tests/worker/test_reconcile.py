@@ -241,4 +241,11 @@ async def test_a_row_the_reconciler_cannot_read_stops_no_other_repair(
         assert report.full and report.restarted == [ids[1]]
         restarted = dev_env.client.get_workflow_handle(workflow_id(ids[1]))
         assert (await restarted.describe()).status is WorkflowExecutionStatus.RUNNING
-        await restarted.terminate("done")
+        # The next pass (no full one) tries the failed repair again: mended meanwhile, it goes.
+        with sqlite_engine.begin() as connection:
+            connection.execute(update(Task).where(col(Task.id) == ids[0]).values(
+                spec=task_spec.model_dump(mode="json")))
+        again = await reconciler.reconcile_once()
+        assert not again.full and again.restarted == [ids[0]]
+        for task_id in ids:
+            await dev_env.client.get_workflow_handle(workflow_id(task_id)).terminate("done")
