@@ -4,6 +4,10 @@ Run it when a released TaskWorkflow version changes behaviour on purpose: it wri
 history per scenario next to this file, `<scenario>-<STAMP>.json`. Keep the files of released
 versions: every recorded history must keep replaying (see docs/upgrades.md).
 
+`fixed_delay_untaken-*.json` is not made here: it needs a jobs worker that comes up late on a
+real dev server. It is the history of the scenario of
+`tests/workflows/test_reported_starts.py` (`max_runs` 2), saved with `fetch_history().to_json()`.
+
 Each scenario gets a fresh time-skipping server. A run dispatched ahead waits for its instant
 on the worker's (real) clock, and the server's clock is ahead of it by every skip so far: so
 the scenarios with a lead keep their instants a few real seconds after the server started.
