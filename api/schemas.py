@@ -28,7 +28,7 @@ from api.examples import (
     VERSION_EXAMPLE,
 )
 from scheduling.backfill import BackfillAction, BackfillMode
-from scheduling.bounds import INSTANT_RANGE, MAX_INTERVAL_SECONDS, MaxRuns, Text, in_range
+from scheduling.bounds import INSTANT_RANGE, MAX_INTERVAL_SECONDS, Count, MaxRuns, Text, in_range
 from scheduling.partial import admits_null, optional_fields
 from scheduling.preview import describe_stored
 from scheduling.spec import (
@@ -419,7 +419,7 @@ class RollbackRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{"version": 1}]})
 
-    version: int = Field(ge=1, le=2**31 - 1, description="a version GET /tasks/{id}/versions lists")
+    version: Count = Field(ge=1, le=2**31 - 1, description="a version GET /tasks/{id}/versions lists")
 
 
 class Health(BaseModel):

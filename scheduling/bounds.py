@@ -36,7 +36,8 @@ MAX_JSON_DEPTH = 32
 # microseconds: under half of one it reaches Temporal as 0, its default or none at all, so a
 # new one is at least MIN_DURATION_SECONDS (``spec.check_durations``; a stored one still loads).
 MIN_DURATION_SECONDS = 0.000001
-Duration = Annotated[float, Field(strict=True, gt=0)]
+Duration = Annotated[float, Field(strict=True, gt=0,
+                                   json_schema_extra={"minimum": MIN_DURATION_SECONDS})]
 
 CatchupWindowSeconds = Annotated[float, Field(strict=True, gt=0, le=MAX_WINDOW_SECONDS)]
 DriftThresholdSeconds = Annotated[float, Field(strict=True, gt=0, le=MAX_WINDOW_SECONDS)]

@@ -1,8 +1,8 @@
 """Schemathesis hooks for the fuzz run (loaded through SCHEMATHESIS_HOOKS).
 
 A few values are judged against things no schema can state: the clock (run_at, end_date, a
-backfill's range), how two fields compare (end_date after start_date, a retry's maximum interval not below its
-initial one), DNS and the egress allow-list (URLs), the cron grammar, the IANA time zone
+backfill's range, an interval that fits before end_date), how two fields compare (end_date after
+start_date, a retry's maximum interval not below its initial one), DNS and the egress allow-list (URLs), the cron grammar, the IANA time zone
 database, the workflow types this deployment allows, the tenant's shortest interval, and an
 Idempotency-Key's use by earlier requests, the places the holidays package knows and the
 tenant's calendars. Right before a request is sent, each such value
@@ -90,6 +90,10 @@ def _task_fields(body: dict[str, Any]) -> None:
     for days, name in enumerate(DATES):
         if _instant(body.get(name)):
             body[name] = (tomorrow + timedelta(days=days)).isoformat()
+    interval = body.get("interval_seconds")
+    if _number(interval) and interval >= 0.000001 and body.get("end_date") is not None:
+        # An interval longer than the days to end_date leaves the task no fire: a 422.
+        body["interval_seconds"] = SHORTEST_INTERVAL
     dates = body.get("dates")
     if isinstance(dates, list) and dates and all(_instant(d) for d in dates):
         # A dates task: future instants, as far apart as the tenant's shortest interval.

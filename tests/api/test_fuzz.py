@@ -46,7 +46,10 @@ def fuzz_target(
     port = free_port()
     env = process_env(temporal=dev_env.client.service_client.config.target_host, database_url=url,
                       task_queue=f"fuzz-{uuid.uuid4()}", api_port=str(port),
+                      # Limits are policy, tested on their own (test_exposure.py): the spoiled
+                      # keys of the auth checks come faster than 10 a minute.
                       rate_limit_writes="10000/second", rate_limit_reads="10000/second",
+                      rate_limit_auth_failures="10000/second",
                       quota_min_interval_seconds=str(SHORTEST_INTERVAL),
                       workflow_job_types="EchoWorkflow", workflow_job_task_queues=ECHO_QUEUE)
     worker = start_process("worker", env, root / "worker.log")

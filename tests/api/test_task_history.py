@@ -129,7 +129,7 @@ async def test_a_rollback_to_a_version_the_task_lacks_changes_nothing(stack: Sta
         assert (await other.get(f"/tasks/{changed}/events")).status_code == 404
         assert (await other.get(f"/tasks/{changed}/versions")).status_code == 404
         # bad bodies are refused by the schema
-        for body in ({}, {"version": 0}, {"version": "one"}, {"version": 1, "extra": True}):
+        for body in ({}, {"version": 0}, {"version": "one"}, {"version": True}, {"version": 1, "extra": True}):
             assert (await api.post(f"/tasks/{single}/rollback", json=body)).status_code == 422, body
 
         await asyncio.sleep(0.5)  # a write the refusals made would have landed by now
