@@ -36,8 +36,13 @@ MAX_JSON_DEPTH = 32
 # microseconds: under half of one it reaches Temporal as 0, its default or none at all, so a
 # new one is at least MIN_DURATION_SECONDS (``spec.check_durations``; a stored one still loads).
 MIN_DURATION_SECONDS = 0.000001
-Duration = Annotated[float, Field(strict=True, gt=0,
-                                   json_schema_extra={"minimum": MIN_DURATION_SECONDS})]
+def _new_duration(schema: dict[str, Any]) -> None:
+    """The schema shows the bound of a new value (the model also reads a stored one above 0)."""
+    schema.pop("exclusiveMinimum", None)
+    schema["minimum"] = MIN_DURATION_SECONDS
+
+
+Duration = Annotated[float, Field(strict=True, gt=0, json_schema_extra=_new_duration)]
 
 CatchupWindowSeconds = Annotated[float, Field(strict=True, gt=0, le=MAX_WINDOW_SECONDS)]
 DriftThresholdSeconds = Annotated[float, Field(strict=True, gt=0, le=MAX_WINDOW_SECONDS)]

