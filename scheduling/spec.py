@@ -488,8 +488,8 @@ def check_durations(spec: TaskSpec, before: TaskSpec | None = None) -> None:
         if of is None:
             return {}
         job = of.job_details
-        return {"retry_policy.initial_interval_seconds": of.retry_policy.initial_interval_seconds,
-                "retry_policy.maximum_interval_seconds": of.retry_policy.maximum_interval_seconds,
+        return {"retry_policy.maximum_interval_seconds": of.retry_policy.maximum_interval_seconds,
+                "retry_policy.initial_interval_seconds": of.retry_policy.initial_interval_seconds,
                 "auto_resume_after_seconds": of.auto_resume_after_seconds,
                 "job_details.execution_timeout_seconds":
                     job.execution_timeout_seconds if isinstance(job, WorkflowJob) else None}

@@ -56,8 +56,10 @@ def cases(spec: dict[str, Any], stack: Stack) -> list[tuple[str, dict[str, Any],
     for name, branch in numbers(schemas["IntervalTask"]).items():
         out += [(name, {**BASE, name: value}, past) for value, past in edges(branch)]
     for name, branch in numbers(schemas["RetrySpec"]).items():
+        # The maximum comes with an initial interval at or below it (never above 3600).
         out += [(name, {**BASE, "retry_policy": {name: value, "maximum_interval_seconds": 86400}
-                        if name != "maximum_interval_seconds" else {name: value}}, past)
+                        if name != "maximum_interval_seconds"
+                        else {name: value, "initial_interval_seconds": min(value, 3600)}}, past)
                 for value, past in edges(branch)]
     jobs = {"HttpJob": {"type": "http", "url": "http://127.0.0.1:9/hook"},
             "WorkflowJob": {"type": "workflow", "workflow_type": "EchoWorkflow",
