@@ -26,7 +26,14 @@ def _page_size(db_file: Path) -> int:
 
 async def _start_many(address: str, count: int, concurrency: int) -> None:
     """Start workflows that no worker will ever run: each start is writes on the server only."""
-    client = await Client.connect(address)
+    for tries_left in reversed(range(60)):  # the port opens before the frontend is healthy
+        try:
+            client = await Client.connect(address)
+            break
+        except RuntimeError:
+            if not tries_left:
+                raise
+            await asyncio.sleep(0.5)
     gate = asyncio.Semaphore(concurrency)
 
     async def one(i: int) -> None:
