@@ -117,7 +117,8 @@ class EgressPolicy:
         own_ports: Iterable[int] = (),
     ) -> EgressPolicy:
         """Build from operator entries (host names, IP addresses or CIDR networks) and the
-        ports the scheduler's own services listen on."""
+        ports the scheduler's own services listen on; an entry that is none of these raises
+        ValueError, so a mistyped network fails the start instead of allowing nothing."""
         hosts: set[str] = set()
         networks: list[Network] = []
         for raw in entries:
@@ -126,8 +127,16 @@ class EgressPolicy:
                 continue
             try:
                 networks.append(ipaddress.ip_network(entry, strict=False))
+                continue
             except ValueError:
-                hosts.add(entry.removesuffix("."))
+                pass
+            try:
+                hosts.add(target_host(entry).removesuffix("."))
+            except EgressRefused as exc:
+                raise ValueError(
+                    f"SCHEDULER_EGRESS_ALLOW: {raw.strip()!r} is not a host name, an IP address "
+                    f"or a CIDR network ({exc})"
+                ) from None
         return cls(frozenset(hosts), tuple(networks), resolver, frozenset(own_ports))
 
     def check_address(self, host: str, address: str, port: int | None = None) -> None:

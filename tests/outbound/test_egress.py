@@ -42,6 +42,15 @@ def test_public_and_allowlisted_addresses_pass() -> None:
         policy.check_address("x", "10.2.0.1")
 
 
+@pytest.mark.parametrize("entry", ["10.0.0.0/33", "10.0.0.300", "10.0.0.0/8/8", "0x0a.0.0.1",
+                                   "billing internal", "*.internal"])
+def test_a_mistyped_allow_entry_fails_the_start(entry: str) -> None:
+    # Read as a host name, "10.0.0.0/33" would have allowed nothing, without a word.
+    with pytest.raises(ValueError, match="SCHEDULER_EGRESS_ALLOW") as raised:
+        EgressPolicy.from_list(["127.0.0.1", entry])
+    assert repr(entry) in str(raised.value)
+
+
 @pytest.mark.parametrize("url", ["http://loopback.test/x", "http://private.test/", "http://metadata.test/latest/meta-data",
                                  "http://127.0.0.1:8080/", "http://[::1]/", "http://169.254.169.254/"])
 async def test_create_time_check_refuses(url: str) -> None:
