@@ -35,7 +35,7 @@ from activities.payloads import RUN_JOB, STARTED, JobInput, JobResult, job_failu
 from activities.precision import after_the_starts, queued_bookkeeping_done
 from activities.share import DEFAULT_SLOTS, SlotShare
 from activities.signing import Signer
-from activities.starts import REPORT_WAIT_ON_CANCEL, StartReports
+from activities.starts import StartReports
 from activities.workflow_jobs import WorkflowJobRules, refusal
 from outbound.calls import Outbound, OutboundLimits, Signing
 from outbound.egress import EgressRefused
@@ -168,10 +168,11 @@ class JobActivities:
             result = await self._run(job_input, attempt)
         except asyncio.CancelledError:
             after_the_starts(self._ended, datetime.now(UTC) - started, labels, "cancelled", bound, None)
-            # The start is reported before the cancelled end (a short, shielded wait).
-            with contextlib.suppress(TimeoutError, asyncio.CancelledError):
-                await asyncio.wait_for(asyncio.shield(self._starts.sent(job_input, attempt)),
-                                       REPORT_WAIT_ON_CANCEL)
+            # The start is reported before the cancelled end, however late it goes out (its
+            # tries end at UNTAKEN_AFTER): else the workflow takes the run for withdrawn
+            # unstarted, while the job did start and its row says RUNNING.
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.shield(self._starts.sent(job_input, attempt))
             raise
         except Exception as exc:
             error = exc if isinstance(exc, ApplicationError) else None

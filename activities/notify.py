@@ -40,7 +40,9 @@ class NotifyActivities:
     async def notify(self, note: Notification) -> int:
         """POST the event as JSON; 2xx is delivered, anything else is retried."""
         content = json.dumps(note.model_dump(mode="json", exclude={"url"})).encode()
-        message_id = f"{note.task_id}:{note.event}:{note.at.isoformat()}"
+        # One id per message, the same on every retry: runs that end in one workflow
+        # activation share its time, so the run is in it too.
+        message_id = f"{note.task_id}:{note.event}:{note.execution_id or '-'}:{note.at.isoformat()}"
         headers = {"Content-Type": "application/json", "Idempotency-Key": message_id,
                    TASK_ID_HEADER: note.task_id}
         signer = self._signer

@@ -35,8 +35,6 @@ CLAIM_TIMEOUT = timedelta(seconds=3)
 # reports its end only once its start report is out (retried up to UNTAKEN_AFTER), then
 # completes over one more call.
 CLAIM_MARGIN = UNTAKEN_AFTER + timedelta(seconds=2)
-# How long a cancelled job waits for its start report to go out before it reports its end.
-REPORT_WAIT_ON_CANCEL = 2.0
 # A start report that fails is sent again, until the workflow would find the run untaken.
 REPORT_RETRY_SECONDS = 0.5
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 from sqlalchemy import Engine
@@ -13,6 +14,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from activities.handlers import HandlerContext
 from activities.options import RunOptions
+from activities.starts import StartReports
 from scheduling.status import TaskStatus, workflow_id
 from store.tasks import read_task
 from tests.conftest import new_worker
@@ -152,3 +154,31 @@ async def test_a_job_cancelled_the_moment_it_starts_is_recorded_cancelled_while_
             assert (row.status, row.reason, final.run_count) == ("SKIPPED", "cancelled", 0), row
     print("started before the cancel reached them:",
           sum(1 for f in finals if blocker.event(f.task_id).is_set()), "of", len(finals))
+
+
+async def test_a_cancelled_run_whose_start_report_is_late_is_recorded_cancelled(
+    dev_env: WorkflowEnvironment, sqlite_engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The jobs worker's "started" signal reaches the server 4 s late (a slow frontend), and
+    # the task is cancelled while the job runs: the cancelled end waits for the report, so
+    # the workflow counts a cancelled run, not a withdrawn one whose row stays RUNNING.
+    original = StartReports._send
+
+    async def late(self: StartReports, handle: Any, report: Any) -> None:
+        await asyncio.sleep(4)
+        await original(self, handle, report)
+
+    monkeypatch.setattr(StartReports, "_send", late)
+    blocker = Blocker()
+    task = spec(schedule_type="once", run_at=datetime.now(UTC) + timedelta(seconds=2),
+                job_details=handler_job("block"), heartbeat_timeout_seconds=2)
+    async with new_worker(dev_env.client, sqlite_engine, handlers={"block": blocker}) as worker:
+        handle = await start_task(dev_env, worker.task_queue, task)
+        await asyncio.wait_for(blocker.started.wait(), timeout=30)
+        await asyncio.sleep(0.5)  # the job's RUNNING row is written; its report is not out
+        await handle.execute_update(TaskWorkflow.cancel_update, "stop")
+        final = await asyncio.wait_for(handle.result(), timeout=30)
+    assert blocker.cancelled.is_set()
+    [row] = executions(sqlite_engine, final.task_id)
+    assert (row.status, row.error, final.status, final.run_count, final.cancelled_count) == (
+        "CANCELLED", "cancelled while running", TaskStatus.CANCELLED, 1, 1), row
