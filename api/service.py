@@ -42,7 +42,7 @@ from api.validation import TaskRules, TenantUsage, validate_new_task
 from outbound.egress import EgressPolicy
 from scheduling import policy
 from scheduling.spec import TaskChanges, TaskSpec
-from scheduling.status import DeadLetter, ResumeMissed, TaskStatus
+from scheduling.status import DeadLetter, ExecutionStatus, ResumeMissed, TaskStatus
 from store.batch import BatchWriter
 from store.idempotency import complete_key
 from store.models import Task, TaskExecution, TaskSnapshot
@@ -378,11 +378,15 @@ class TaskService:
         )
 
     async def _replay(self, who: Principal, execution_id: str, request_id: str | None) -> ExecutionOut:
-        row = await self._dead_letter(who, execution_id)
+        row = await self._dead_letter(who, execution_id, unsent=True)
         task = await self._row(who, row.task_id)
         if task.status == TaskStatus.CANCELLED:
             raise TaskConflict(f"task {task.id} is CANCELLED; its dead letters cannot be replayed")
-        if not await in_thread(set_dead_letter, self.engine, execution_id, state=DeadLetter.REPLAYED):
+        # A letter marked replayed whose run has not started again is sent again: the try
+        # that marked it may have died before it reached Temporal. The workflow queues a run
+        # that is queued or in flight already only once (TaskState.add_replay).
+        if row.dead_letter == DeadLetter.OPEN and not await in_thread(
+                set_dead_letter, self.engine, execution_id, state=DeadLetter.REPLAYED):
             raise TaskConflict(f"dead letter {execution_id} is being replayed already")
         try:
             if task.status in (TaskStatus.COMPLETED, TaskStatus.FAILED):
@@ -403,9 +407,14 @@ class TaskService:
         if not await in_thread(set_dead_letter, self.engine, execution_id, state=DeadLetter.DISMISSED):
             raise TaskConflict(f"dead letter {execution_id} is no longer open")
 
-    async def _dead_letter(self, who: Principal, execution_id: str) -> TaskExecution:
+    async def _dead_letter(self, who: Principal, execution_id: str, *, unsent: bool = False) -> TaskExecution:
+        """The caller's open dead letter (``unsent``: or one marked replayed whose run has not
+        started again: still FAILED)."""
         row = await in_thread(get_execution, self.engine, execution_id)
-        if row is None or (not who.is_admin and row.tenant_id != who.tenant_id) or row.dead_letter != DeadLetter.OPEN:
+        if row is None or (not who.is_admin and row.tenant_id != who.tenant_id):
+            raise NotFound(f"no open dead letter {execution_id}")
+        unstarted = row.dead_letter == DeadLetter.REPLAYED and row.status == ExecutionStatus.FAILED
+        if row.dead_letter != DeadLetter.OPEN and not (unsent and unstarted):
             raise NotFound(f"no open dead letter {execution_id}")
         return row
 

@@ -7,9 +7,12 @@ import asyncio
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import httpx
+import pytest
 from aiohttp import web
 
-from store.tasks import list_executions
+from api.temporal import TemporalGateway
+from store.tasks import get_execution, list_executions
 from tests.api.conftest import Stack
 from tests.api.test_e2e import iso, wait_for_status
 from tests.faults.processes import free_port
@@ -55,7 +58,9 @@ async def test_failed_run_is_dead_lettered_notified_and_replayed_with_the_same_k
 
         replayed = await api.post(f"/dead-letters/{execution_id}/replay")
         assert replayed.status_code == 202, replayed.text
-        assert (await api.post(f"/dead-letters/{execution_id}/replay")).status_code in (404, 409)
+        # Sent again before the replay's run starts (the task's workflow queues it once), or
+        # refused once it has: either way the job runs once more, not twice (four calls).
+        assert (await api.post(f"/dead-letters/{execution_id}/replay")).status_code in (202, 404, 409)
 
         async def four_calls() -> bool:
             return len([r for r in target.received if r.path == "/status/500"]) >= 4
@@ -68,6 +73,7 @@ async def test_failed_run_is_dead_lettered_notified_and_replayed_with_the_same_k
             items = (await api.get("/dead-letters")).json()["items"]
             return [d for d in items if d["id"] == execution_id and d["attempts"] == 2]
         await _until(open_again)
+        assert len([r for r in target.received if r.path == "/status/500"]) == 4
         dismissed = await api.delete(f"/dead-letters/{execution_id}")
         assert dismissed.status_code == 204
         assert execution_id not in {d["id"] for d in (await api.get("/dead-letters")).json()["items"]}
@@ -263,3 +269,46 @@ async def test_a_broken_webhook_never_blocks_or_fails_the_task(stack: Stack, tar
     async def retried() -> bool:
         return len([r for r in target.received if r.path == "/status/500"]) >= 2
     await _until(retried, timeout=30)  # delivery is retried on its own
+
+
+async def test_a_replay_whose_api_died_before_temporal_is_sent_by_the_retry(
+    stack: Stack, target: TargetServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The API process dies between marking the dead letter replayed and reaching Temporal
+    # (no undo runs). The client's retry, under its key or without one, sends the replay.
+    async with stack.client() as api:
+        created = await api.post("/task/create", json={
+            "task_name": "always-500", "schedule_type": "once", "run_at": iso(datetime.now(UTC)),
+            "job_details": {"type": "http", "url": target.url("/status/500")},
+            "retry_policy": {"max_attempts": 1}})
+        assert created.status_code == 201, created.text
+        task_id = created.json()["task_id"]
+        execution_id = (await wait_for_status(api, task_id, {"FAILED"}))["last_run"]["execution_id"]
+
+        async def listed() -> bool:
+            return any(d["id"] == execution_id for d in (await api.get("/dead-letters")).json()["items"])
+        await _until(listed)
+
+        def calls() -> int:
+            return len([r for r in target.received if r.path == "/status/500"])
+
+        async def dies(*args: Any, **kwargs: Any) -> None:
+            raise asyncio.CancelledError  # the process is gone: no Temporal call, no undo
+
+        alive = TemporalGateway.replay_ended
+        monkeypatch.setattr(TemporalGateway, "replay_ended", dies)
+        key = {"Idempotency-Key": "replay-1"}
+        try:
+            died = await api.post(f"/dead-letters/{execution_id}/replay", headers=key)
+            assert died.status_code == 500, died.text
+        except httpx.HTTPError:
+            pass  # or the connection drops
+        monkeypatch.setattr(TemporalGateway, "replay_ended", alive)
+        row = get_execution(stack.engine, execution_id)
+        assert row is not None and (row.status, row.dead_letter) == ("FAILED", "replayed")
+
+        retried = await api.post(f"/dead-letters/{execution_id}/replay", headers=key)
+        assert retried.status_code == 202, retried.text
+        await _until(lambda: asyncio.sleep(0, calls() == 2))
+        await _until(listed)  # the replay failed again: its letter is open again
+        assert calls() == 2
