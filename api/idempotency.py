@@ -28,7 +28,8 @@ def request_hash(request: dict[str, Any]) -> str:
 
 
 def request_id(tenant_id: str, key: str) -> str:
-    """The id a tenant's request under a key has in Temporal: the same on every retry."""
+    """The id a tenant's request under a key has in Temporal: the same on every retry. Hex,
+    with no '-': the workflow tells a keyed update id from a fresh one so (state.keyed)."""
     # Encoded as a list, so that no tenant id and key pair reads as another pair.
     return hashlib.sha256(json.dumps([tenant_id, key]).encode()).hexdigest()[:32]
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
@@ -31,7 +30,7 @@ from scheduling.status import ResumeMissed, Trigger, workflow_id
 from store.models import Task
 from workflows.events import Origin, SpecChange
 from workflows.starter import start_task_workflow, start_with_update, state_from_row
-from workflows.state import BackfillRequest, ReplayRequest, TaskState
+from workflows.state import BackfillRequest, ReplayRequest, TaskState, update_id
 from workflows.task import LONGEST_CANCEL_SETTLE, NEVER_RUNS, TaskWorkflow
 
 UPDATE_TIMEOUT = timedelta(seconds=20)
@@ -78,7 +77,7 @@ async def _temporal_errors(task_id: str | None = None) -> AsyncIterator[None]:
 def _update_id(update: Any, request_id: str | None) -> str:
     """An update's id: the request's (the same on every retry under its Idempotency-Key), or a
     fresh one."""
-    return f"{update.__name__}-{request_id or uuid.uuid4()}"
+    return update_id(update.__name__, request_id)
 
 
 class TemporalGateway:
@@ -180,8 +179,9 @@ class TemporalGateway:
     ) -> TaskState:
         handle = self.client.get_workflow_handle_for(TaskWorkflow.run, workflow_id(task_id))
         # An explicit update id: Temporal applies an id once per workflow run and answers a
-        # repeat with the first outcome. A request sent again under its Idempotency-Key has the
-        # same ``request_id``, so a retry after a timeout cannot apply the change twice.
+        # repeat with the first outcome, and the workflow keeps the last keyed ids across
+        # continue-as-new (TaskState.applied_updates). A request sent again under its
+        # Idempotency-Key has the same ``request_id``, so a retry cannot apply it twice.
         async with _temporal_errors(task_id):
             result: TaskState = await handle.execute_update(
                 update, args=list(args), id=_update_id(update, request_id),

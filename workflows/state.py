@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from datetime import datetime
 from typing import Any
 
@@ -22,6 +23,22 @@ from scheduling.status import (
     execution_id,
 )
 from store.models import ExecutionRecord, TaskSnapshot
+
+# The keyed updates a task's workflow keeps the ids of, across continue-as-new: Temporal drops
+# a repeated update id only within one workflow run.
+KEPT_UPDATE_IDS = 64
+
+
+def update_id(name: str, request_id: str | None) -> str:
+    """An update's id: ``<name>-<request id>`` for a request under an Idempotency-Key (the same
+    on every retry, and with no '-' in the request id), else ``<name>-<uuid4>``."""
+    return f"{name}-{request_id or uuid.uuid4()}"
+
+
+def keyed(update: str) -> bool:
+    """Whether an update id (update_id) is a keyed request's."""
+    _, dash, rest = update.partition("-")
+    return bool(dash and rest) and "-" not in rest
 
 
 class ReplayRequest(BaseModel):
@@ -168,6 +185,9 @@ class TaskState(BaseModel):
     backfill: Backfill | None = Field(default=None, description="the latest backfill")
     calendar_dates: list[CalendarDates] = Field(
         default_factory=list, description="the excluded dates of exclude_calendars, as last read")
+    applied_updates: list[str] = Field(
+        default_factory=list, description="the ids of the last keyed updates applied "
+        "(KEPT_UPDATE_IDS): a retry that reaches a later run of the workflow acts no more")
     unstarted_at: datetime | None = Field(
         default=None, description="the instant of the oldest run sent and not reported started, "
         "or queued (None in workflows older than this field): the overdue check reads it")
@@ -244,6 +264,16 @@ class TaskState(BaseModel):
         self.probe = self.probing = None
         self.resumed_at = on_resume(self.position(), missed, now).resumed_at
         return True
+
+    def repeated_update(self, update: str | None) -> bool:
+        """Whether a keyed update was applied already (by an earlier run of the workflow);
+        else it is noted as applied now."""
+        if update is None or not keyed(update):
+            return False
+        if update in self.applied_updates:
+            return True
+        self.applied_updates = [*self.applied_updates, update][-KEPT_UPDATE_IDS:]
+        return False
 
     def add_manual_run(self, now: datetime) -> bool:
         """Queue a run outside the schedule, numbered; False once ended or being cancelled."""

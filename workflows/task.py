@@ -633,6 +633,12 @@ class TaskWorkflow:
         await self._runs.send_cancels()
         return self._state
 
+    def _repeated(self) -> bool:
+        """Whether the update being handled is a keyed request an earlier run of this workflow
+        applied already (a retry after a continue-as-new): it is answered, not applied."""
+        info = workflow.current_update_info()
+        return self._state.repeated_update(info.id if info is not None else None)
+
     @workflow.update(name="cancel_task")
     async def cancel_update(self, reason: str | None = None, actor: str | None = None) -> TaskState:
         """Cancel the task and answer with its state."""
@@ -658,8 +664,9 @@ class TaskWorkflow:
     async def pause_update(self, reason: str | None = None, actor: str | None = None) -> TaskState:
         """Pause the task and answer with its state."""
         async with self._lock:
-            self._pause(reason, actor or TEMPORAL_SIGNAL)
-            await self._write()
+            if not self._repeated():
+                self._pause(reason, actor or TEMPORAL_SIGNAL)
+                await self._write()
         return await self._answered()
 
     @workflow.update(name="resume_task")
@@ -667,42 +674,49 @@ class TaskWorkflow:
                             actor: str | None = None) -> TaskState:
         """Resume the task and answer with its state (``missed`` as for the signal)."""
         async with self._lock:
-            self._resume(missed or ResumeMissed.SKIP, actor)
-            await self._write()
+            if not self._repeated():
+                self._resume(missed or ResumeMissed.SKIP, actor)
+                await self._write()
         return await self._answered()
 
     @workflow.update(name="trigger_task")
     async def trigger_update(self, actor: str | None = None) -> TaskState:
         """Queue a run now and answer with the task's state."""
         async with self._lock:
-            self._trigger(actor)
+            if not self._repeated():
+                self._trigger(actor)
         return await self._answered()
 
     @workflow.update(name="replay_run")
     async def replay_update(self, request: ReplayRequest) -> TaskState:
         """Run a dead-lettered run again, under its own execution id."""
         async with self._lock:
-            self._state.add_replay(request)
-            self._record.event(REPLAY, request.actor, detail={"execution_id": request.execution_id})
-            self._make_way()
-            self._wake = True
+            if not self._repeated():
+                self._state.add_replay(request)
+                self._record.event(REPLAY, request.actor, detail={"execution_id": request.execution_id})
+                self._make_way()
+                self._wake = True
         return await self._answered()
 
     @workflow.update(name="backfill")
     async def backfill_update(self, request: BackfillRequest) -> TaskState:
         """Run past instants of the schedule again, oldest first, one at a time."""
         async with self._lock:
-            self._state.backfill = Backfill(
-                mode=request.mode, start=request.start, end=request.end,
-                total=len(request.instants), asked_at=workflow.now(), pending=request.instants)
-            if self._current:
-                self._hold_decided(self._state.backfill)
-            self._record.event(BACKFILL, request.actor, detail={
-                "mode": request.mode, "start": request.start.isoformat(),
-                "end": request.end.isoformat(), "instants": len(request.instants)})
-            self._wake = True
-            await self._write()
+            if not self._repeated():
+                await self._backfill(request)
         return await self._answered()
+
+    async def _backfill(self, request: BackfillRequest) -> None:
+        self._state.backfill = Backfill(
+            mode=request.mode, start=request.start, end=request.end,
+            total=len(request.instants), asked_at=workflow.now(), pending=request.instants)
+        if self._current:
+            self._hold_decided(self._state.backfill)
+        self._record.event(BACKFILL, request.actor, detail={
+            "mode": request.mode, "start": request.start.isoformat(),
+            "end": request.end.isoformat(), "instants": len(request.instants)})
+        self._wake = True
+        await self._write()
 
     @workflow.update(name="update_task")
     async def update_task(self, changes: TaskChanges) -> TaskState:
@@ -717,43 +731,48 @@ class TaskWorkflow:
     async def _change(self, changes: TaskChanges, origin: Origin,
                       sent: SpecChange | None = None) -> TaskState:
         async with self._lock:
-            state = self._state
-            new_spec = changes.apply_to(state.spec)
-            if policy.schedule_changes(state.spec, new_spec):
-                if self._current:
-                    # The fires of the old schedule that came due before the change (a late
-                    # timer, the workflow's worker away) are decided by the old schedule.
-                    while self._decide_due():
-                        await self._write()
-                await self._close_pause()
-                retimed = policy.retimes(state.spec, new_spec)
-                self._runs.withdraw(RESCHEDULED if retimed else "rebound")
-                if retimed and self._runs.reported:
-                    self._runs.outdate()
-            change = policy.change_schedule(state.position(), self._runs.flight(workflow.now()),
-                                            new_spec, workflow.now())
-            spec_changed = new_spec != state.spec
-            cool_down = new_spec.auto_resume_after_seconds
-            healing_changed = cool_down != state.spec.auto_resume_after_seconds
-            state.spec = new_spec
-            if spec_changed:
-                state.spec_version += 1
-            self._record.event(origin.action, origin.actor, detail=origin.detail, spec=spec_changed)
-            state.next_fire_at, state.anchor, state.queue = change.next_fire_at, change.anchor, change.queue
-            if change.retimed:
-                state.latest_taken = None
-                # Its new instants are not those of the herd it was created into: it joins
-                # the one the API counted for its next run, if the change put that run there.
-                counted = sent or SpecChange(changes=changes)  # a plain update counts none
-                state.crowd = policy.retimed_crowd(counted.crowd, counted.crowd_at,
-                                                   state.next_instant())
-            for old in change.dropped:
-                self._record.skip(old.scheduled_at, SkipReason.RESCHEDULED)
-            if self._current and healing_changed:
-                self._healing.replan(cool_down)
-            self._wake = True
-            await self._write()
+            if not self._repeated():
+                await self._apply_change(changes, origin, sent)
         return await self._answered()
+
+    async def _apply_change(self, changes: TaskChanges, origin: Origin,
+                            sent: SpecChange | None) -> None:
+        state = self._state
+        new_spec = changes.apply_to(state.spec)
+        if policy.schedule_changes(state.spec, new_spec):
+            if self._current:
+                # The fires of the old schedule that came due before the change (a late
+                # timer, the workflow's worker away) are decided by the old schedule.
+                while self._decide_due():
+                    await self._write()
+            await self._close_pause()
+            retimed = policy.retimes(state.spec, new_spec)
+            self._runs.withdraw(RESCHEDULED if retimed else "rebound")
+            if retimed and self._runs.reported:
+                self._runs.outdate()
+        change = policy.change_schedule(state.position(), self._runs.flight(workflow.now()),
+                                        new_spec, workflow.now())
+        spec_changed = new_spec != state.spec
+        cool_down = new_spec.auto_resume_after_seconds
+        healing_changed = cool_down != state.spec.auto_resume_after_seconds
+        state.spec = new_spec
+        if spec_changed:
+            state.spec_version += 1
+        self._record.event(origin.action, origin.actor, detail=origin.detail, spec=spec_changed)
+        state.next_fire_at, state.anchor, state.queue = change.next_fire_at, change.anchor, change.queue
+        if change.retimed:
+            state.latest_taken = None
+            # Its new instants are not those of the herd it was created into: it joins
+            # the one the API counted for its next run, if the change put that run there.
+            counted = sent or SpecChange(changes=changes)  # a plain update counts none
+            state.crowd = policy.retimed_crowd(counted.crowd, counted.crowd_at,
+                                               state.next_instant())
+        for old in change.dropped:
+            self._record.skip(old.scheduled_at, SkipReason.RESCHEDULED)
+        if self._current and healing_changed:
+            self._healing.replan(cool_down)
+        self._wake = True
+        await self._write()
 
     @cancel_update.validator
     def _validate_cancel(self, reason: str | None = None, actor: str | None = None) -> None:

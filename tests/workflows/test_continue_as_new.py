@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import Engine
 from temporalio.testing import WorkflowEnvironment
 
 from activities.options import RunOptions
+from api.idempotency import request_id
+from api.temporal import TemporalGateway
 from scheduling.status import TaskStatus
 from store.tasks import read_task
 from tests.conftest import new_worker
 from tests.workflows.helpers import executions, running_task, spec, start_task, statuses, task_state
+from workflows.state import KEPT_UPDATE_IDS, TaskState, keyed, update_id
 from workflows.task import TaskWorkflow
 
 
@@ -83,3 +86,46 @@ async def test_a_changed_history_limit_reaches_a_running_task_at_its_next_contin
     # continued as new every few fires.
     assert before.continued_as_new > 0 and before.run_count < 10 and state.run_count == 30
     assert before.continued_as_new + 1 <= state.continued_as_new <= before.continued_as_new + 2
+
+
+async def test_a_keyed_request_retried_after_a_continue_as_new_acts_once(
+    time_env: WorkflowEnvironment, sqlite_engine: Engine
+) -> None:
+    # Temporal drops a repeated update id only within one workflow run: a trigger retried
+    # under its Idempotency-Key (its first answer lost) after the task continued as new would
+    # run the job again but for the ids the state carries.
+    task = spec(schedule_type="interval", interval_seconds=3600, task_name="hourly")
+    async with new_worker(time_env.client, sqlite_engine, run_options=RunOptions(history_limit=30)) as worker:
+        handle = await start_task(time_env, worker.task_queue, task)
+        gateway = TemporalGateway(time_env.client, worker.task_queue)
+        task_id = (await task_state(handle)).task_id
+        first = await gateway.trigger(task_id, "k1", request_id="aaaa1111")
+        assert first.manual_runs == 1
+        paused = await gateway.pause(task_id, "maintenance", "k1", request_id="bbbb2222")
+        assert paused.paused
+        await gateway.resume(task_id, actor="k1")
+        others = 0
+        while (await task_state(handle)).continued_as_new == 0:
+            await gateway.trigger(task_id, "k2")  # fresh ids: each acts
+            others += 1
+            assert others < 30, "no continue-as-new"
+        again = await gateway.trigger(task_id, "k1", request_id="aaaa1111")
+        assert again.manual_runs == 1 + others
+        assert not (await gateway.pause(task_id, "maintenance", "k1", request_id="bbbb2222")).paused
+        state = await task_state(handle)
+        assert (state.manual_runs, state.paused) == (1 + others, False)
+        await handle.terminate("test over")
+    manual = [r for r in executions(sqlite_engine, task_id) if r.trigger == "manual"]
+    assert len(manual) == 1 + others
+
+
+def test_the_kept_update_ids_are_the_keyed_and_latest() -> None:
+    state = TaskState(task_id="t", tenant_id="t1", spec=spec(schedule_type="once", run_at=datetime.now(UTC)),
+                      created_at=datetime.now(UTC), anchor=datetime.now(UTC))
+    assert keyed(update_id("trigger_update", request_id("t1", "a-key-with-dashes")))
+    assert not state.repeated_update(update_id("trigger_update", None))  # a fresh id
+    assert state.applied_updates == []
+    keyed_ids = [update_id("trigger_update", f"{n:032x}") for n in range(KEPT_UPDATE_IDS + 1)]
+    assert not any(state.repeated_update(k) for k in keyed_ids)
+    assert state.repeated_update(keyed_ids[-1]) and not state.repeated_update(keyed_ids[0])
+    assert len(state.applied_updates) == KEPT_UPDATE_IDS
