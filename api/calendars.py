@@ -201,14 +201,17 @@ class CalendarService:
             shown = ", ".join(users[:20]) + (" ..." if len(users) > 20 else "")
             raise CalendarInUse(f"calendar {calendar_id} is excluded by {len(users)} tasks not yet "
                                 f"ended ({shown}); remove it from them first")
-        if not await in_thread(delete_calendar, self._engine, tenant_id, calendar_id):
+        if not await in_thread(delete_calendar, self._engine, tenant_id, calendar_id,
+                               now=datetime.now(UTC)):
             raise NotFound(f"no calendar {calendar_id}")
 
     async def named(self, tenant_id: str, schedule: dict[str, Any]) -> Named:
-        """A task's calendars as (id, name, shift) for its page; a deleted one is named "?"."""
+        """A task's calendars as (id, name, shift) for its page, deleted ones too; one not there
+        at all (deleted before deleted calendars were kept) is named "?"."""
         named: Named = []
         for ref in schedule.get("exclude_calendars") or []:
-            row = await in_thread(read_calendar, self._engine, tenant_id, ref["calendar_id"])
+            row = await in_thread(read_calendar, self._engine, tenant_id, ref["calendar_id"],
+                                  deleted=True)
             named.append((ref["calendar_id"], row.name if row else "?", bool(ref.get("shift"))))
         return named
 

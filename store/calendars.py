@@ -23,17 +23,22 @@ def add_calendar(engine: Engine, row: Calendar) -> Calendar:
         return row
 
 
-def read_calendar(engine: Engine, tenant_id: str, calendar_id: str) -> Calendar | None:
-    """The tenant's calendar, or None (another tenant's calendar is none of its own)."""
+def read_calendar(engine: Engine, tenant_id: str, calendar_id: str, *,
+                  deleted: bool = False) -> Calendar | None:
+    """The tenant's calendar, or None (another tenant's calendar is none of its own; a
+    deleted one is none, unless ``deleted``)."""
     with Session(engine, expire_on_commit=False) as session:
         row = session.get(Calendar, calendar_id)
-        return row if row is not None and row.tenant_id == tenant_id else None
+    if row is None or row.tenant_id != tenant_id or (row.deleted_at is not None and not deleted):
+        return None
+    return row
 
 
 def list_calendars(engine: Engine, tenant_id: str, *, limit: int,
                    cursor: str | None = None) -> tuple[list[Calendar], str | None]:
     """The tenant's calendars newest first, and the cursor of the next page (None at the end)."""
-    query = select(Calendar).where(Calendar.tenant_id == tenant_id)
+    query = select(Calendar).where(Calendar.tenant_id == tenant_id,
+                                   col(Calendar.deleted_at).is_(None))
     if cursor is not None:
         query = query.where(tuple_(col(Calendar.created_at), col(Calendar.id)) < decode_cursor(cursor))
     query = query.order_by(col(Calendar.created_at).desc(), col(Calendar.id).desc()).limit(limit + 1)
@@ -50,7 +55,7 @@ def replace_calendar(engine: Engine, tenant_id: str, calendar_id: str, *, name: 
     """Give the tenant's calendar new contents; None when it has no such calendar."""
     with Session(engine, expire_on_commit=False) as session:
         row = session.get(Calendar, calendar_id)
-        if row is None or row.tenant_id != tenant_id:
+        if row is None or row.tenant_id != tenant_id or row.deleted_at is not None:
             return None
         row.name, row.dates, row.holidays, row.updated_at = name, dates, holidays, now
         session.add(row)
@@ -71,13 +76,15 @@ def tasks_using(engine: Engine, tenant_id: str, calendar_id: str) -> list[str]:
                    for ref in (spec or {}).get("exclude_calendars") or [])]
 
 
-def delete_calendar(engine: Engine, tenant_id: str, calendar_id: str) -> bool:
-    """Delete the tenant's calendar; False when it has no such calendar."""
+def delete_calendar(engine: Engine, tenant_id: str, calendar_id: str, *, now: datetime) -> bool:
+    """Delete the tenant's calendar; False when it has no such calendar. The row stays, marked:
+    a task whose create or update checked the calendar just before still skips its dates."""
     with Session(engine) as session:
         row = session.get(Calendar, calendar_id)
-        if row is None or row.tenant_id != tenant_id:
+        if row is None or row.tenant_id != tenant_id or row.deleted_at is not None:
             return False
-        session.delete(row)
+        row.deleted_at = now
+        session.add(row)
         session.commit()
         return True
 
@@ -85,7 +92,8 @@ def delete_calendar(engine: Engine, tenant_id: str, calendar_id: str) -> bool:
 def calendar_dates(engine: Engine, tenant_id: str, calendar_ids: Sequence[str],
                    years: Iterable[int]) -> list[CalendarDates]:
     """The excluded dates of the tenant's calendars in ``years``: their own and their public
-    holidays. A calendar that is gone (or another tenant's) excludes nothing."""
+    holidays, deleted ones' too (delete_calendar). A calendar that is not there (or is another
+    tenant's) excludes nothing."""
     wanted = list(years)
     with Session(engine) as session:
         rows = list(session.scalars(select(Calendar).where(

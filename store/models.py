@@ -268,3 +268,6 @@ class Calendar(SQLModel, table=True):
     holidays: dict[str, Any] | None = Field(default=None, sa_column=Column(JSON, nullable=True))
     created_at: datetime = _ts(default_factory=utcnow)
     updated_at: datetime = _ts(default_factory=utcnow)
+    # Deleted: gone for its tenant, but a task that took it in the moment of its delete (its
+    # create or update checked it a moment before) still skips its dates.
+    deleted_at: datetime | None = _ts(default=None)
