@@ -24,7 +24,6 @@ with workflow.unsafe.imports_passed_through():
     from activities.options import (
         CANCEL_FIRST,
         DELAY_GOES_ON,
-        FIRST_TASK_LAG,
         HERD_BEAT,
         RELEASE,
         RUN_OPTIONS,
@@ -161,14 +160,6 @@ class TaskWorkflow:
             self._options = await workflow.execute_local_activity(
                 RUN_OPTIONS, result_type=RunOptions, start_to_close_timeout=RUN_OPTIONS_TIMEOUT)
         self._record.release = self._options.release
-        if self._options.release >= FIRST_TASK_LAG:
-            # How long this run's first workflow task waited for a worker: the backlog the
-            # task sees, before any timer of its own could tell. A new task due soon sends its
-            # first run ahead by it (policy.lead), so the run waits on the jobs worker, not in
-            # the backlog.
-            info = workflow.info()
-            waited = (info.start_time - info.workflow_start_time).total_seconds()
-            self._state.wake_lag_seconds = max(0.0, waited)
         if self._options.release >= CANCEL_FIRST:
             self._runs.cancels_first = True
             self._runs.held = self._record.holding
