@@ -40,7 +40,7 @@ from activities.workflow_jobs import WorkflowJobRules, refusal
 from outbound.calls import Outbound, OutboundLimits, Signing
 from outbound.egress import EgressRefused
 from outbound.signing import traceparent
-from scheduling.policy import must_claim, retryable_http_status
+from scheduling.policy import UNTAKEN_AFTER, must_claim, retryable_http_status
 from scheduling.spec import (
     ATTEMPT_HEADER,
     SCHEDULED_AT_HEADER,
@@ -168,11 +168,12 @@ class JobActivities:
             result = await self._run(job_input, attempt)
         except asyncio.CancelledError:
             after_the_starts(self._ended, datetime.now(UTC) - started, labels, "cancelled", bound, None)
-            # The start is reported before the cancelled end, however late it goes out (its
-            # tries end at UNTAKEN_AFTER): else the workflow takes the run for withdrawn
-            # unstarted, while the job did start and its row says RUNNING.
-            with contextlib.suppress(asyncio.CancelledError):
-                await asyncio.shield(self._starts.sent(job_input, attempt))
+            # The start is reported before the cancelled end, however late it goes out: else
+            # the workflow takes the run for withdrawn unstarted, while the job did start and
+            # its row says RUNNING. Past UNTAKEN_AFTER the workflow finds it untaken anyway.
+            with contextlib.suppress(TimeoutError, asyncio.CancelledError):
+                await asyncio.wait_for(asyncio.shield(self._starts.sent(job_input, attempt)),
+                                       UNTAKEN_AFTER.total_seconds())
             raise
         except Exception as exc:
             error = exc if isinstance(exc, ApplicationError) else None

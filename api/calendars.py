@@ -206,13 +206,14 @@ class CalendarService:
             raise NotFound(f"no calendar {calendar_id}")
 
     async def named(self, tenant_id: str, schedule: dict[str, Any]) -> Named:
-        """A task's calendars as (id, name, shift) for its page, deleted ones too; one not there
-        at all (deleted before deleted calendars were kept) is named "?"."""
+        """A task's calendars as (id, name, shift) for its page, a deleted one named so; one not
+        there at all (deleted before deleted calendars were kept) is named "?"."""
         named: Named = []
         for ref in schedule.get("exclude_calendars") or []:
             row = await in_thread(read_calendar, self._engine, tenant_id, ref["calendar_id"],
                                   deleted=True)
-            named.append((ref["calendar_id"], row.name if row else "?", bool(ref.get("shift"))))
+            name = "?" if row is None else row.name + (" (deleted)" if row.deleted_at else "")
+            named.append((ref["calendar_id"], name, bool(ref.get("shift"))))
         return named
 
     async def check_runs(self, tenant_id: str, spec: TaskSpec, now: datetime) -> None:
@@ -260,9 +261,11 @@ class CalendarService:
         raise InvalidTask(f"exclude_calendars: {many} on excluded dates (the first, {first}, "
                           f"in calendar {which}); nothing to run", field="exclude_calendars")
 
-    async def check_refs(self, tenant_id: str, spec: TaskSpec) -> None:
-        """404 naming the first calendar of ``exclude_calendars`` the tenant does not have."""
+    async def check_refs(self, tenant_id: str, spec: TaskSpec, *, before: TaskSpec | None = None) -> None:
+        """404 naming the first calendar of ``exclude_calendars`` the tenant does not have (of
+        those ``before``, the task's spec, does not name: one deleted since stays)."""
+        kept = {ref.calendar_id for ref in before.exclude_calendars} if before is not None else set()
         for i, ref in enumerate(spec.exclude_calendars):
-            if await in_thread(read_calendar, self._engine, tenant_id, ref.calendar_id) is None:
+            if ref.calendar_id not in kept and await in_thread(read_calendar, self._engine, tenant_id, ref.calendar_id) is None:
                 raise NotFound(f"exclude_calendars[{i}].calendar_id: no calendar {ref.calendar_id}",
                                field=f"exclude_calendars.{i}.calendar_id")

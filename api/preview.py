@@ -98,6 +98,7 @@ class Previews:
         now = datetime.now(UTC)
         await validate_new_task(new_spec, TenantUsage(quota), self.service.rules, now=now,
                                 body_size=body_size, before=spec)
+        await self.service.calendars.check_refs(row.tenant_id, new_spec, before=spec)
         state = await self.service.temporal.state(task_id)
         before = self._fires(state, limit)
         # The change as the workflow makes it: the policy engine's re-plan of the schedule.

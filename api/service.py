@@ -265,8 +265,7 @@ class TaskService:
         quota = await in_thread(quota_for, self.engine, row.tenant_id, self.quota_defaults)
         await validate_new_task(new_spec, TenantUsage(quota), self.rules, now=datetime.now(UTC),
                                 body_size=body_size, before=spec)
-        if new_spec.exclude_calendars != spec.exclude_calendars:
-            await self.calendars.check_refs(row.tenant_id, new_spec)
+        await self.calendars.check_refs(row.tenant_id, new_spec, before=spec)
         if judged_again(spec, new_spec):  # on the workflow's plan, as the preview shows it
             await self.calendars.check_change(row.tenant_id, changes,
                                               await self.temporal.state(task_id), datetime.now(UTC))
@@ -385,7 +384,8 @@ class TaskService:
         # A letter marked replayed whose run has not started again is sent again: the try
         # that marked it may have died before it reached Temporal. The workflow queues a run
         # that is queued or in flight already only once (TaskState.add_replay).
-        if row.dead_letter == DeadLetter.OPEN and not await in_thread(
+        marked = row.dead_letter == DeadLetter.OPEN
+        if marked and not await in_thread(
                 set_dead_letter, self.engine, execution_id, state=DeadLetter.REPLAYED):
             raise TaskConflict(f"dead letter {execution_id} is being replayed already")
         try:
@@ -396,7 +396,9 @@ class TaskService:
                 await self.temporal.replay(row.task_id, execution_id, row.scheduled_at, who.key_id,
                                            request_id=request_id)
         except Exception:
-            await in_thread(set_dead_letter, self.engine, execution_id, state=DeadLetter.OPEN, expect=DeadLetter.REPLAYED)
+            if marked:  # a resend leaves the mark to the request that made it
+                await in_thread(set_dead_letter, self.engine, execution_id, state=DeadLetter.OPEN,
+                                expect=DeadLetter.REPLAYED)
             raise
         row.dead_letter = DeadLetter.REPLAYED
         return ExecutionOut.from_row(row)

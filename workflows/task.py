@@ -633,6 +633,12 @@ class TaskWorkflow:
         await self._runs.send_cancels()
         return self._state
 
+    def _applied(self) -> bool:
+        """Whether the update being validated is a keyed request an earlier run of this
+        workflow applied already: it passes, to be answered as the first was (_repeated)."""
+        info = workflow.current_update_info()
+        return info is not None and info.id in self._state.applied_updates
+
     def _repeated(self) -> bool:
         """Whether the update being handled is a keyed request an earlier run of this workflow
         applied already (a retry after a continue-as-new): it is answered, not applied."""
@@ -782,26 +788,33 @@ class TaskWorkflow:
     @pause_update.validator
     def _validate_pause(self, reason: str | None = None, actor: str | None = None) -> None:
         arguments.refuse_bad(reason=reason, actor=actor)
-        self._refuse_if_final("paused")
+        if not self._applied():
+            self._refuse_if_final("paused")
 
     @resume_update.validator
     def _validate_resume(self, missed: ResumeMissed | None = None, actor: str | None = None) -> None:
         arguments.refuse_bad(missed=missed, actor=actor)
-        self._refuse_if_final("resumed")
+        if not self._applied():
+            self._refuse_if_final("resumed")
 
     @trigger_update.validator
     def _validate_trigger(self, actor: str | None = None) -> None:
         arguments.refuse_bad(actor=actor)
-        self._refuse_if_final("triggered")
+        if not self._applied():
+            self._refuse_if_final("triggered")
 
     @replay_update.validator
     def _validate_replay(self, request: ReplayRequest) -> None:
+        if self._applied():
+            return
         self._refuse_if_final("replayed")
         if not request.execution_id.startswith(f"{self._state.task_id}:"):
             raise ApplicationError("that execution is not one of this task's", non_retryable=True)
 
     @backfill_update.validator
     def _validate_backfill(self, request: BackfillRequest) -> None:
+        if self._applied():
+            return
         self._refuse_if_final("backfilled")
         if not self._current:
             raise ApplicationError("this task's workflow is older than backfills; it takes them "
@@ -816,6 +829,8 @@ class TaskWorkflow:
 
     @update_task.validator
     def _validate_update(self, changes: TaskChanges) -> None:
+        if self._applied():
+            return
         self._refuse_if_final("updated")
         state, new_spec, now = self._state, changes.apply_to(self._state.spec), workflow.now()
         if policy.timing_judged(state.spec, new_spec):

@@ -54,6 +54,15 @@ async def test_a_calendar_deleted_while_a_task_is_created_still_excludes_its_dat
         assert (made.status_code, deleted) == (201, [204]), made.text
         task_id = made.json()["task_id"]
         runs = await _first_runs(http, task_id)
+        # The task keeps the deleted calendar through a change that adds another; a change (or
+        # its preview) naming a calendar the tenant does not have is refused.
+        other_id = (await http.post("/calendars", json=_calendar())).json()["calendar_id"]
+        both = [{"calendar_id": calendar_id}, {"calendar_id": other_id}]
+        unknown = [{"calendar_id": calendar_id}, {"calendar_id": "no-such-calendar"}]
+        preview = await http.post("/task/preview", json={"task_id": task_id, "exclude_calendars": unknown})
+        assert preview.status_code == 404, preview.text
+        changed = await http.post("/task/update", json={"task_id": task_id, "exclude_calendars": both})
+        assert changed.status_code == 202, changed.text
         await http.patch("/task/cancel", json={"task_id": task_id})
         assert {(r["status"], r["reason"]) for r in runs} == {("SKIPPED", "calendar")}
         assert (await http.get(f"/calendars/{calendar_id}")).status_code == 404
@@ -61,7 +70,7 @@ async def test_a_calendar_deleted_while_a_task_is_created_still_excludes_its_dat
         assert (await http.put(f"/calendars/{calendar_id}", json=_calendar())).status_code == 404
         assert (await http.delete(f"/calendars/{calendar_id}")).status_code == 404
         page = (await http.get(f"/tasks/{task_id}")).json()
-        assert [c["calendar_id"] for c in page["schedule"]["exclude_calendars"]] == [calendar_id]
+        assert [c["calendar_id"] for c in page["schedule"]["exclude_calendars"]] == [calendar_id, other_id]
         # A new task cannot take the deleted calendar.
         refused = await http.post("/task/create", json=_task(exclude_calendars=[{"calendar_id": calendar_id}]))
         assert refused.status_code == 404, refused.text

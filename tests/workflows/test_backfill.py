@@ -14,6 +14,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from activities.handlers import HandlerContext
 from activities.options import RunOptions
+from api.temporal import TemporalGateway
 from scheduling.status import TaskStatus
 from tests.conftest import new_worker
 from tests.workflows.helpers import (
@@ -24,6 +25,7 @@ from tests.workflows.helpers import (
     start_task,
     stoppable_worker,
     task_state,
+    until,
 )
 from workflows.state import BackfillItem, BackfillRequest
 from workflows.task import TaskWorkflow
@@ -109,3 +111,52 @@ async def test_a_backfill_asked_as_workers_return_leaves_the_missed_fires_to_the
     assert [(r.scheduled_at, r.trigger, r.status) for r in rows] == [
         (at, "catchup", "COMPLETED") for at in missed]
     assert state.backfill is not None and (state.backfill.status, state.backfill.started) == ("done", 0)
+
+
+class HoldsOne:
+    """Records each run's instant; the run of ``held`` heartbeats until ``go``."""
+
+    def __init__(self, held: int) -> None:
+        self.runs: list[datetime] = []
+        self.held, self.holding, self.go = held, asyncio.Event(), asyncio.Event()
+
+    async def __call__(self, ctx: HandlerContext) -> None:
+        self.runs.append(ctx.scheduled_at)
+        if len(self.runs) == self.held:
+            self.holding.set()
+            while not self.go.is_set():
+                ctx.heartbeat()
+                await asyncio.sleep(0.1)
+
+
+async def test_a_keyed_backfill_retried_after_a_continue_as_new_is_answered_not_refused(
+    dev_env: WorkflowEnvironment, sqlite_engine: Engine,
+) -> None:
+    # Its first answer lost, the client sends the backfill again under its key while the
+    # backfill runs in a later workflow run: it gets the task's state, not "a backfill of this
+    # task is running already", and no instant runs twice.
+    handler = HoldsOne(held=9)
+    task = spec(schedule_type="interval", interval_seconds=3600, job_details=handler_job("hold"))
+    async with new_worker(dev_env.client, sqlite_engine, handlers={"hold": handler},
+                          run_options=RunOptions(history_limit=40)) as worker:
+        handle = await start_task(dev_env, worker.task_queue, task)
+        gateway = TemporalGateway(dev_env.client, worker.task_queue)
+        task_id = (await task_state(handle)).task_id
+        now = await dev_env.get_current_time()
+        past = [now - timedelta(minutes=10 * k) for k in range(12, 0, -1)]
+        await gateway.backfill(task_id, request(past), request_id="cccc3333")
+        await asyncio.wait_for(handler.holding.wait(), timeout=60)
+        midway = await task_state(handle)
+        assert midway.continued_as_new > 0 and midway.backfill is not None
+        assert midway.backfill.status == "running"
+        again = await gateway.backfill(task_id, request(past), request_id="cccc3333")
+        assert again.backfill is not None and again.backfill.asked_at == midway.backfill.asked_at
+        handler.go.set()
+
+        async def done() -> bool:
+            backfill = (await task_state(handle)).backfill
+            return backfill is not None and backfill.status == "done"
+
+        await until(done, timeout=60)
+        await handle.terminate("test over")
+    assert handler.runs == past  # each once, oldest first
