@@ -108,6 +108,7 @@ def create_app(
         from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
 
         FastAPIInstrumentor.instrument_app(app, excluded_urls="metrics,livez,readyz")
+    app.state.production = settings.env == "production"
     metrics = ApiMetrics()
     app.state.metrics = metrics
     admission = CreateAdmission(settings.api.max_creates_in_progress,

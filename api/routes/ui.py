@@ -1,7 +1,8 @@
 """The status page at /ui: server-rendered HTML over the task service, signed in by a cookie.
 
 A browser cannot send a Bearer header, so /ui/login stores the API key in an HttpOnly,
-SameSite=Strict cookie, and each page looks the key up exactly as the API does.
+SameSite=Strict cookie (Secure in production), and each page looks the key up exactly as the
+API does. Sign-in and sign-out refuse a form sent from another site.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path as FilePath
 from typing import Annotated, Any
+from urllib.parse import urlsplit
 
 from fastapi import APIRouter, Depends, Form, Path, Query, Request, status
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
@@ -253,9 +255,25 @@ async def login_form(request: Request) -> HTMLResponse:
     return page(request, "login.html", {"error": None})
 
 
+def cross_site(request: Request) -> bool:
+    """Whether a browser sent this form from another site (a forged sign-in or sign-out):
+    its Sec-Fetch-Site says so, or, from a browser without it, an Origin not this host."""
+    site = request.headers.get("sec-fetch-site")
+    if site is not None:
+        return site not in ("same-origin", "none")
+    origin = request.headers.get("origin")
+    return origin is not None and urlsplit(origin).netloc != request.headers.get("host")
+
+
+def refused_cross_site(request: Request) -> HTMLResponse:
+    return page(request, "login.html", {"error": "Sign in from this site's own form."}, 403)
+
+
 @router.post("/login")
 async def login(request: Request, key: Annotated[str, Form(max_length=500)] = "") -> Response:
     """Check the API key; on success keep it in an HttpOnly cookie and go to the task list."""
+    if cross_site(request):
+        return refused_cross_site(request)
     try:
         row = await admitted_key(request, key.strip()) if key else None
     except RateLimited as exc:
@@ -268,14 +286,18 @@ async def login(request: Request, key: Annotated[str, Form(max_length=500)] = ""
     response = RedirectResponse("/ui", status_code=status.HTTP_303_SEE_OTHER)
     response.set_cookie(
         COOKIE, key.strip(), max_age=COOKIE_MAX_AGE, path="/ui", httponly=True,
-        samesite="strict", secure=request.url.scheme == "https",
+        # In production always: TLS ends at a proxy the API may not know to trust, and the
+        # cookie holds the key.
+        samesite="strict", secure=request.app.state.production or request.url.scheme == "https",
     )
     return response
 
 
 @router.post("/logout")
-async def logout() -> RedirectResponse:
+async def logout(request: Request) -> Response:
     """Forget the key."""
+    if cross_site(request):
+        return refused_cross_site(request)
     return to_login()
 
 

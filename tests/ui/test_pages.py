@@ -6,9 +6,11 @@ import re
 from collections.abc import AsyncIterator
 from typing import Any
 
+import httpx
 import pytest
+from cryptography.fernet import Fernet
 
-from tests.api.conftest import Stack
+from tests.api.conftest import Stack, serve_api
 from tests.ui.tasks import XSS_NAME, create, ran_and_paused, sign_in
 
 
@@ -54,6 +56,32 @@ async def test_login_sets_an_httponly_strict_cookie_and_logout_clears_it(stack: 
         out = await browser.post("/ui/logout")
         assert out.status_code == 303 and out.headers["location"] == "/ui/login"
         assert (await browser.get("/ui")).status_code == 303
+
+
+@pytest.mark.parametrize("headers", [{"Sec-Fetch-Site": "cross-site"}, {"Sec-Fetch-Site": "same-site"},
+                                     {"Origin": "https://evil.example"}])
+async def test_sign_in_and_out_from_another_site_are_refused(stack: Stack, headers: dict[str, str]) -> None:
+    # A page elsewhere could sign the visitor in under its own key, or out.
+    async with stack.client(None) as anonymous:
+        answer = await anonymous.post("/ui/login", data={"key": stack.keys["t1"]}, headers=headers)
+        assert answer.status_code == 403 and "set-cookie" not in answer.headers
+        out = await anonymous.post("/ui/logout", headers=headers)
+        assert out.status_code == 403 and "set-cookie" not in out.headers
+        same = await anonymous.post("/ui/login", data={"key": stack.keys["t1"]},
+                                    headers={"Sec-Fetch-Site": "same-origin",
+                                             "Origin": stack.base_url})
+        assert same.status_code == 303, same.text
+
+
+async def test_the_sign_in_cookie_is_secure_in_production_behind_a_plain_http_hop(stack: Stack) -> None:
+    # TLS ends at a proxy: the API sees http, and still marks the cookie Secure.
+    production = {"env": "production", "metrics_token": "m" * 32,
+                  "signing_key": Fernet.generate_key().decode(), "temporal_task_queue": stack.task_queue}
+    async with serve_api(stack.env, stack.engine, **production) as base_url:
+        async with httpx.AsyncClient(base_url=base_url) as anonymous:
+            answer = await anonymous.post("/ui/login", data={"key": stack.keys["t1"]})
+    assert answer.status_code == 303, answer.text
+    assert "secure" in answer.headers["set-cookie"].lower()
 
 
 async def test_task_list_shows_the_tenants_tasks_and_filters_by_status(
