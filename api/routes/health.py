@@ -132,13 +132,16 @@ async def _metrics_caller(request: Request, credentials: CredentialsDep) -> None
     if token is None:
         return
     failures, address = auth_failures(request), client_address(request)
-    await failures.refuse_if_over(address)
-    presented = credentials.credentials.encode() if credentials else None
-    if presented is None or not secrets.compare_digest(presented, token):
-        if presented is not None:  # a guess, not a scraper without a token
+    shown = credentials.credentials if credentials else None
+    # A scraper that got in from this address lately passes, as a key does: another caller
+    # behind the same address guessing must not blind the monitoring.
+    await failures.refuse_if_over(address, shown)
+    if shown is None or not secrets.compare_digest(shown.encode(), token):
+        if shown is not None:  # a guess, not a scraper without a token
             await failures.failed(address)
         raise Unauthorized("/metrics needs `Authorization: Bearer <metrics token>` "
                            "(SCHEDULER_METRICS_TOKEN)", headers={"WWW-Authenticate": "Bearer"})
+    failures.succeeded(address, shown)
 
 
 @router.get("/metrics", response_class=Response,
