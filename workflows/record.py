@@ -42,6 +42,9 @@ NOTIFY_RETRY = RetryPolicy(maximum_attempts=5, maximum_interval=timedelta(second
 # activity ends, or when the SDK heartbeats the task: at 80 % of its timeout (10 s, the
 # default). So a slow write holds the commands of each workflow task it spans this long.
 WRITE_HOLDS_COMMANDS = timedelta(seconds=8)
+# Rows and events a workflow run may hand to the next when it continues as new while the
+# database refuses them: well under Temporal's 2 MiB payload limit. Past it, the run waits.
+CARRIED_MAX = 500
 
 
 class TaskRecord:
@@ -65,6 +68,7 @@ class TaskRecord:
         # Awaited before each write (set by the workflow: a run's cancel goes out first).
         self.before_write: Callable[[], Awaitable[None]] | None = None
         self._writing = False  # a write's local activity is running or backing off
+        self._in_flight: Record | None = None  # what the writer behind is writing now
 
     def add(self, record: ExecutionRecord) -> None:
         """An execution row to write with the next ``write``; counted in the metrics."""
@@ -153,6 +157,20 @@ class TaskRecord:
         """Nothing is being written behind the task."""
         return self._writer is None or self._writer.done()
 
+    def unwritten(self) -> Record | None:
+        """The rows and events not yet known written, oldest first, for the next workflow run
+        (the task row is not: that run writes its own); None when they are more than it takes
+        (CARRIED_MAX)."""
+        flying = self._in_flight or Record()
+        carried = Record(executions=[*flying.executions, *self._pending],
+                         events=[*flying.events, *self._events])
+        return carried if len(carried.executions) + len(carried.events) <= CARRIED_MAX else None
+
+    def carry(self, record: Record) -> None:
+        """Take the rows and events the workflow run before left unwritten: written first."""
+        self._pending = [*record.executions, *self._pending]
+        self._events = [*record.events, *self._events]
+
     def holding(self) -> timedelta:
         """How long the commands of this workflow task may wait for the write in flight (also
         while it backs off between attempts, when it holds nothing: the safe side)."""
@@ -162,7 +180,11 @@ class TaskRecord:
         while self._latest is not None or self._pending or self._events:
             record = Record(executions=self._pending, snapshot=self._latest, events=self._events)
             self._pending, self._latest, self._events = [], None, []
-            await self._record(record, local_retry_threshold=BACKOFF_ON_TIMER)
+            self._in_flight = record
+            try:
+                await self._record(record, local_retry_threshold=BACKOFF_ON_TIMER)
+            finally:
+                self._in_flight = None
 
     async def _record(self, record: Record, **options: Any) -> None:
         if self.before_write is not None:

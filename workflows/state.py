@@ -9,7 +9,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from activities.options import RunOptions
-from activities.payloads import Notification
+from activities.payloads import Notification, Record
 from scheduling.calendars import CalendarDates, CalendarPlan
 from scheduling.fire import first_fire
 from scheduling.policy import Position, Probe, Run, instant_of, on_resume
@@ -366,6 +366,9 @@ class TaskWorkflowInput(BaseModel):
                        "created before this one (a create counts them)")
     release: int = Field(default=0, ge=0, description="the workflow code's release of its "
                          "starter (activities/options.py RELEASE; 0: started before inputs said)")
+    unwritten: Record | None = Field(
+        default=None, description="rows and events the run before had not written yet (the "
+        "database refused them): this run writes them first")
     # Runtime options are the workflow worker's (RunOptions, asked once per workflow run); the
     # starters of older workflows froze them here, and the runs recorded so replay with them.
     history_limit: int | None = Field(default=None, description="set by older starters only")

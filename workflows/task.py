@@ -26,6 +26,7 @@ with workflow.unsafe.imports_passed_through():
         DELAY_GOES_ON,
         HERD_BEAT,
         RELEASE,
+        ROWS_CARRIED,
         RUN_OPTIONS,
         RUN_OPTIONS_TIMEOUT,
         START_RELEASE,
@@ -105,6 +106,9 @@ PLANNING_AND_TRUST = "planning-and-trust"
 # at least its beat (it hears of the cancel at its next heartbeat, which may come after it
 # started), the hold and the slack: never longer than the longest.
 CANCEL_SETTLE = timedelta(seconds=10)
+# How long a workflow run that would continue as new waits for its rows to be written before
+# it hands them to the next run instead (the database refuses them).
+HANDOVER_WAIT = timedelta(seconds=3)
 CANCEL_SLACK = timedelta(seconds=5)
 LONGEST_CANCEL_SETTLE = max(
     CANCEL_SETTLE, timedelta(seconds=MAX_BEAT_SECONDS) + WRITE_HOLDS_COMMANDS + CANCEL_SLACK)
@@ -137,6 +141,8 @@ class TaskWorkflow:
         self._healing = SelfHealing(self._state, enabled=self._current)
         self._record = TaskRecord(self._state)
         self._record.events_on = self._current
+        if start.unwritten is not None:
+            self._record.carry(start.unwritten)
         if start.state is None:
             self._record.event(CREATE, start.actor, spec=True)
         elif start.actor is not None:
@@ -176,12 +182,19 @@ class TaskWorkflow:
                     self._runs.release_ghosts()
                 if self._may_continue_as_new():
                     # A message meanwhile is acted on first (the rows may wait on the database).
-                    await workflow.wait_condition(lambda: self._quiet() or (self._runs.reported and self._wake))
-                    if self._may_continue_as_new() and self._quiet():
+                    try:
+                        await workflow.wait_condition(
+                            lambda: self._quiet() or (self._runs.reported and self._wake),
+                            timeout=HANDOVER_WAIT if self._options.release >= ROWS_CARRIED else None)
+                    except TimeoutError:
+                        pass  # the rows wait for the database: carried, if they fit
+                    if self._may_continue_as_new() and self._handover():
                         self._state.continued_as_new += 1
                         # The same task goes on: its creator named the create, not this run.
-                        workflow.continue_as_new(self._input.model_copy(
-                            update={"state": self._state, "actor": None, "release": RELEASE}))
+                        unwritten = None if self._record.idle() else self._record.unwritten()
+                        workflow.continue_as_new(self._input.model_copy(update={
+                            "state": self._state, "actor": None, "release": RELEASE,
+                            "unwritten": unwritten}))
                 await self._sleep()
         except asyncio.CancelledError:
             # Cancelled through Temporal itself (`temporal workflow cancel`): stop the runs,
@@ -577,6 +590,15 @@ class TaskWorkflow:
     def _quiet(self) -> bool:
         """No handler is running and every row is written: the workflow run may end."""
         return workflow.all_handlers_finished() and self._record.idle()
+
+    def _handover(self) -> bool:
+        """The workflow run may continue as new: no handler is running, and every row is
+        written or, while the database refuses them, few enough to carry (Record.unwritten).
+        Past HANDOVER_WAIT a task no longer waits for the database, which stopped its fires."""
+        if self._options.release < ROWS_CARRIED:
+            return self._quiet()
+        return workflow.all_handlers_finished() and (
+            self._record.idle() or self._record.unwritten() is not None)
 
     def _may_continue_as_new(self) -> bool:
         return self._draining() and not len(self._runs) and not self._runs.ended

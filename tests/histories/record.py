@@ -7,6 +7,8 @@ versions: every recorded history must keep replaying (see docs/upgrades.md).
 `fixed_delay_untaken-*.json` is not made here: it needs a jobs worker that comes up late on a
 real dev server. It is the history of the scenario of
 `tests/workflows/test_reported_starts.py` (`max_runs` 2), saved with `fetch_history().to_json()`.
+`rows_carried-*.json` likewise needs a dev server and PostgreSQL: it is the first workflow run
+that continued as new with rows unwritten in `tests/faults/test_database_down_at_continue_as_new.py`.
 
 Each scenario gets a fresh time-skipping server. A run dispatched ahead waits for its instant
 on the worker's (real) clock, and the server's clock is ahead of it by every skip so far: so
@@ -57,7 +59,7 @@ from workflows.state import BackfillItem, BackfillRequest, ReplayRequest, TaskSt
 from workflows.task import TaskWorkflow
 
 HERE = Path(__file__).parent
-STAMP = "20261207-release5"  # the release in the run options and start input (activities/options.py)
+STAMP = "20261207-release6"  # the release in the run options and start input (activities/options.py)
 MINUTE = timedelta(minutes=1)
 
 Scenario = Callable[[WorkflowEnvironment, Engine], Awaitable[TaskHandle]]
