@@ -42,10 +42,11 @@ NOTIFY_RETRY = RetryPolicy(maximum_attempts=5, maximum_interval=timedelta(second
 # activity ends, or when the SDK heartbeats the task: at 80 % of its timeout (10 s, the
 # default). So a slow write holds the commands of each workflow task it spans this long.
 WRITE_HOLDS_COMMANDS = timedelta(seconds=8)
-# Rows and events a workflow run may hand to the next when it continues as new while the
-# database refuses them: about 0.8 MB at some 530 bytes a row, under Temporal's 2 MiB payload
-# limit, and three histories' worth of a task firing every second. Past it, the run waits.
-CARRIED_MAX = 1500
+# The rows and events (as JSON) a workflow run may hand to the next when it continues as new
+# while the database refuses them: with the state beside them, under Temporal's 2 MiB payload
+# limit; about 1,900 rows of some 530 bytes, two histories' worth of a task firing every
+# second. Past it, the run waits for the database.
+CARRIED_MAX_BYTES = 1_000_000
 
 
 class TaskRecord:
@@ -161,11 +162,11 @@ class TaskRecord:
     def unwritten(self) -> Record | None:
         """The rows and events not yet known written, oldest first, for the next workflow run
         (the task row is not: that run writes its own); None when they are more than it takes
-        (CARRIED_MAX)."""
+        (CARRIED_MAX_BYTES)."""
         flying = self._in_flight or Record()
         carried = Record(executions=[*flying.executions, *self._pending],
                          events=[*flying.events, *self._events])
-        return carried if len(carried.executions) + len(carried.events) <= CARRIED_MAX else None
+        return carried if len(carried.model_dump_json()) <= CARRIED_MAX_BYTES else None
 
     def carry(self, record: Record) -> None:
         """Take the rows and events the workflow run before left unwritten: written first."""

@@ -182,19 +182,24 @@ class TaskWorkflow:
                     self._runs.release_ghosts()
                 if self._may_continue_as_new():
                     # A message meanwhile is acted on first (the rows may wait on the database).
+                    # Rows the database refuses are handed over, if they fit, after a while.
+                    carried = (self._record.unwritten()
+                               if self._options.release >= ROWS_CARRIED else None)
+                    waited = False
                     try:
                         await workflow.wait_condition(
                             lambda: self._quiet() or (self._runs.reported and self._wake),
-                            timeout=HANDOVER_WAIT if self._options.release >= ROWS_CARRIED else None)
+                            timeout=HANDOVER_WAIT if carried is not None else None)
                     except TimeoutError:
-                        pass  # the rows wait for the database: carried, if they fit
-                    if self._may_continue_as_new() and self._handover():
+                        waited = True
+                    if self._may_continue_as_new() and (self._quiet() or (
+                            waited and workflow.all_handlers_finished()
+                            and (carried := self._record.unwritten()) is not None)):
                         self._state.continued_as_new += 1
                         # The same task goes on: its creator named the create, not this run.
-                        unwritten = None if self._record.idle() else self._record.unwritten()
                         workflow.continue_as_new(self._input.model_copy(update={
                             "state": self._state, "actor": None, "release": RELEASE,
-                            "unwritten": unwritten}))
+                            "unwritten": None if self._record.idle() else carried}))
                 await self._sleep()
         except asyncio.CancelledError:
             # Cancelled through Temporal itself (`temporal workflow cancel`): stop the runs,
@@ -590,15 +595,6 @@ class TaskWorkflow:
     def _quiet(self) -> bool:
         """No handler is running and every row is written: the workflow run may end."""
         return workflow.all_handlers_finished() and self._record.idle()
-
-    def _handover(self) -> bool:
-        """The workflow run may continue as new: no handler is running, and every row is
-        written or, while the database refuses them, few enough to carry (Record.unwritten).
-        Past HANDOVER_WAIT a task no longer waits for the database, which stopped its fires."""
-        if self._options.release < ROWS_CARRIED:
-            return self._quiet()
-        return workflow.all_handlers_finished() and (
-            self._record.idle() or self._record.unwritten() is not None)
 
     def _may_continue_as_new(self) -> bool:
         return self._draining() and not len(self._runs) and not self._runs.ended
