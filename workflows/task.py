@@ -181,25 +181,7 @@ class TaskWorkflow:
                 if self._draining():
                     self._runs.release_ghosts()
                 if self._may_continue_as_new():
-                    # A message meanwhile is acted on first (the rows may wait on the database).
-                    # Rows the database refuses are handed over, if they fit, after a while.
-                    carried = (self._record.unwritten()
-                               if self._options.release >= ROWS_CARRIED else None)
-                    waited = False
-                    try:
-                        await workflow.wait_condition(
-                            lambda: self._quiet() or (self._runs.reported and self._wake),
-                            timeout=HANDOVER_WAIT if carried is not None else None)
-                    except TimeoutError:
-                        waited = True
-                    if self._may_continue_as_new() and (self._quiet() or (
-                            waited and workflow.all_handlers_finished()
-                            and (carried := self._record.unwritten()) is not None)):
-                        self._state.continued_as_new += 1
-                        # The same task goes on: its creator named the create, not this run.
-                        workflow.continue_as_new(self._input.model_copy(update={
-                            "state": self._state, "actor": None, "release": RELEASE,
-                            "unwritten": None if self._record.idle() else carried}))
+                    await self._continue_as_new()
                 await self._sleep()
         except asyncio.CancelledError:
             # Cancelled through Temporal itself (`temporal workflow cancel`): stop the runs,
@@ -591,6 +573,31 @@ class TaskWorkflow:
         limit = self._options.history_limit
         return (info.is_continue_as_new_suggested()
                 or info.get_current_history_length() > max(limit, self._start_length + limit // 2))
+
+    async def _continue_as_new(self) -> None:
+        """Continue as new once the rows are written, or, while the database refuses them, past
+        HANDOVER_WAIT with those that fit handed over (Record.unwritten). A message meanwhile
+        is acted on first: this returns, and the loop goes on."""
+        carried = self._record.unwritten() if self._options.release >= ROWS_CARRIED else None
+        waited = False
+        try:
+            await workflow.wait_condition(
+                lambda: self._quiet() or (self._runs.reported and self._wake),
+                timeout=HANDOVER_WAIT if carried is not None else None)
+        except TimeoutError:
+            waited = True
+        if not self._may_continue_as_new():
+            return
+        if not self._quiet():
+            if not (waited and workflow.all_handlers_finished()):
+                return
+            if (carried := self._record.unwritten()) is None:
+                return
+        self._state.continued_as_new += 1
+        # The same task goes on: its creator named the create, not this run.
+        workflow.continue_as_new(self._input.model_copy(update={
+            "state": self._state, "actor": None, "release": RELEASE,
+            "unwritten": None if self._record.idle() else carried}))
 
     def _quiet(self) -> bool:
         """No handler is running and every row is written: the workflow run may end."""

@@ -16,7 +16,7 @@ from activities.handlers import HandlerContext
 from activities.jobs import JobActivities
 from activities.payloads import JobInput
 from scheduling.spec import HandlerJob
-from scheduling.status import ExecutionStatus, Trigger
+from scheduling.status import ExecutionStatus, Trigger, execution_id
 from store.batch import BatchWriter, Write
 from store.models import ExecutionRecord
 from store.tasks import write_record
@@ -41,19 +41,28 @@ async def test_a_cancel_that_comes_as_the_job_ends_still_reports_its_end() -> No
     assert result.output == "done" and result.started_at is not None
 
 
+FIRE = datetime(2026, 1, 1, 10, tzinfo=UTC)
+
+
+def _completed_row(engine: Engine, *, started_at: datetime) -> str:
+    """Store a COMPLETED run of task t1's fire at FIRE (by the schedule) and return its id."""
+    run_id = execution_id("t1", FIRE)
+    row = ExecutionRecord(id=run_id, task_id="t1", tenant_id="x", scheduled_at=FIRE,
+                          trigger=Trigger.SCHEDULE, status=ExecutionStatus.COMPLETED, attempts=1,
+                          started_at=started_at, finished_at=started_at + timedelta(seconds=1),
+                          http_status=200)
+    with engine.begin() as connection:
+        write_record(engine, [row], None)(connection)
+    return run_id
+
+
 async def test_a_retried_backfill_runs_its_job_and_does_not_take_the_earlier_runs_outcome(
     sqlite_engine: Engine,
 ) -> None:
     # A backfill reruns an instant under the execution id of its earlier, COMPLETED run. Its
     # first attempt's RUNNING write does not land (the database blips) and its job fails: the
     # retry finds the earlier run's row, and must run the job, not return that run's outcome.
-    fire = datetime(2026, 1, 1, 10, tzinfo=UTC)
-    run_id = f"t1:{fire.isoformat(timespec='milliseconds').replace('+00:00', 'Z')}"
-    earlier = ExecutionRecord(id=run_id, task_id="t1", tenant_id="x", scheduled_at=fire,
-                              trigger=Trigger.SCHEDULE, status=ExecutionStatus.COMPLETED, attempts=1,
-                              started_at=fire, finished_at=fire + timedelta(seconds=1), http_status=200)
-    with sqlite_engine.begin() as connection:
-        write_record(sqlite_engine, [earlier], None)(connection)
+    run_id = _completed_row(sqlite_engine, started_at=FIRE)
     calls: list[int] = []
 
     async def job(ctx: HandlerContext) -> str:
@@ -73,7 +82,7 @@ async def test_a_retried_backfill_runs_its_job_and_does_not_take_the_earlier_run
     writer = Blipping(sqlite_engine)
     jobs = JobActivities(http=None, handlers={"job": job}, client=None,  # type: ignore[arg-type]
                          engine=sqlite_engine, writer=writer)
-    backfill = JobInput(execution_id=run_id, task_id="t1", tenant_id="x", scheduled_at=fire,
+    backfill = JobInput(execution_id=run_id, task_id="t1", tenant_id="x", scheduled_at=FIRE,
                         job=HandlerJob(type="handler", name="job"), trigger=Trigger.BACKFILL,
                         sent_at=datetime.now(UTC))
     env = ActivityEnvironment()
@@ -83,7 +92,7 @@ async def test_a_retried_backfill_runs_its_job_and_does_not_take_the_earlier_run
     env.info = dataclasses.replace(env.info, attempt=2)
     result = await env.run(jobs.run_job, backfill)
     assert calls == [1, 2]
-    assert result.attempt == 2 and result.output == "ran" and result.started_at != fire
+    assert result.attempt == 2 and result.output == "ran" and result.started_at != FIRE
 
 
 async def test_a_retried_replay_whose_completion_was_lost_does_not_run_its_job_again(
@@ -91,13 +100,7 @@ async def test_a_retried_replay_whose_completion_was_lost_does_not_run_its_job_a
 ) -> None:
     # A replay reruns a dead letter under its row, which keeps the trigger it first ran by: a
     # COMPLETED row a retry of the replay finds is the replay's own (its completion was lost).
-    fire = datetime(2026, 1, 1, 10, tzinfo=UTC)
-    run_id = f"t1:{fire.isoformat(timespec='milliseconds').replace('+00:00', 'Z')}"
-    replayed = ExecutionRecord(id=run_id, task_id="t1", tenant_id="x", scheduled_at=fire,
-                               trigger=Trigger.SCHEDULE, status=ExecutionStatus.COMPLETED, attempts=1,
-                               started_at=datetime.now(UTC), finished_at=datetime.now(UTC), http_status=200)
-    with sqlite_engine.begin() as connection:
-        write_record(sqlite_engine, [replayed], None)(connection)
+    run_id = _completed_row(sqlite_engine, started_at=datetime.now(UTC))
     calls: list[str] = []
 
     async def job(ctx: HandlerContext) -> str:
@@ -106,7 +109,7 @@ async def test_a_retried_replay_whose_completion_was_lost_does_not_run_its_job_a
 
     jobs = JobActivities(http=None, handlers={"job": job}, client=None,  # type: ignore[arg-type]
                          engine=sqlite_engine)
-    replay = JobInput(execution_id=run_id, task_id="t1", tenant_id="x", scheduled_at=fire,
+    replay = JobInput(execution_id=run_id, task_id="t1", tenant_id="x", scheduled_at=FIRE,
                       job=HandlerJob(type="handler", name="job"), trigger=Trigger.REPLAY,
                       sent_at=datetime.now(UTC))
     env = ActivityEnvironment()
