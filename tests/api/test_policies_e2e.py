@@ -13,7 +13,7 @@ from aiohttp import web
 
 from api.temporal import TemporalGateway
 from store.tasks import get_execution, list_executions
-from tests.api.conftest import Stack
+from tests.api.conftest import ON_BOTH_DATABASES, Stack
 from tests.api.test_e2e import iso, wait_for_status
 from tests.faults.processes import free_port
 from tests.target import TargetServer
@@ -271,6 +271,7 @@ async def test_a_broken_webhook_never_blocks_or_fails_the_task(stack: Stack, tar
     await _until(retried, timeout=30)  # delivery is retried on its own
 
 
+@ON_BOTH_DATABASES
 async def test_a_replay_whose_api_died_before_temporal_is_sent_by_the_retry(
     stack: Stack, target: TargetServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
