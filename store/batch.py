@@ -3,13 +3,15 @@
 Each caller awaits its own write; the writer gathers what arrives within a few milliseconds
 (or up to a batch size) and commits it in one transaction on a thread. A herd of runs due at
 one instant then costs a handful of commits instead of one per run. If a batch fails, its
-writes are retried one by one, so one bad write fails alone.
+writes are retried one by one, so one bad write fails alone. ``stalled_for`` tells how long
+the commit in progress has run: a database that hangs instead of refusing shows there.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -33,6 +35,12 @@ class BatchWriter:
         self._linger = linger
         self._queue: asyncio.Queue[_Pending] | None = None
         self._task: asyncio.Task[None] | None = None
+        self._committing_since: float | None = None  # time.monotonic() of the commit's start
+
+    def stalled_for(self) -> float:
+        """Seconds the commit in progress has run (0 when none is)."""
+        since = self._committing_since
+        return 0.0 if since is None else time.monotonic() - since
 
     async def submit(self, write: Write) -> None:
         """Commit ``write`` (in a batch with others) and return when it is durable."""
@@ -57,7 +65,11 @@ class BatchWriter:
             await asyncio.sleep(self._linger)  # let a burst gather
             while len(batch) < self._max_batch and not queue.empty():
                 batch.append(queue.get_nowait())
-            results = await asyncio.to_thread(self._commit, [p.write for p in batch])
+            self._committing_since = time.monotonic()
+            try:
+                results = await asyncio.to_thread(self._commit, [p.write for p in batch])
+            finally:
+                self._committing_since = None
             for pending, error in zip(batch, results, strict=True):
                 if pending.done.done():
                     continue

@@ -40,7 +40,8 @@ BACKOFF_ON_TIMER = timedelta(milliseconds=1)
 NOTIFY_RETRY = RetryPolicy(maximum_attempts=5, maximum_interval=timedelta(seconds=30))
 # A workflow task that runs a local activity completes, and sends its commands, when the
 # activity ends, or when the SDK heartbeats the task: at 80 % of its timeout (10 s, the
-# default). So a slow write holds the commands of each workflow task it spans this long.
+# default). So a slow write holds the commands of each workflow task it spans this long. (A
+# write into a database that hangs gives up sooner: activities/bookkeeping.py.)
 WRITE_HOLDS_COMMANDS = timedelta(seconds=8)
 # The rows and events (as JSON) a workflow run may hand to the next when it continues as new
 # while the database refuses them: with the state beside them, under Temporal's 2 MiB payload

@@ -6,8 +6,10 @@ SQLite file, or of every PostgreSQL table).
 A workflow task that runs a local activity completes only when the activity does, or when
 its heartbeat comes, 80 % of the workflow task's 10 s timeout later. Its commands, the
 withdrawal's cancel among them, reach the server only then. So the pause's own write waits
-until the cancel is sent; and while an earlier write hangs, a run is withdrawn only if it is
-far enough from its instant for a cancel held that long (8 s more).
+until the cancel is sent; and while an earlier write is in flight, a run is withdrawn only if
+it is far enough from its instant for a cancel held that long (8 s more). A write into a
+database that hangs gives up sooner (activities/bookkeeping.py, ``WRITE_STALLED_AFTER``) and
+retries on a timer, but one queued behind slow commits that do end holds the task that long.
 """
 
 from __future__ import annotations
@@ -63,6 +65,9 @@ class _Waiting:
         code (what it decided while a write was in flight, it decides the same on replay)."""
         state = await task_state(self.handle)
         await self.handle.execute_update(TaskWorkflow.cancel_update, "done")
+        # The run ends once its rows are written: after a hang, a write that gave up retries
+        # on its timer.
+        await self.handle.result()
         replayer = Replayer(workflows=[TaskWorkflow], data_converter=pydantic_data_converter)
         replay = await replayer.replay_workflow(await self.handle.fetch_history(),
                                                 raise_on_replay_failure=False)
@@ -119,11 +124,11 @@ async def test_a_pause_while_an_earlier_write_hangs_withdraws_a_run_only_with_ro
     dev_env: WorkflowEnvironment, any_engine: Engine
 ) -> None:
     # Sent 20 s ahead, it beats every 2 s near its instant. A rename 15 s before the instant
-    # writes its row into the locked database: from then on the workflow task heartbeats
-    # every 8 s (about 7 s before the instant, then about 1 s after), and only then do
-    # messages reach the workflow and its commands the server. The pause, sent 10 s before,
-    # is acted on about 7 s before: withdrawn then, the run would hear of it after it started
-    # and be killed. Now it is left to run whole.
+    # writes its row into the locked database, and the write stays in flight (giving up and
+    # retrying) until the lock goes. The pause, sent 10 s before, has no room for a cancel
+    # held by a write (8 s) and the run's last beats: withdrawn, the run could hear of it
+    # after it started and be killed. It is left to run whole, or withdrawn only where a
+    # workflow task came sooner than planned.
     async with _waiting_run(dev_env, any_engine, ahead=30, lead=20) as run:
         await run.before(15)
         with locked_for_writes(any_engine) as release:
