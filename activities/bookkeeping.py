@@ -7,7 +7,7 @@ import asyncio
 import structlog
 from sqlalchemy import Engine
 from temporalio import activity
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 from activities.payloads import RECORD, Record
 from scheduling.status import workflow_id
@@ -46,9 +46,13 @@ class BookkeepingActivities:
         while not written.done():
             stalled = self._writer.stalled_for()
             if stalled >= WRITE_STALLED_AFTER:
+                log.warning("record.database_stalled", workflow_id=info.workflow_id,
+                            stalled_s=round(stalled, 1), attempt=info.attempt)
+                # Benign: the SDK logs it at DEBUG, without a trace (the line above tells).
                 raise ApplicationError(f"the task database has not finished a commit in "
                                        f"{stalled:.1f}s; the write stays queued",
-                                       type="DatabaseStalled")
+                                       type="DatabaseStalled",
+                                       category=ApplicationErrorCategory.BENIGN)
             await asyncio.wait({written}, timeout=WRITE_STALLED_AFTER - stalled)
         written.result()
         if record.snapshot is not None:

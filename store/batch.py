@@ -60,23 +60,32 @@ class BatchWriter:
                 await task
 
     async def _drain(self, queue: asyncio.Queue[_Pending]) -> None:
-        while True:
-            batch = [await queue.get()]
-            await asyncio.sleep(self._linger)  # let a burst gather
-            while len(batch) < self._max_batch and not queue.empty():
+        batch: list[_Pending] = []
+        try:
+            while True:
+                batch = [await queue.get()]
+                await asyncio.sleep(self._linger)  # let a burst gather
+                while len(batch) < self._max_batch and not queue.empty():
+                    batch.append(queue.get_nowait())
+                self._committing_since = time.monotonic()
+                try:
+                    results = await asyncio.to_thread(self._commit, [p.write for p in batch])
+                finally:
+                    self._committing_since = None
+                for pending, error in zip(batch, results, strict=True):
+                    if pending.done.done():
+                        continue
+                    if error is None:
+                        pending.done.set_result(None)
+                    else:
+                        pending.done.set_exception(error)
+        finally:
+            # Stopped: no write left waiting waits forever (its caller may submit it again).
+            while not queue.empty():
                 batch.append(queue.get_nowait())
-            self._committing_since = time.monotonic()
-            try:
-                results = await asyncio.to_thread(self._commit, [p.write for p in batch])
-            finally:
-                self._committing_since = None
-            for pending, error in zip(batch, results, strict=True):
-                if pending.done.done():
-                    continue
-                if error is None:
-                    pending.done.set_result(None)
-                else:
-                    pending.done.set_exception(error)
+            for pending in batch:
+                if not pending.done.done():
+                    pending.done.set_exception(RuntimeError("the batch writer stopped"))
 
     def _commit(self, writes: list[Write]) -> list[BaseException | None]:
         try:

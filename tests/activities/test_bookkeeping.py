@@ -80,3 +80,21 @@ async def test_a_write_that_fails_is_not_waited_for_again(sqlite_engine: Engine)
             assert writer.submitted == attempt  # a failed write is submitted afresh
     finally:
         await writer.aclose()
+
+
+async def test_a_write_left_queued_when_the_writer_stops_fails_and_its_retry_writes_it(
+    sqlite_engine: Engine
+) -> None:
+    writer = _CountingWriter(sqlite_engine)
+    bookkeeping = BookkeepingActivities(sqlite_engine, writer)
+    env = ActivityEnvironment()
+    record = _record("stopped")
+    with locked_for_writes(sqlite_engine):
+        with pytest.raises(ApplicationError):
+            await env.run(bookkeeping.record, record)
+        await writer.aclose()  # its drain stops with the write still unanswered
+    # The retry is not left waiting on a write no one will commit: it writes it afresh.
+    await asyncio.wait_for(env.run(bookkeeping.record, record), timeout=30)
+    assert writer.submitted == 2 and len(executions(sqlite_engine, "stopped")) == 1
+    await writer.aclose()
+
