@@ -27,6 +27,7 @@ from scheduling.spec import (
     ScheduleFields,
     ScheduleType,
     TaskSpec,
+    outside_catchup_window,
 )
 from scheduling.status import (
     DeadLetter,
@@ -266,11 +267,9 @@ def decide_due(pos: Position, flight: Flight, now: datetime, *, queued_missed: b
             result.queue = back.queue
             result.skipped += back.skipped
         keep = room(result.queue)
-    window = spec.catchup_window_seconds
-    if window is not None:
-        stale = [f for f in missed if now - f > timedelta(seconds=window)]
-        result.skipped += [(f, SkipReason.OUTSIDE_WINDOW) for f in stale]
-        missed = missed[len(stale):]
+    stale = [f for f in missed if outside_catchup_window(spec, f, now)]
+    result.skipped += [(f, SkipReason.OUTSIDE_WINDOW) for f in stale]
+    missed = missed[len(stale):]
     if policy is MissedRunPolicy.SINGLE_CATCHUP and on_time:
         keep = 0
     kept = missed[len(missed) - keep:] if keep else []
@@ -326,8 +325,7 @@ def close_pause(pos: Position, flight: Flight, now: datetime, *, queued_missed: 
 def _missed_reason(pos: Position, fire: datetime, now: datetime, over: SkipReason) -> SkipReason:
     if _in_pause(pos, fire):
         return SkipReason.PAUSED
-    window = pos.spec.catchup_window_seconds
-    if window is not None and now - fire > timedelta(seconds=window):
+    if outside_catchup_window(pos.spec, fire, now):
         return SkipReason.OUTSIDE_WINDOW
     return over
 

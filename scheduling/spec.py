@@ -439,6 +439,13 @@ else:
                                **optional_fields(TaskSpec.model_fields, bounds=False))
 
 
+def outside_catchup_window(spec: TaskSpec, fire: datetime, now: datetime) -> bool:
+    """A missed fire older than the task's ``catchup_window_seconds``: it is SKIPPED
+    outside_window, whatever the missed-run policy would do with it."""
+    window = spec.catchup_window_seconds
+    return window is not None and now - fire > timedelta(seconds=window)
+
+
 class TimingError(ValueError):
     """A schedule that can never fire or points into the past, and the field at fault."""
 
@@ -465,6 +472,13 @@ def check_timing(spec: TaskSpec, now: datetime, before: TaskSpec | None = None) 
         raise TimingError(
             f"dates[{past[0]}]", "is more than a minute in the past; check the client's clock "
             "and time zone (or set missed_run_policy to single_catchup or catchup)")
+    fires = [spec.run_at] if once and spec.run_at is not None else list(spec.dates or [])
+    if catch_up and fires and all(f < now - PAST_TOLERANCE and outside_catchup_window(spec, f, now)
+                                  for f in fires):
+        raise TimingError(
+            "run_at" if once else "dates",
+            f"is older than catchup_window_seconds={spec.catchup_window_seconds:g}: its missed run "
+            "would be skipped as outside the window, never run (widen the window or drop it)")
     if spec.end_date is not None and spec.end_date <= now:
         raise TimingError("end_date", "is in the past: the task could never run")
     # A change (``before``) is judged on what it sets: a stored task keeps its own cron and zone.

@@ -152,6 +152,27 @@ def test_a_past_run_at_is_accepted_when_the_task_asks_for_catch_up() -> None:
             check_timing(TaskSpec.model_validate({**past, **fields}), NOW)
 
 
+def test_a_past_run_at_older_than_its_catchup_window_is_refused_as_never_running() -> None:
+    past = {**CRON, "schedule_type": "once", "cron": None, "run_at": NOW - timedelta(hours=2),
+            "missed_run_policy": "catchup"}
+    with pytest.raises(TimingError, match="run_at is older than catchup_window_seconds=60") as raised:
+        check_timing(TaskSpec.model_validate({**past, "catchup_window_seconds": 60}), NOW)
+    assert raised.value.field == "run_at"
+    check_timing(TaskSpec.model_validate({**past, "catchup_window_seconds": 3 * 3600}), NOW)
+    # On time (within the minute) it runs whatever its window: not refused.
+    check_timing(TaskSpec.model_validate({**past, "run_at": NOW - timedelta(seconds=40),
+                                          "catchup_window_seconds": 10}), NOW)
+    dates = {**CRON, "schedule_type": "dates", "cron": None, "missed_run_policy": "single_catchup",
+             "catchup_window_seconds": 600}
+    with pytest.raises(TimingError, match="dates is older") as raised:
+        check_timing(TaskSpec.model_validate(
+            {**dates, "dates": [NOW - timedelta(hours=3), NOW - timedelta(hours=2)]}), NOW)
+    assert raised.value.field == "dates"
+    # One date left to run (in the window, or to come): accepted, the others are skipped.
+    for last in (NOW - timedelta(minutes=5), NOW + timedelta(hours=1)):
+        check_timing(TaskSpec.model_validate({**dates, "dates": [NOW - timedelta(hours=2), last]}), NOW)
+
+
 def test_a_change_is_judged_on_what_it_sets_not_on_a_stored_cron_or_zone() -> None:
     stored = TaskSpec.model_validate({"task_name": "old", "job_details": {"type": "handler", "name": "noop"},
                                       "schedule_type": "cron", "cron": "R 3 * * *", "timezone": "Factory"})
