@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from sqlalchemy import Engine
 
 from api.calendars import calendar_plan
+from api.compute import charged
 from api.database import in_thread
 from api.errors import InvalidTask, TaskConflict
 from api.schemas import BackfillIn, BackfillInstantOut, BackfillOut
@@ -45,7 +46,8 @@ async def backfill(engine: Engine, temporal: TemporalGateway, task: Task, body: 
     # The anchor of a fixed-rate interval moves when its schedule is re-timed: the workflow's.
     anchor = task.created_at if _needs_no_anchor(spec) else state.anchor
     try:
-        fires = instants_between(spec, anchor, body.start, body.end, datetime.now(UTC))
+        fires = await charged(task.tenant_id, instants_between, spec, anchor, body.start, body.end,
+                               datetime.now(UTC))
     except NoPastInstants as exc:
         raise TaskConflict(str(exc)) from exc  # the range is fine; the task has none
     except BadRange as exc:

@@ -6,10 +6,10 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import UTC, datetime
 
-import anyio
 from pydantic import BaseModel, Field, ValidationError
 
 from api.calendars import by_calendar, calendar_plan, judged_again
+from api.compute import charged
 from api.database import in_thread
 from api.errors import InvalidTask, TaskConflict
 from api.service import Principal, TaskService, _first_error
@@ -70,13 +70,13 @@ class Previews:
         await validate_new_task(spec, usage, self.service.rules, now=now, body_size=body_size)
         await self.service.calendars.check_refs(who.tenant_id, spec)
         await self.service.calendars.check_runs(who.tenant_id, spec, now)
-        fires = upcoming_of_new(spec, now, limit)
+        fires = await charged(who.tenant_id, upcoming_of_new, spec, now, limit)
         calendars = await self._calendars(who.tenant_id, spec, fires)
         if calendars is not None:
             position = policy.Position(spec=spec, task_id="", anchor=now, next_fire_at=None,
                                        calendar=calendars)
-            fires = _shown_shifted(upcoming_of_new(spec, now, limit, skip=by_calendar(position)),
-                                   position)
+            fires = await charged(who.tenant_id, lambda: _shown_shifted(
+                upcoming_of_new(spec, now, limit, skip=by_calendar(position)), position))
         return await self._out(who.tenant_id, spec, fires, besides=None)
 
     async def of_change(
@@ -100,24 +100,28 @@ class Previews:
                                 body_size=body_size, before=spec)
         await self.service.calendars.check_refs(row.tenant_id, new_spec, before=spec)
         state = await self.service.temporal.state(task_id)
-        before = self._fires(state, limit)
+        tenant = row.tenant_id
+        before = await charged(tenant, self._fires, state, limit)
         # The change as the workflow makes it: the policy engine's re-plan of the schedule.
-        change = policy.change_schedule(state.position(), policy.Flight(), new_spec, now)
+        change = await charged(tenant, policy.change_schedule, state.position(), policy.Flight(),
+                                new_spec, now)
         if policy.leaves_nothing(change, policy.Flight(total=len(state.running))):
             name, message = policy.why_no_run(new_spec, state.executed)  # as the update answers
             raise InvalidTask(message, field=name)
         if judged_again(spec, new_spec):
             await self.service.calendars.check_change(row.tenant_id, changes, state, now)
-        after = upcoming(new_spec, task_id=task_id, first=change.next_fire_at, anchor=change.anchor,
-                         limit=limit, runs_left=state.runs_left(new_spec))
+        def after_change(skip: SkipRule | None = None) -> list[PreviewFire]:
+            return upcoming(new_spec, task_id=task_id, first=change.next_fire_at,
+                            anchor=change.anchor, limit=limit, runs_left=state.runs_left(new_spec),
+                            skip=skip)
+
+        after = await charged(tenant, after_change)
         calendars = await self._calendars(row.tenant_id, new_spec, after)
         if calendars is not None:
             position = policy.Position(spec=new_spec, task_id=task_id, anchor=change.anchor,
                                        next_fire_at=None, calendar=calendars)
-            after = _shown_shifted(upcoming(
-                new_spec, task_id=task_id, first=change.next_fire_at, anchor=change.anchor,
-                limit=limit, runs_left=state.runs_left(new_spec), skip=by_calendar(position)),
-                position)
+            after = await charged(tenant, lambda: _shown_shifted(
+                after_change(by_calendar(position)), position))
         before = await self._with_calendars(state, before, limit)
         out = await self._out(row.tenant_id, new_spec, after, besides=task_id)
         out.before = await self._out(row.tenant_id, spec, before, besides=task_id)
@@ -131,11 +135,12 @@ class Previews:
             return PreviewOut(description=describe(spec), fires=[],
                               warnings=[f"the task has ended ({row.status}): it fires no more"])
         state = await self.service.temporal.state(task_id)
-        fires = await self._with_calendars(state, self._fires(state, limit), limit)
+        fires = await self._with_calendars(
+            state, await charged(state.tenant_id, self._fires, state, limit), limit)
         out = await self._out(row.tenant_id, state.spec, fires, besides=task_id)
         if state.paused:
             out.warnings.append("the task is paused: fires that fall before it is resumed do not run")
-            out.on_resume = await anyio.to_thread.run_sync(on_resume_now, state)
+            out.on_resume = await charged(state.tenant_id, on_resume_now, state)
         return out
 
     async def _calendars(self, tenant_id: str, spec: TaskSpec,
@@ -150,7 +155,8 @@ class Previews:
         if calendars is None:
             return fires
         position = replace(state.position(), calendar=calendars)
-        return _shown_shifted(self._fires(state, limit, skip=by_calendar(position)), position)
+        return await charged(state.tenant_id, lambda: _shown_shifted(
+            self._fires(state, limit, skip=by_calendar(position)), position))
 
     @staticmethod
     def _fires(state: TaskState, limit: int, skip: SkipRule | None = None) -> list[PreviewFire]:

@@ -1,0 +1,52 @@
+"""Listing fires costs the API CPU (a sparse cron's 1,000 fires take croniter about 0.35 s):
+a tenant that keeps asking for them, well inside its read limit, is refused once it has used
+its share (429 with Retry-After), and another tenant's previews and every plain read go on."""
+
+from __future__ import annotations
+
+import uuid
+
+import httpx
+
+from store.keys import create_key
+from tests.api.conftest import Stack
+
+SPARSE = {"task_name": "leap Mondays", "job_details": {"type": "handler", "name": "noop"},
+          "schedule_type": "cron", "cron": "0 0 29 2 1#5", "timezone": "UTC"}
+
+
+def _client(stack: Stack) -> httpx.AsyncClient:
+    """A client of a tenant of its own: the budget it spends is no other test's."""
+    _, key = create_key(stack.engine, f"fm-{uuid.uuid4().hex[:8]}")
+    return httpx.AsyncClient(base_url=stack.base_url, headers={"Authorization": f"Bearer {key}"},
+                             timeout=60)
+
+
+async def test_a_tenant_listing_fires_past_its_cpu_share_is_refused_and_others_go_on(
+    stack: Stack
+) -> None:
+    async with _client(stack) as heavy, _client(stack) as other:
+        created = await heavy.post("/task/recurring", json=SPARSE)
+        assert created.status_code == 201, created.text
+        task_id = created.json()["task_id"]
+        theirs = await other.post("/task/recurring", json=SPARSE)
+        assert theirs.status_code == 201, theirs.text
+
+        answers = []
+        for _ in range(60):  # 1 s of CPU at about 0.35 s each: refused long before the 60th
+            answer = await heavy.get(f"/tasks/{task_id}/upcoming", params={"limit": 1000})
+            answers.append(answer)
+            if answer.status_code != 200:
+                break
+        refused = answers[-1]
+        assert refused.status_code == 429, [a.status_code for a in answers]
+        assert len(answers) > 1  # the first ones were answered
+        assert int(refused.headers["Retry-After"]) >= 1
+        assert "listing fires" in refused.json()["detail"]
+        # Another tenant's preview, and the heavy tenant's plain reads, are not refused.
+        assert (await other.get(f"/tasks/{theirs.json()['task_id']}/upcoming",
+                                params={"limit": 1000})).status_code == 200
+        assert (await heavy.get(f"/tasks/{task_id}")).status_code == 200
+        # A new task's preview draws on the same budget.
+        assert (await heavy.post("/task/preview", params={"limit": 1000},
+                                 json=SPARSE)).status_code == 429
