@@ -1,7 +1,8 @@
 """How many creates an API process takes on at once, and how they are shared among tenants.
 
 A create counts from its arrival (before its key and quota are read) until its workflow is
-started and its row written. When Temporal or the database falls behind, creates pile up here:
+started and its row written; on arrival, each credential presented keeps within its share of
+the bound, so one tenant's flood of creates does not take the room of another's. When Temporal or the database falls behind, creates pile up here:
 past the process's bound a create is refused at once (503), and a tenant past its share of the
 bound gets 429, both with Retry-After, instead of waiting until the client gives up. A tenant's
 share is the bound over 2 + the other tenants with creates in progress: one tenant alone takes
@@ -17,10 +18,12 @@ the rest. One instance per API process, used from its event loop only (no lock).
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import time
 from collections import Counter
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import TypeVar
 
 import structlog
 from fastapi import Depends, Request
@@ -39,6 +42,7 @@ BEHIND_RETRY_AFTER_SECONDS = 5
 BEHIND_RETRY_AFTER = {"Retry-After": str(BEHIND_RETRY_AFTER_SECONDS)}
 
 log = structlog.get_logger("task_scheduler.api")
+_K = TypeVar("_K", str, bytes)
 
 
 class CreateAdmission:
@@ -49,6 +53,7 @@ class CreateAdmission:
         self.max_backlog_seconds = max_backlog_seconds
         self._arrived = 0
         self._by_tenant: Counter[str] = Counter()
+        self._by_caller: Counter[bytes] = Counter()
         self._backlog_age = 0.0  # of the workflow queue, while workers take its tasks
         self._read_at = float("-inf")  # monotonic time of the reading
 
@@ -74,20 +79,28 @@ class CreateAdmission:
 
     def share(self, tenant_id: str) -> int:
         """How many creates ``tenant_id`` may have in progress now."""
-        others = len(self._by_tenant) - (tenant_id in self._by_tenant)
-        return max(1, self.limit // (others + 2))
+        return _share(self.limit, self._by_tenant, tenant_id)
 
     @asynccontextmanager
-    async def arrival(self) -> AsyncIterator[None]:
-        """Count a create from its arrival; refuse it (503) when the process has ``limit``."""
+    async def arrival(self, caller: bytes) -> AsyncIterator[None]:
+        """Count a create from its arrival; refuse it (503) when the process has ``limit``, or
+        (429) when the credential it presents (``caller``, a digest: its key is not read yet)
+        holds its share, so that one tenant's flood never fills the process for the others."""
         if self._arrived >= self.limit:
             raise Overloaded(f"this API process has {self.limit} creates in progress, as many as "
                              f"it takes; retry after {RETRY_AFTER_SECONDS}s", headers=RETRY_AFTER)
+        share, held = _share(self.limit, self._by_caller, caller), self._by_caller[caller]
+        if held >= share:
+            raise RateLimited(f"this API key has {held} creates arriving, its share of this API "
+                              f"process's {self.limit} is {share} now; retry after "
+                              f"{RETRY_AFTER_SECONDS}s", headers=RETRY_AFTER)
         self._arrived += 1
+        self._by_caller[caller] += 1
         try:
             yield
         finally:
             self._arrived -= 1
+            _release(self._by_caller, caller)
 
     @asynccontextmanager
     async def tenant(self, tenant_id: str) -> AsyncIterator[None]:
@@ -109,9 +122,19 @@ class CreateAdmission:
         try:
             yield
         finally:
-            self._by_tenant[tenant_id] -= 1
-            if not self._by_tenant[tenant_id]:
-                del self._by_tenant[tenant_id]
+            _release(self._by_tenant, tenant_id)
+
+
+def _share(limit: int, holders: Counter[_K], holder: _K) -> int:
+    """A holder's share of ``limit``: it over 2 + the other holders."""
+    others = len(holders) - (holder in holders)
+    return max(1, limit // (others + 2))
+
+
+def _release(holders: Counter[_K], holder: _K) -> None:
+    holders[holder] -= 1
+    if not holders[holder]:
+        del holders[holder]
 
 
 @asynccontextmanager
@@ -139,7 +162,8 @@ async def following_backlog(admission: CreateAdmission, temporal: TemporalGatewa
 
 async def _arrival(request: Request) -> AsyncIterator[None]:
     admission: CreateAdmission = request.app.state.admission
-    async with admission.arrival():
+    credential = request.headers.get("authorization", "").encode()
+    async with admission.arrival(hashlib.blake2b(credential, digest_size=16).digest()):
         yield
 
 

@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 from sqlalchemy import Engine, text
 
+from store.keys import create_key
 from tests.api.conftest import ON_BOTH_DATABASES, Stack, serve_api
 
 pytestmark = ON_BOTH_DATABASES
@@ -53,10 +54,12 @@ async def _in_progress(http: httpx.AsyncClient) -> float:
 
 
 async def test_creates_past_the_bound_or_a_tenants_share_are_refused_at_once(stack: Stack) -> None:
-    names = {n: f"admission-{n}-{time.time_ns()}" for n in "abcdefg"}
+    names = {n: f"admission-{n}-{time.time_ns()}" for n in "abcdefgh"}
     async with serve_api(stack.env, stack.engine, temporal_task_queue=stack.task_queue,
                          api_max_creates_in_progress=4) as base:
         keys = {t: {"Authorization": f"Bearer {stack.keys[t]}"} for t in ("t1", "t2", "admin")}
+        # A second key of t1: within its own share on arrival, held to t1's once read.
+        keys["t1-other"] = {"Authorization": f"Bearer {create_key(stack.engine, 't1')[1]}"}
         async with httpx.AsyncClient(base_url=base, timeout=60) as http:
             def create(tenant: str, n: str) -> Any:
                 return http.post("/task/create", json=_once(names[n]), headers=keys[tenant])
@@ -77,6 +80,7 @@ async def test_creates_past_the_bound_or_a_tenants_share_are_refused_at_once(sta
                 await hold("t2", "c")  # t1 at its share: t2 still gets in
                 over_t1 = await create("t1", "d")  # with t2 in: 4 // 3 = 1 each, t1 holds 2
                 over_t2 = await create("t2", "e")  # t2 holds its 1
+                over_tenant = await create("t1-other", "h")  # a new key of t1: t1 holds 2 of 1
                 await hold("admin", "f")  # a third tenant finds room: the 4th create
                 full = await create("t1", "g")  # the process holds 4 of 4
                 listed = await http.get("/tasks", headers=keys["t1"])  # reads are not bounded
@@ -86,18 +90,22 @@ async def test_creates_past_the_bound_or_a_tenants_share_are_refused_at_once(sta
             assert await _in_progress(http) == 0
 
             assert [a.status_code for a in answers] == [201] * 4, [a.text for a in answers]
-            for refused, tenant, held in ((over_t1, "t1", 2), (over_t2, "t2", 1)):
+            # On arrival, by the key presented (before it is read); then by its tenant.
+            for refused, holder in ((over_t1, "this API key has 2 creates arriving"),
+                                    (over_t2, "this API key has 1 creates arriving"),
+                                    (over_tenant, "tenant t1 has 2 creates in progress")):
                 assert refused.status_code == 429, refused.text
-                assert (f"tenant {tenant} has {held} creates in progress, its share of this API "
-                        "process's 4 is 1 now") in refused.json()["detail"]
+                assert (f"{holder}, its share of this API process's 4 is 1 now"
+                        in refused.json()["detail"]), refused.json()
             assert full.status_code == 503, full.text
             assert full.json()["type"].endswith("/overloaded")
-            for refused in (over_t1, over_t2, full):
+            for refused in (over_t1, over_t2, over_tenant, full):
                 assert refused.headers["Retry-After"] == "1"
                 assert refused.headers["content-type"].startswith("application/problem+json")
             assert listed.status_code == 200
             # The refused creates left no task; the held ones are there, each once.
-            owners = {"a": "t1", "b": "t1", "c": "t2", "d": "t1", "e": "t2", "f": "admin", "g": "t1"}
+            owners = {"a": "t1", "b": "t1", "c": "t2", "d": "t1", "e": "t2", "f": "admin", "g": "t1",
+                      "h": "t1"}
             found = set()
             for n, name in names.items():
                 page = await http.get("/tasks", params={"name": name}, headers=keys[owners[n]])
