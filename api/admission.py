@@ -1,12 +1,13 @@
 """How many creates an API process takes on at once, and how they are shared among tenants.
 
 A create counts from its arrival (before its key and quota are read) until its workflow is
-started and its row written; on arrival, each credential presented keeps within its share of
-the bound, so one tenant's flood of creates does not take the room of another's. When Temporal or the database falls behind, creates pile up here:
+started and its row written. When Temporal or the database falls behind, creates pile up here:
 past the process's bound a create is refused at once (503), and a tenant past its share of the
 bound gets 429, both with Retry-After, instead of waiting until the client gives up. A tenant's
 share is the bound over 2 + the other tenants with creates in progress: one tenant alone takes
-half, and a tenant that comes while others burst still finds room.
+half, and a tenant that comes while others burst still finds room. The share is kept on arrival
+too, by the API key presented (a tenant with several keys has a share for each until they are
+read), so one tenant's flood of creates does not take the room of another's.
 
 The bound holds the API's own queue, not Temporal's: when the workers fall behind, workflow
 tasks wait in the task queue, every tenant's runs start late, and each new task adds its first
@@ -27,6 +28,7 @@ from typing import TypeVar
 
 import structlog
 from fastapi import Depends, Request
+from fastapi.security.utils import get_authorization_scheme_param
 
 from api.errors import Overloaded, RateLimited
 from api.temporal import TemporalGateway
@@ -162,7 +164,9 @@ async def following_backlog(admission: CreateAdmission, temporal: TemporalGatewa
 
 async def _arrival(request: Request) -> AsyncIterator[None]:
     admission: CreateAdmission = request.app.state.admission
-    credential = request.headers.get("authorization", "").encode()
+    # The key as the API reads it (HTTPBearer): any spelling of the scheme is the same caller.
+    scheme, key = get_authorization_scheme_param(request.headers.get("authorization"))
+    credential = key.encode() if scheme.lower() == "bearer" else b""
     async with admission.arrival(hashlib.blake2b(credential, digest_size=16).digest()):
         yield
 

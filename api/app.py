@@ -14,6 +14,7 @@ from temporalio.client import Client
 from activities.handlers import load_handlers
 from activities.signing import Signer
 from api.admission import CreateAdmission, following_backlog
+from api.compute import FireMath
 from api.deps import storable_params
 from api.errors import install_error_handlers
 from api.guards import BodyGuard
@@ -66,6 +67,7 @@ def create_app(
             egress,
             Quota.from_settings(settings.quota),
             workflow_jobs=workflow_job_rules(settings),
+            fire_math=FireMath(settings.api.fire_math_cpu_share, settings.api.fire_math_cpu_burst),
         )
         app.state.calendars = app.state.service.calendars
         app.state.signing = SigningService(

@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from sqlalchemy import Engine
 
 from api.calendars import calendar_plan
-from api.compute import charged
+from api.compute import FireMath
 from api.database import in_thread
 from api.errors import InvalidTask, TaskConflict
 from api.schemas import BackfillIn, BackfillInstantOut, BackfillOut
@@ -34,8 +34,8 @@ from store.models import Task
 from workflows.state import BackfillItem, BackfillRequest, TaskState
 
 
-async def backfill(engine: Engine, temporal: TemporalGateway, task: Task, body: BackfillIn,
-                   request_id: str | None, actor: str | None = None) -> BackfillOut:
+async def backfill(engine: Engine, temporal: TemporalGateway, fire_math: FireMath, task: Task,
+                   body: BackfillIn, request_id: str | None, actor: str | None = None) -> BackfillOut:
     """The instants of ``body``'s range and what happens to each; unless a dry run, the task's
     workflow runs those marked ``run`` (409 while another backfill of it runs)."""
     if TaskStatus(task.status) in FINAL_STATUSES:
@@ -46,8 +46,8 @@ async def backfill(engine: Engine, temporal: TemporalGateway, task: Task, body: 
     # The anchor of a fixed-rate interval moves when its schedule is re-timed: the workflow's.
     anchor = task.created_at if _needs_no_anchor(spec) else state.anchor
     try:
-        fires = await charged(task.tenant_id, instants_between, spec, anchor, body.start, body.end,
-                               datetime.now(UTC))
+        fires = await fire_math.charged(task.tenant_id, instants_between, spec, anchor, body.start,
+                                        body.end, datetime.now(UTC))
     except NoPastInstants as exc:
         raise TaskConflict(str(exc)) from exc  # the range is fine; the task has none
     except BadRange as exc:

@@ -1,15 +1,16 @@
 """Fire math of a request (previews, backfill ranges, calendar checks) off the event loop.
 
-Listing 1,000 fires takes croniter about 75 ms for a daily cron and 0.35 s for a sparse one
-(``0 0 29 2 1#5``): on the event loop that stalls every tenant's requests. Here it runs on a
-thread, one computation at a time per tenant, and the reads that ask for it (previews, backfill
-ranges) draw on a per-tenant budget of CPU time: past it they are refused (429) until it
-refills, so a tenant's costly reads cannot take the API process from the others.
+Listing many fires of a sparse cron (``0 0 29 2 1#5``) keeps croniter busy for a good part of a
+second: on the event loop that would stall every tenant's requests. Here it runs on a thread,
+one computation at a time per tenant and a few at a time per process, and the reads that ask
+for it (previews, backfill ranges) draw on a per-tenant budget of CPU time. Past it they are
+refused (429) until it refills, so a tenant's costly reads cannot take the API process from the
+others (docs/operations.md, "Rate limits"). One instance per API process, used from its event
+loop only.
 """
 
 from __future__ import annotations
 
-import functools
 import math
 import time
 from collections.abc import Callable
@@ -18,71 +19,83 @@ from typing import Any, TypeVar
 
 import anyio
 from anyio import to_thread
-from anyio.lowlevel import RunVar
 
 from api.errors import RateLimited
 
 T = TypeVar("T")
 
-# CPU seconds of fire math a tenant's reads may use per second, on average, per API process,
-# and what they may spend at once.
-CPU_SHARE = 0.1
-CPU_BURST = 1.0
+# Threads of one process computing fires at once (each tenant has at most one of them).
+THREADS = 4
 
 
 @dataclass
 class _Tenant:
-    threads: anyio.CapacityLimiter = field(default_factory=lambda: anyio.CapacityLimiter(1))
-    balance: float = CPU_BURST
+    balance: float  # CPU seconds left to spend
     at: float = field(default_factory=time.monotonic)
+    turn: anyio.Lock = field(default_factory=anyio.Lock)
 
-    def refilled(self) -> float:
+
+class FireMath:
+    """Runs fire math on threads; ``charged`` keeps each tenant within ``cpu_share`` seconds of
+    CPU a second, ``cpu_burst`` at once."""
+
+    def __init__(self, cpu_share: float = 0.1, cpu_burst: float = 1.0) -> None:
+        self.cpu_share = cpu_share
+        self.cpu_burst = cpu_burst
+        self._tenants: dict[str, _Tenant] = {}
+        self._threads: anyio.CapacityLimiter | None = None  # made on the event loop
+
+    async def off_loop(self, tenant_id: str, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` on a thread, after the tenant's earlier computations."""
+        async with self._tenant(tenant_id).turn:
+            return await self._thread(fn, *args)
+
+    async def charged(self, tenant_id: str, fn: Callable[..., T], *args: Any) -> T:
+        """Like ``off_loop`` for a read, whose CPU time the tenant's budget pays: refused (429)
+        while the budget is spent. Judged once the tenant's earlier computations are done, so
+        requests sent together are each judged on what the ones before cost."""
+        tenant = self._tenant(tenant_id)
+        async with tenant.turn:
+            self.refuse_if_spent(tenant_id)
+            clock = _CpuClock()
+            try:
+                return await self._thread(clock.run, fn, *args)
+            finally:
+                tenant.balance -= clock.spent
+
+    def refuse_if_spent(self, tenant_id: str) -> None:
+        """Raise RateLimited, with Retry-After, while the tenant's budget is spent."""
+        tenant = self._tenant(tenant_id)
         now = time.monotonic()
-        self.balance = min(CPU_BURST, self.balance + (now - self.at) * CPU_SHARE)
-        self.at = now
-        return self.balance
+        tenant.balance = min(self.cpu_burst, tenant.balance + (now - tenant.at) * self.cpu_share)
+        tenant.at = now
+        if tenant.balance <= 0:
+            wait = max(1, math.ceil(-tenant.balance / self.cpu_share))
+            raise RateLimited(
+                f"tenant {tenant_id} has used its share of this API process's CPU for listing "
+                f"fires ({self.cpu_share:g} s a second); ask for fewer fires, or retry after "
+                f"{wait}s", headers={"Retry-After": str(wait)})
+
+    def _tenant(self, tenant_id: str) -> _Tenant:
+        if (tenant := self._tenants.get(tenant_id)) is None:
+            tenant = self._tenants[tenant_id] = _Tenant(balance=self.cpu_burst)
+        return tenant
+
+    async def _thread(self, fn: Callable[..., T], *args: Any) -> T:
+        if self._threads is None:
+            self._threads = anyio.CapacityLimiter(THREADS)
+        return await to_thread.run_sync(fn, *args, limiter=self._threads)
 
 
-_tenants: RunVar[dict[str, _Tenant]] = RunVar("fire_math_tenants")
+class _CpuClock:
+    """The CPU time of the calls run through it, on their own thread (raised or not)."""
 
+    def __init__(self) -> None:
+        self.spent = 0.0
 
-def _tenant(tenant_id: str) -> _Tenant:
-    try:
-        tenants = _tenants.get()
-    except LookupError:
-        tenants = {}
-        _tenants.set(tenants)
-    return tenants.setdefault(tenant_id, _Tenant())
-
-
-async def off_loop(tenant_id: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-    """``fn(*args, **kwargs)`` on a thread, after the tenant's earlier computations."""
-    return await to_thread.run_sync(functools.partial(fn, *args, **kwargs),
-                                    limiter=_tenant(tenant_id).threads)
-
-
-async def charged(tenant_id: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-    """Like ``off_loop``, for a read: refused (429) while the tenant's CPU budget is spent,
-    and the CPU time it takes is drawn from it."""
-    tenant = _tenant(tenant_id)
-    if (balance := tenant.refilled()) <= 0:
-        wait = max(1, math.ceil(-balance / CPU_SHARE))
-        raise RateLimited(
-            f"tenant {tenant_id} has used its share of this API process's CPU for listing fires "
-            f"({CPU_SHARE:g} s a second); ask for fewer fires, or retry after {wait}s",
-            headers={"Retry-After": str(wait)})
-
-    used = 0.0
-
-    def timed() -> T:
-        nonlocal used
+    def run(self, fn: Callable[..., T], *args: Any) -> T:
         began = time.thread_time()
         try:
-            return fn(*args, **kwargs)
+            return fn(*args)
         finally:
-            used = time.thread_time() - began
-
-    try:
-        return await to_thread.run_sync(timed, limiter=tenant.threads)
-    finally:
-        tenant.balance -= used
+            self.spent += time.thread_time() - began

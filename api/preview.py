@@ -9,7 +9,6 @@ from datetime import UTC, datetime
 from pydantic import BaseModel, Field, ValidationError
 
 from api.calendars import by_calendar, calendar_plan, judged_again
-from api.compute import charged
 from api.database import in_thread
 from api.errors import InvalidTask, TaskConflict
 from api.service import Principal, TaskService, _first_error
@@ -61,21 +60,24 @@ class Previews:
 
     def __init__(self, service: TaskService) -> None:
         self.service = service
+        # Listing fires runs on a thread and the tenant's CPU budget pays for it (api/compute.py).
+        self._charged = service.fire_math.charged
 
     async def of_new(
         self, who: Principal, spec: TaskSpec, usage: TenantUsage, *, limit: int, body_size: int,
     ) -> PreviewOut:
         """The fires ``spec`` would have if it were created now (4xx as create would answer)."""
+        self.service.fire_math.refuse_if_spent(who.tenant_id)  # before the calendar checks' fires
         now = datetime.now(UTC)
         await validate_new_task(spec, usage, self.service.rules, now=now, body_size=body_size)
         await self.service.calendars.check_refs(who.tenant_id, spec)
         await self.service.calendars.check_runs(who.tenant_id, spec, now)
-        fires = await charged(who.tenant_id, upcoming_of_new, spec, now, limit)
+        fires = await self._charged(who.tenant_id, upcoming_of_new, spec, now, limit)
         calendars = await self._calendars(who.tenant_id, spec, fires)
         if calendars is not None:
             position = policy.Position(spec=spec, task_id="", anchor=now, next_fire_at=None,
                                        calendar=calendars)
-            fires = await charged(who.tenant_id, lambda: _shown_shifted(
+            fires = await self._charged(who.tenant_id, lambda: _shown_shifted(
                 upcoming_of_new(spec, now, limit, skip=by_calendar(position)), position))
         return await self._out(who.tenant_id, spec, fires, besides=None)
 
@@ -84,6 +86,7 @@ class Previews:
     ) -> PreviewOut:
         """The upcoming fires of a saved task before and after ``changes`` (4xx as update)."""
         # The service's own reads and refusals: a change is previewed on update's terms.
+        self.service.fire_math.refuse_if_spent(who.tenant_id)  # before the calendar checks' fires
         row = await self.service._row(who, task_id)
         self.service._refuse_final(row)
         spec = TaskSpec.model_validate(row.spec)
@@ -101,10 +104,10 @@ class Previews:
         await self.service.calendars.check_refs(row.tenant_id, new_spec, before=spec)
         state = await self.service.temporal.state(task_id)
         tenant = row.tenant_id
-        before = await charged(tenant, self._fires, state, limit)
+        before = await self._charged(tenant, self._fires, state, limit)
         # The change as the workflow makes it: the policy engine's re-plan of the schedule.
-        change = await charged(tenant, policy.change_schedule, state.position(), policy.Flight(),
-                                new_spec, now)
+        change = await self._charged(tenant, policy.change_schedule, state.position(),
+                                     policy.Flight(), new_spec, now)
         if policy.leaves_nothing(change, policy.Flight(total=len(state.running))):
             name, message = policy.why_no_run(new_spec, state.executed)  # as the update answers
             raise InvalidTask(message, field=name)
@@ -115,12 +118,12 @@ class Previews:
                             anchor=change.anchor, limit=limit, runs_left=state.runs_left(new_spec),
                             skip=skip)
 
-        after = await charged(tenant, after_change)
+        after = await self._charged(tenant, after_change)
         calendars = await self._calendars(row.tenant_id, new_spec, after)
         if calendars is not None:
             position = policy.Position(spec=new_spec, task_id=task_id, anchor=change.anchor,
                                        next_fire_at=None, calendar=calendars)
-            after = await charged(tenant, lambda: _shown_shifted(
+            after = await self._charged(tenant, lambda: _shown_shifted(
                 after_change(by_calendar(position)), position))
         before = await self._with_calendars(state, before, limit)
         out = await self._out(row.tenant_id, new_spec, after, besides=task_id)
@@ -136,11 +139,11 @@ class Previews:
                               warnings=[f"the task has ended ({row.status}): it fires no more"])
         state = await self.service.temporal.state(task_id)
         fires = await self._with_calendars(
-            state, await charged(state.tenant_id, self._fires, state, limit), limit)
+            state, await self._charged(state.tenant_id, self._fires, state, limit), limit)
         out = await self._out(row.tenant_id, state.spec, fires, besides=task_id)
         if state.paused:
             out.warnings.append("the task is paused: fires that fall before it is resumed do not run")
-            out.on_resume = await charged(state.tenant_id, on_resume_now, state)
+            out.on_resume = await self._charged(state.tenant_id, on_resume_now, state)
         return out
 
     async def _calendars(self, tenant_id: str, spec: TaskSpec,
@@ -155,7 +158,7 @@ class Previews:
         if calendars is None:
             return fires
         position = replace(state.position(), calendar=calendars)
-        return await charged(state.tenant_id, lambda: _shown_shifted(
+        return await self._charged(state.tenant_id, lambda: _shown_shifted(
             self._fires(state, limit, skip=by_calendar(position)), position))
 
     @staticmethod

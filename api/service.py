@@ -18,6 +18,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from activities.workflow_jobs import WorkflowJobRules
 from api.backfill import backfill
 from api.calendars import CalendarService, judged_again
+from api.compute import FireMath
 from api.database import in_thread
 from api.errors import (
     InvalidTask,
@@ -84,6 +85,7 @@ class TaskService:
         egress: EgressPolicy | None = None,
         quota_defaults: Quota | None = None,
         workflow_jobs: WorkflowJobRules | None = None,
+        fire_math: FireMath | None = None,
     ) -> None:
         self.engine = engine
         self.temporal = temporal
@@ -94,7 +96,8 @@ class TaskService:
         self.active_counts = ActiveCounts()
         # No linger: rows that arrive while a commit runs go together into the next one.
         self.writer = BatchWriter(engine, linger=0)
-        self.calendars = CalendarService(engine)
+        self.fire_math = fire_math or FireMath()
+        self.calendars = CalendarService(engine, self.fire_math)
 
     async def aclose(self) -> None:
         """Stop the row writer (at shutdown, after the last request)."""
@@ -338,8 +341,8 @@ class TaskService:
                        idempotency_key: str | None = None) -> BackfillOut:
         """Run a task's past instants again (``api/backfill.py``); once per Idempotency-Key."""
         async def act(request_id: str | None) -> BackfillOut:
-            return await backfill(self.engine, self.temporal, await self._row(who, task_id), body,
-                                  request_id, who.key_id)
+            return await backfill(self.engine, self.temporal, self.fire_math,
+                                  await self._row(who, task_id), body, request_id, who.key_id)
 
         if body.dry_run:
             return await act(None)

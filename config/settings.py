@@ -68,6 +68,14 @@ class ApiSettings(BaseModel):
         "tasks would make every tenant's runs late. Not while nobody takes them (the workers "
         "down): those creates wait for the workers as before. 0: off",
     )
+    fire_math_cpu_share: float = Field(
+        default=0.1, gt=0,
+        description="CPU seconds a second of one API process that a tenant's previews and "
+        "backfill ranges may spend listing fires; past it they get 429 with Retry-After",
+    )
+    fire_math_cpu_burst: float = Field(
+        default=1.0, gt=0, description="CPU seconds of listing fires a tenant may spend at once",
+    )
     health_cache_seconds: float = Field(
         default=1.0, ge=0,
         description="/checkHealth and /readyz answer from one check of the database and Temporal "

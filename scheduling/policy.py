@@ -21,6 +21,7 @@ from scheduling.fire import first_fire, next_fire
 from scheduling.jitter import jitter_offset
 from scheduling.spec import (
     MAX_COOL_DOWN_SECONDS,
+    ON_TIME_GRACE,
     IntervalMode,
     MissedRunPolicy,
     OverlapPolicy,
@@ -38,9 +39,6 @@ from scheduling.status import (
     Trigger,
 )
 
-# A scheduled run that starts more than this long after its instant was missed (the stack was
-# down, or the workers were backlogged): the missed-run policy decides it, not the clock.
-ON_TIME_GRACE = timedelta(seconds=60)
 # Due fires looked at in one pass: a per-second cron after a day down takes many passes.
 FIRES_PER_PASS = 250
 # A run dispatched ahead is withdrawn only while its instant is further away than its beat

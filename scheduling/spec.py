@@ -51,7 +51,10 @@ from scheduling.partial import optional_fields
 
 MAX_NAME_LENGTH = 200
 MAX_DATES = 1000
-PAST_TOLERANCE = timedelta(minutes=1)
+# A scheduled run that starts more than this long after its instant was missed (the stack was
+# down, or the workers were backlogged): the missed-run policy decides it, not the clock. So a
+# new run_at (or date) up to this far in the past still runs, on time (a client's clock lags).
+ON_TIME_GRACE = timedelta(seconds=60)
 # The longest cool-down of a self-healing breaker: a failing probe doubles it up to this.
 MAX_COOL_DOWN_SECONDS = 86_400
 
@@ -462,19 +465,22 @@ def check_timing(spec: TaskSpec, now: datetime, before: TaskSpec | None = None) 
     """
     once = spec.schedule_type is ScheduleType.ONCE
     catch_up = spec.missed_run_policy in (MissedRunPolicy.SINGLE_CATCHUP, MissedRunPolicy.CATCHUP)
-    if once and spec.run_at is not None and spec.run_at < now - PAST_TOLERANCE and not catch_up:
+    if once and spec.run_at is not None and spec.run_at < now - ON_TIME_GRACE and not catch_up:
         raise TimingError(
             "run_at", "is more than a minute in the past; check the client's clock and time zone "
             "(or set missed_run_policy to single_catchup or catchup to run it at once)"
         )
-    past = [i for i, d in enumerate(spec.dates or []) if d < now - PAST_TOLERANCE]
+    past = [i for i, d in enumerate(spec.dates or []) if d < now - ON_TIME_GRACE]
     if past and not catch_up:
         raise TimingError(
             f"dates[{past[0]}]", "is more than a minute in the past; check the client's clock "
             "and time zone (or set missed_run_policy to single_catchup or catchup)")
+    # Missed, and older than the window, every one: never run. Judged on the instants, which
+    # are the fires themselves unless jitter or a calendar moves them (later): then not judged.
     fires = [spec.run_at] if once and spec.run_at is not None else list(spec.dates or [])
-    if catch_up and fires and all(f < now - PAST_TOLERANCE and outside_catchup_window(spec, f, now)
-                                  for f in fires):
+    moved = bool(spec.jitter_seconds or spec.exclude_calendars)
+    if catch_up and fires and not moved and all(
+            f < now - ON_TIME_GRACE and outside_catchup_window(spec, f, now) for f in fires):
         raise TimingError(
             "run_at" if once else "dates",
             f"is older than catchup_window_seconds={spec.catchup_window_seconds:g}: its missed run "

@@ -202,12 +202,15 @@ def lateness_chart(runs: list[ExecutionOut], width: int = 960, height: int = 220
 
 
 # ----------------------------------------------------------------- sign-in
-async def _upcoming(service: TaskService, viewer: Principal, task_id: str) -> PreviewOut | None:
-    """The task's next fires; None when its workflow cannot be asked (the page shows the rest)."""
+async def _upcoming(service: TaskService, viewer: Principal,
+                    task_id: str) -> PreviewOut | str:
+    """The task's next fires, or why they are not shown (the page shows the rest)."""
     try:
         return await Previews(service).of_task(viewer, task_id, limit=UPCOMING)
+    except RateLimited as exc:  # the tenant's budget for listing fires is spent
+        return exc.detail
     except ApiError:
-        return None
+        return "The task's workflow cannot be asked right now."
 
 
 async def get_viewer(request: Request) -> Principal | None:

@@ -1,8 +1,7 @@
-"""A task database that hangs instead of refusing (another connection holds its write lock) no
-longer stops a task's fires: a write attempt gives up once a commit has sat for
+"""A task database that hangs instead of refusing (another connection holds its write lock)
+does not stop a task's fires: a write attempt gives up once a commit has sat for
 ``WRITE_STALLED_AFTER`` and retries on a workflow timer, so the workflow task's commands go
-out. Before, each attempt held them until the workflow task's heartbeat, 8 s at a time, and a
-task firing every second ran no fire in 25 s of the lock."""
+out instead of waiting for the workflow task's heartbeat."""
 
 from __future__ import annotations
 
