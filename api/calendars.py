@@ -7,10 +7,10 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, date, datetime
 from typing import Annotated, Any
 
+from anyio import to_thread
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
 from sqlalchemy import Engine
 
-from api.compute import FireMath
 from api.cursors import NextCursor
 from api.database import in_thread
 from api.errors import ApiError, InvalidTask, NotFound
@@ -159,9 +159,8 @@ Named = list[tuple[str, str, bool]]
 class CalendarService:
     """What the calendar endpoints do; every call is scoped by the caller's tenant."""
 
-    def __init__(self, engine: Engine, fire_math: FireMath) -> None:
+    def __init__(self, engine: Engine) -> None:
         self._engine = engine
-        self._fire_math = fire_math
 
     async def create(self, tenant_id: str, body: CalendarBody) -> CalendarOut:
         """Store a new calendar."""
@@ -245,7 +244,7 @@ class CalendarService:
         fires are worked out off the event loop."""
         if not judged(spec):
             return
-        fires = await self._fire_math.off_loop(tenant_id, fires_of, None)
+        fires = await to_thread.run_sync(fires_of, None)
         if not fires or len(fires) >= CHECKED_FIRES:
             return
         plan = await calendar_plan(self._engine, tenant_id, spec, [f.scheduled_at for f in fires])
@@ -253,7 +252,7 @@ class CalendarService:
             return
         position = policy.Position(spec=spec, task_id="", anchor=anchor, next_fire_at=None,
                                    calendar=plan)
-        fires = await self._fire_math.off_loop(tenant_id, fires_of, by_calendar(position))
+        fires = await to_thread.run_sync(fires_of, by_calendar(position))
         if len(fires) >= CHECKED_FIRES or any(f.skipped is None for f in fires):
             return
         first = fires[0].scheduled_at.astimezone(spec.zone()).date()

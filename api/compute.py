@@ -1,10 +1,10 @@
-"""Fire math of a request (previews, backfill ranges, calendar checks) off the event loop.
+"""Fire math of a read (previews, backfill ranges) off the event loop.
 
 Listing many fires of a sparse cron (``0 0 29 2 1#5``) keeps croniter busy for a good part of a
-second: on the event loop that would stall every tenant's requests. Here it runs on a thread,
-one computation at a time per tenant and a few at a time per process, and the reads that ask
-for it (previews, backfill ranges) draw on a per-tenant budget of CPU time. Past it they are
-refused (429) until it refills, so a tenant's costly reads cannot take the API process from the
+second: on the event loop that would stall every tenant's requests. Here it runs on one thread
+of the process (more would only fight the event loop for the interpreter), one listing at a
+time per tenant, and draws on a per-tenant budget of CPU time. Past it a read is refused (429)
+until the budget refills, so a tenant's costly reads cannot take the API process from the
 others (docs/operations.md, "Rate limits"). One instance per API process, used from its event
 loop only.
 """
@@ -24,8 +24,8 @@ from api.errors import RateLimited
 
 T = TypeVar("T")
 
-# Threads of one process computing fires at once (each tenant has at most one of them).
-THREADS = 4
+# Threads of one process listing fires at once.
+THREADS = 1
 
 
 @dataclass
@@ -39,20 +39,15 @@ class FireMath:
     """Runs fire math on threads; ``charged`` keeps each tenant within ``cpu_share`` seconds of
     CPU a second, ``cpu_burst`` at once."""
 
-    def __init__(self, cpu_share: float = 0.1, cpu_burst: float = 1.0) -> None:
+    def __init__(self, cpu_share: float, cpu_burst: float) -> None:
         self.cpu_share = cpu_share
         self.cpu_burst = cpu_burst
         self._tenants: dict[str, _Tenant] = {}
         self._threads: anyio.CapacityLimiter | None = None  # made on the event loop
 
-    async def off_loop(self, tenant_id: str, fn: Callable[..., T], *args: Any) -> T:
-        """``fn(*args)`` on a thread, after the tenant's earlier computations."""
-        async with self._tenant(tenant_id).turn:
-            return await self._thread(fn, *args)
-
     async def charged(self, tenant_id: str, fn: Callable[..., T], *args: Any) -> T:
-        """Like ``off_loop`` for a read, whose CPU time the tenant's budget pays: refused (429)
-        while the budget is spent. Judged once the tenant's earlier computations are done, so
+        """``fn(*args)`` on the thread, after the tenant's earlier listings, its CPU time paid
+        by the tenant's budget: refused (429) while the budget is spent. Judged in turn, so
         requests sent together are each judged on what the ones before cost."""
         tenant = self._tenant(tenant_id)
         async with tenant.turn:

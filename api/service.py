@@ -85,7 +85,8 @@ class TaskService:
         egress: EgressPolicy | None = None,
         quota_defaults: Quota | None = None,
         workflow_jobs: WorkflowJobRules | None = None,
-        fire_math: FireMath | None = None,
+        *,
+        fire_math: FireMath,
     ) -> None:
         self.engine = engine
         self.temporal = temporal
@@ -96,8 +97,8 @@ class TaskService:
         self.active_counts = ActiveCounts()
         # No linger: rows that arrive while a commit runs go together into the next one.
         self.writer = BatchWriter(engine, linger=0)
-        self.fire_math = fire_math or FireMath()
-        self.calendars = CalendarService(engine, self.fire_math)
+        self.fire_math = fire_math
+        self.calendars = CalendarService(engine)
 
     async def aclose(self) -> None:
         """Stop the row writer (at shutdown, after the last request)."""

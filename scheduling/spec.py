@@ -475,12 +475,13 @@ def check_timing(spec: TaskSpec, now: datetime, before: TaskSpec | None = None) 
         raise TimingError(
             f"dates[{past[0]}]", "is more than a minute in the past; check the client's clock "
             "and time zone (or set missed_run_policy to single_catchup or catchup)")
-    # Missed, and older than the window, every one: never run. Judged on the instants, which
-    # are the fires themselves unless jitter or a calendar moves them (later): then not judged.
+    # Missed, and older than the window, every one: never run. Judged on the latest instant
+    # each may have (jitter delays it up to jitter_seconds); not where a calendar may move it.
     fires = [spec.run_at] if once and spec.run_at is not None else list(spec.dates or [])
-    moved = bool(spec.jitter_seconds or spec.exclude_calendars)
-    if catch_up and fires and not moved and all(
-            f < now - ON_TIME_GRACE and outside_catchup_window(spec, f, now) for f in fires):
+    latest = timedelta(seconds=spec.jitter_seconds or 0)
+    if catch_up and fires and not spec.exclude_calendars and all(
+            f + latest < now - ON_TIME_GRACE and outside_catchup_window(spec, f, now)
+            for f in fires):
         raise TimingError(
             "run_at" if once else "dates",
             f"is older than catchup_window_seconds={spec.catchup_window_seconds:g}: its missed run "

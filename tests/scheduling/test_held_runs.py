@@ -6,7 +6,6 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from scheduling.policy import (
-    ON_TIME_GRACE,
     Flight,
     Position,
     Run,
@@ -14,7 +13,7 @@ from scheduling.policy import (
     next_from_queue,
     stale_in_queue,
 )
-from scheduling.spec import TaskSpec
+from scheduling.spec import ON_TIME_GRACE, TaskSpec
 
 T0 = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
 SECOND = timedelta(seconds=1)

@@ -162,9 +162,11 @@ def test_a_past_run_at_older_than_its_catchup_window_is_refused_as_never_running
     # On time (within the minute) it runs whatever its window: not refused.
     check_timing(TaskSpec.model_validate({**past, "run_at": NOW - timedelta(seconds=40),
                                           "catchup_window_seconds": 10}), NOW)
-    # Jitter may move its instant later, into the minute: not judged.
-    check_timing(TaskSpec.model_validate({**past, "run_at": NOW - timedelta(minutes=3),
-                                          "jitter_seconds": 300, "catchup_window_seconds": 60}), NOW)
+    # Jitter may delay its instant into the minute: it may run on time. Not a week's delay.
+    jittered = {**past, "jitter_seconds": 300, "catchup_window_seconds": 60}
+    check_timing(TaskSpec.model_validate({**jittered, "run_at": NOW - timedelta(minutes=3)}), NOW)
+    with pytest.raises(TimingError, match="run_at is older"):
+        check_timing(TaskSpec.model_validate({**jittered, "run_at": NOW - timedelta(days=7)}), NOW)
     dates = {**CRON, "schedule_type": "dates", "cron": None, "missed_run_policy": "single_catchup",
              "catchup_window_seconds": 600}
     with pytest.raises(TimingError, match="dates is older") as raised:

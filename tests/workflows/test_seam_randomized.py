@@ -41,7 +41,7 @@ from activities.heartbeats import MIN_BEAT_SECONDS
 from activities.options import RELEASE, RunOptions
 from scheduling import policy
 from scheduling.fire import first_fire
-from scheduling.spec import TaskChanges
+from scheduling.spec import ON_TIME_GRACE, TaskChanges
 from scheduling.status import TaskStatus, workflow_id
 from store.engine import make_engine, migrate
 from tests.conftest import new_worker
@@ -337,7 +337,7 @@ def _check(story: Story, job: Recording, rows: list, final: TaskState, overlap: 
     for row in scheduled:
         if row.trigger == "schedule" and row.id in first_start:
             instant = row.instant or row.scheduled_at
-            assert first_start[row.id] - instant <= policy.ON_TIME_GRACE, row
+            assert first_start[row.id] - instant <= ON_TIME_GRACE, row
 
     # The counters are the table.
     by_status = Counter(r.status for r in rows)
