@@ -5,6 +5,7 @@ a retry while it is queued waits for that write instead of queueing another."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 
 import pytest
@@ -30,6 +31,13 @@ class _CountingWriter(BatchWriter):
         await super().submit(write)  # type: ignore[arg-type]
 
 
+def _recorder(engine: Engine) -> tuple[_CountingWriter, Callable[[Record], Awaitable[None]],
+                                       ActivityEnvironment]:
+    """The product's record activity on a counting writer, and an environment to run it in."""
+    writer = _CountingWriter(engine)
+    return writer, BookkeepingActivities(engine, writer).record, ActivityEnvironment()
+
+
 def _record(task_id: str) -> Record:
     at = datetime(2026, 12, 7, 9, 0, tzinfo=UTC)
     return Record(executions=[ExecutionRecord(
@@ -40,43 +48,39 @@ def _record(task_id: str) -> Record:
 async def test_a_write_into_a_hanging_database_gives_up_and_its_retry_waits_for_it(
     any_engine: Engine
 ) -> None:
-    writer = _CountingWriter(any_engine)
-    bookkeeping = BookkeepingActivities(any_engine, writer)
-    env = ActivityEnvironment()
+    writer, record_of, env = _recorder(any_engine)
     record = _record("hang")
     try:
         with locked_for_writes(any_engine):
             for _ in range(2):  # the first attempt, then its retry
                 with pytest.raises(ApplicationError) as raised:
                     # Bounded well past the stall limit: before, it waited out the lock.
-                    await asyncio.wait_for(env.run(bookkeeping.record, record),
+                    await asyncio.wait_for(env.run(record_of, record),
                                            timeout=WRITE_STALLED_AFTER * 5)
                 assert raised.value.type == "DatabaseStalled"
                 assert not raised.value.non_retryable
             assert writer.submitted == 1
         await until(lambda: asyncio.sleep(0, writer.stalled_for() == 0))  # the commit ended
-        await asyncio.wait_for(env.run(bookkeeping.record, record), timeout=30)
+        await asyncio.wait_for(env.run(record_of, record), timeout=30)
         # The queued write landed; a retry after it writes the same rows once more (an upsert).
         assert writer.submitted == 2
         assert [(r.status, r.reason) for r in executions(any_engine, "hang")] == [("SKIPPED", "paused")]
         # Another record of the same workflow run is written as usual.
         other = _record("other")
-        await env.run(bookkeeping.record, other)
+        await env.run(record_of, other)
         assert writer.submitted == 3 and len(executions(any_engine, "other")) == 1
     finally:
         await writer.aclose()
 
 
 async def test_a_write_that_fails_is_not_waited_for_again(sqlite_engine: Engine) -> None:
-    writer = _CountingWriter(sqlite_engine)
-    bookkeeping = BookkeepingActivities(sqlite_engine, writer)
-    env = ActivityEnvironment()
+    writer, record_of, env = _recorder(sqlite_engine)
     with sqlite_engine.begin() as connection:
         connection.exec_driver_sql("DROP TABLE task_execution")
     try:
         for attempt in (1, 2):
             with pytest.raises(Exception, match="task_execution"):
-                await env.run(bookkeeping.record, _record("gone"))
+                await env.run(record_of, _record("gone"))
             assert writer.submitted == attempt  # a failed write is submitted afresh
     finally:
         await writer.aclose()
@@ -85,16 +89,14 @@ async def test_a_write_that_fails_is_not_waited_for_again(sqlite_engine: Engine)
 async def test_a_write_left_queued_when_the_writer_stops_fails_and_its_retry_writes_it(
     sqlite_engine: Engine
 ) -> None:
-    writer = _CountingWriter(sqlite_engine)
-    bookkeeping = BookkeepingActivities(sqlite_engine, writer)
-    env = ActivityEnvironment()
+    writer, record_of, env = _recorder(sqlite_engine)
     record = _record("stopped")
     with locked_for_writes(sqlite_engine):
         with pytest.raises(ApplicationError):
-            await env.run(bookkeeping.record, record)
+            await env.run(record_of, record)
         await writer.aclose()  # its drain stops with the write still unanswered
     # The retry is not left waiting on a write no one will commit: it writes it afresh.
-    await asyncio.wait_for(env.run(bookkeeping.record, record), timeout=30)
+    await asyncio.wait_for(env.run(record_of, record), timeout=30)
     assert writer.submitted == 2 and len(executions(sqlite_engine, "stopped")) == 1
     await writer.aclose()
 

@@ -7,6 +7,7 @@ import asyncio
 import sqlite3
 import threading
 import uuid
+from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from datetime import UTC, datetime, timedelta
@@ -26,9 +27,9 @@ from activities.options import RELEASE
 from activities.payloads import RUN_JOB, JobInput
 from scheduling.fire import first_fire
 from scheduling.spec import TaskSpec
-from scheduling.status import workflow_id
+from scheduling.status import TaskStatus, workflow_id
 from store.models import TaskExecution
-from store.tasks import list_executions
+from store.tasks import list_executions, read_task
 from tests.conftest import new_worker
 from workflows import attributes
 from workflows.state import TaskState, TaskWorkflowInput
@@ -299,3 +300,27 @@ async def until(check: Callable[[], Awaitable[bool]], timeout: float = 30) -> No
     while not await check():
         assert asyncio.get_running_loop().time() < deadline, "condition not reached"
         await asyncio.sleep(0.2)
+
+
+async def cancelled_and_counted(handle: TaskHandle, engine: Engine, calls: Sequence[object]) -> None:
+    """Cancel the task, wait for its row to be final, and check its rows against its state: one
+    row a fire, none left RUNNING, a COMPLETED row for each of the job's ``calls`` (as many as
+    there are once it ended), and the counts of the workflow in the task row."""
+    await handle.execute_update(TaskWorkflow.cancel_update, "done")
+    final = await handle.result()
+    task_id = handle.id.removeprefix("task-")
+
+    async def row_final() -> bool:
+        row = read_task(engine, task_id, None)
+        return row is not None and row.status == TaskStatus.CANCELLED
+
+    await until(row_final, timeout=60)
+    rows = executions(engine, task_id)
+    assert Counter(r.scheduled_at for r in rows).most_common(1)[0][1] == 1
+    assert not [r for r in rows if r.status == "RUNNING"]
+    outcomes = Counter(r.status for r in rows)
+    assert outcomes["COMPLETED"] == final.success_count == len(calls), (outcomes, len(calls))
+    assert outcomes["SKIPPED"] == final.skipped_count
+    row = read_task(engine, task_id, None)
+    assert row is not None and (row.run_count, row.skipped_count) == (final.run_count, final.skipped_count)
+
