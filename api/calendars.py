@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Sequence
-from datetime import UTC, date, datetime
+from datetime import UTC, date, datetime, timedelta
 from typing import Annotated, Any
 
 from anyio import to_thread
@@ -13,16 +13,23 @@ from sqlalchemy import Engine
 
 from api.cursors import NextCursor
 from api.database import in_thread
-from api.errors import ApiError, InvalidTask, NotFound
+from api.errors import ApiError, InvalidTask, NotFound, QuotaExceeded
 from scheduling import policy
 from scheduling.bounds import Text
-from scheduling.calendars import MAX_CALENDAR_DATES, CalendarPlan, HolidaySource, check_holidays
+from scheduling.calendars import (
+    MAX_CALENDAR_DATES,
+    MAX_TENANT_CALENDARS,
+    CalendarPlan,
+    HolidaySource,
+    check_holidays,
+)
 from scheduling.preview import PreviewFire, SkipRule, upcoming, upcoming_of_new
 from scheduling.spec import ScheduleType, TaskChanges, TaskSpec
 from scheduling.status import SkipReason
 from store.calendars import (
     add_calendar,
     calendar_dates,
+    calendars_held,
     delete_calendar,
     list_calendars,
     read_calendar,
@@ -47,6 +54,11 @@ FiresOf = Callable[[SkipRule | None], list[PreviewFire]]
 # A task's fires checked against its calendars (a year of daily ones): a schedule with more
 # is not judged.
 CHECKED_FIRES = 366
+
+
+# A deleted calendar stays (a task created as it was deleted still reads its dates) until this
+# long after its delete, when no task not yet ended excludes it: then a create purges it.
+PURGE_DELETED_AFTER = timedelta(hours=1)
 
 
 class CalendarInUse(ApiError):
@@ -163,8 +175,15 @@ class CalendarService:
         self._engine = engine
 
     async def create(self, tenant_id: str, body: CalendarBody) -> CalendarOut:
-        """Store a new calendar."""
+        """Store a new calendar, within the tenant's MAX_TENANT_CALENDARS (403 past it)."""
         now = datetime.now(UTC)
+        held = await in_thread(calendars_held, self._engine, tenant_id,
+                               purge_deleted_before=now - PURGE_DELETED_AFTER)
+        if held >= MAX_TENANT_CALENDARS:
+            raise QuotaExceeded(
+                f"tenant {tenant_id} holds {held} calendars, the most a tenant may: delete some "
+                f"first (a deleted one counts until it is purged, "
+                f"{PURGE_DELETED_AFTER.total_seconds() / 3600:g} h after its delete)")
         row = Calendar(id=uuid.uuid4().hex, tenant_id=tenant_id, created_at=now, updated_at=now,
                        **_stored(body))
         return CalendarOut.of(await in_thread(add_calendar, self._engine, row))

@@ -22,6 +22,8 @@ from scheduling.bounds import Text
 MAX_SHIFT_DAYS = 366
 MAX_CALENDAR_DATES = 2000
 MAX_TASK_CALENDARS = 10
+# Calendars one tenant holds, deleted ones not yet purged included (store/calendars.py).
+MAX_TENANT_CALENDARS = 1000
 
 
 class CalendarRef(BaseModel):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from datetime import date, datetime
 
-from sqlalchemy import Engine, tuple_
+from sqlalchemy import Engine, delete, func, tuple_
 from sqlalchemy.orm import Session
 from sqlmodel import col, select
 
@@ -65,15 +65,38 @@ def replace_calendar(engine: Engine, tenant_id: str, calendar_id: str, *, name: 
 
 def tasks_using(engine: Engine, tenant_id: str, calendar_id: str) -> list[str]:
     """The ids of the tenant's tasks not yet ended that exclude this calendar."""
+    return _excluded(engine, tenant_id).get(calendar_id, [])
+
+
+def _excluded(engine: Engine, tenant_id: str) -> dict[str, list[str]]:
+    """The calendars the tenant's tasks not yet ended exclude, each with those tasks' ids."""
     ended = [status.value for status in FINAL_STATUSES]
     query = (select(Task.id, Task.spec)
              .where(Task.tenant_id == tenant_id, col(Task.status).not_in(ended))
              .order_by(col(Task.id)))
     with Session(engine) as session:
         rows = session.execute(query).all()
-    return [task_id for task_id, spec in rows
-            if any(ref.get("calendar_id") == calendar_id
-                   for ref in (spec or {}).get("exclude_calendars") or [])]
+    users: dict[str, list[str]] = {}
+    for task_id, spec in rows:
+        for ref in (spec or {}).get("exclude_calendars") or []:
+            users.setdefault(ref.get("calendar_id"), []).append(task_id)
+    return users
+
+
+def calendars_held(engine: Engine, tenant_id: str, *, purge_deleted_before: datetime) -> int:
+    """How many calendars the tenant holds, once those deleted before ``purge_deleted_before``
+    that no task not yet ended excludes are removed (a task created as its calendar was deleted
+    still reads the dates: see delete_calendar)."""
+    with Session(engine) as session:
+        deleted = list(session.scalars(select(Calendar.id).where(
+            Calendar.tenant_id == tenant_id, col(Calendar.deleted_at) < purge_deleted_before)))
+        gone = set(deleted) - set(_excluded(engine, tenant_id)) if deleted else set()
+        if gone:
+            session.execute(delete(Calendar).where(col(Calendar.tenant_id) == tenant_id,
+                                                   col(Calendar.id).in_(gone)))
+            session.commit()
+        return session.scalar(select(func.count()).select_from(Calendar).where(
+            Calendar.tenant_id == tenant_id)) or 0
 
 
 def delete_calendar(engine: Engine, tenant_id: str, calendar_id: str, *, now: datetime) -> bool:
