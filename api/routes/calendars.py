@@ -24,6 +24,8 @@ CalendarBodyDep = Annotated[CalendarBody, Body(openapi_examples={
                    "value": {"name": "shutdown", "dates": ["2026-12-28", "2026-12-29"]}},
 })]
 DELETE_RESPONSES = {**ERRORS, **problem_responses({409: "tasks not yet ended exclude the calendar"})}
+CREATE_RESPONSES = {**ERRORS, **problem_responses({
+    403: "the tenant holds as many calendars as it may (deleted ones count until purged)"})}
 
 
 async def _service(request: Request) -> CalendarService:
@@ -34,7 +36,7 @@ async def _service(request: Request) -> CalendarService:
 CalendarsDep = Annotated[CalendarService, Depends(_service)]
 
 
-@router.post("/calendars", status_code=status.HTTP_201_CREATED, responses=ERRORS)
+@router.post("/calendars", status_code=status.HTTP_201_CREATED, responses=CREATE_RESPONSES)
 async def create_calendar(body: CalendarBodyDep, who: WriterDep, calendars: CalendarsDep) -> CalendarOut:
     """Create a calendar of excluded dates (its own, and a country's public holidays)."""
     return await calendars.create(who.tenant_id, body)
