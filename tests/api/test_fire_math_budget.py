@@ -10,6 +10,7 @@ import httpx
 
 from store.keys import create_key
 from tests.api.conftest import Stack
+from tests.ui.tasks import sign_in
 
 SPARSE = {"task_name": "leap Mondays", "job_details": {"type": "handler", "name": "noop"},
           "schedule_type": "cron", "cron": "0 0 29 2 1#5", "timezone": "UTC"}
@@ -22,6 +23,17 @@ def _client(stack: Stack) -> httpx.AsyncClient:
                              timeout=60)
 
 
+async def _spend(heavy: httpx.AsyncClient, task_id: str) -> list[httpx.Response]:
+    """Ask for the task's 1,000 next fires until refused; every answer."""
+    answers = []
+    for _ in range(60):  # refused long before the 60th
+        answer = await heavy.get(f"/tasks/{task_id}/upcoming", params={"limit": 1000})
+        answers.append(answer)
+        if answer.status_code != 200:
+            break
+    return answers
+
+
 async def test_a_tenant_listing_fires_past_its_cpu_share_is_refused_and_others_go_on(
     stack: Stack
 ) -> None:
@@ -32,12 +44,7 @@ async def test_a_tenant_listing_fires_past_its_cpu_share_is_refused_and_others_g
         theirs = await other.post("/task/recurring", json=SPARSE)
         assert theirs.status_code == 201, theirs.text
 
-        answers = []
-        for _ in range(60):  # refused long before the 60th
-            answer = await heavy.get(f"/tasks/{task_id}/upcoming", params={"limit": 1000})
-            answers.append(answer)
-            if answer.status_code != 200:
-                break
+        answers = await _spend(heavy, task_id)
         refused = answers[-1]
         # A new task's preview draws on the same budget (a moment's refill may let one more in).
         previews = [await heavy.post("/task/preview", params={"limit": 1000}, json=SPARSE)
@@ -51,3 +58,19 @@ async def test_a_tenant_listing_fires_past_its_cpu_share_is_refused_and_others_g
         assert (await other.get(f"/tasks/{theirs.json()['task_id']}/upcoming",
                                 params={"limit": 1000})).status_code == 200
         assert (await heavy.get(f"/tasks/{task_id}")).status_code == 200
+
+
+async def test_the_task_page_says_so_when_the_budget_holds_its_fires_back(stack: Stack) -> None:
+    async with _client(stack) as heavy:
+        created = await heavy.post("/task/recurring", json=SPARSE)
+        assert created.status_code == 201, created.text
+        task_id = created.json()["task_id"]
+        assert (await _spend(heavy, task_id))[-1].status_code == 429
+        key = heavy.headers["Authorization"].removeprefix("Bearer ")
+        async with sign_in(stack.base_url, key) as browser:
+            page = await browser.get(f"/ui/tasks/{task_id}")
+    assert page.status_code == 200, page.text
+    assert "used its share of this API process&#39;s CPU for listing fires" in page.text
+    assert '<table id="upcoming">' not in page.text
+    assert "cannot be asked" not in page.text
+
