@@ -78,6 +78,9 @@ class DevStack:
 def dev_stack(tmp_path: Path) -> Iterator[DevStack]:
     stack = DevStack(tmp_path)
     yield stack
+    if stack.log.exists():  # shown only when the test failed: what our parts said last
+        ours = [line for line in stack.log.read_text().splitlines() if not line.startswith("time=")]
+        print("\n".join(ours[-80:]))
     if stack.process is not None and stack.process.poll() is None:
         stack.process.terminate()  # the launcher stops its children on SIGTERM
         try:
