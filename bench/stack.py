@@ -27,7 +27,7 @@ import aiohttp
 import httpx
 import psutil  # type: ignore[import-untyped, unused-ignore]
 
-from worker.dev import SERVER_CACHE_FLAGS, SQLITE_PRAGMA_FLAGS
+from worker.dev import FAIRNESS_FLAGS, SERVER_CACHE_FLAGS, SQLITE_PRAGMA_FLAGS
 from workflows.attributes import DEFINITIONS
 
 BIN = Path(sys.executable).parent
@@ -143,7 +143,7 @@ class Stack:
             str(BIN / "temporal"), "server", "start-dev",
             "--ip", HOST, "--port", str(self.port), "--ui-port", str(free_port()), "--headless",
             "--db-filename", str(self.temporal_db),
-            *SQLITE_PRAGMA_FLAGS, "--log-level", "warn", *SERVER_CACHE_FLAGS,
+            *SQLITE_PRAGMA_FLAGS, "--log-level", "warn", *SERVER_CACHE_FLAGS, *FAIRNESS_FLAGS,
         ]
         for name, kind in DEFINITIONS.items():
             command += ["--search-attribute", f"{name}={kind}"]

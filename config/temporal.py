@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -10,6 +11,7 @@ from temporalio.api.enums.v1 import TaskQueueType
 from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client
+from temporalio.common import Priority
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.runtime import Runtime
 
@@ -20,6 +22,27 @@ def jobs_queue(task_queue: str) -> str:
     """The task queue of job activities: its own slots, so runs waiting for their instant
     never starve workflow and bookkeeping work."""
     return f"{task_queue}-jobs"
+
+
+# Temporal priority keys of a task's workflow and runs: smaller runs first under a backlog.
+PRIORITY_KEYS = {"high": 1, "medium": 3, "low": 5}
+# Temporal's bound on a fairness key, in bytes.
+FAIRNESS_KEY_MAX_BYTES = 64
+
+
+def task_priority(priority: str) -> Priority:
+    """The Temporal priority of a task's workflow and of its job runs."""
+    return Priority(priority_key=PRIORITY_KEYS[priority])
+
+
+def tenant_fairness(priority: str, tenant_id: str) -> Priority:
+    """That priority with the tenant as the fairness key: where the server has fairness on,
+    it hands out a backlog of one priority round-robin by tenant, so that one tenant's backlog
+    does not hold back another's."""
+    key = tenant_id
+    if len(key.encode()) > FAIRNESS_KEY_MAX_BYTES:
+        key = hashlib.blake2b(key.encode(), digest_size=16).hexdigest()
+    return Priority(priority_key=PRIORITY_KEYS[priority], fairness_key=key)
 
 
 async def connect(

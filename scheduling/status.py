@@ -91,10 +91,6 @@ class JobFailure(StrEnum):
     TENANT_BUSY = "TenantBusy"  # its tenant held its share of the worker's slots: sent again
 
 
-# Temporal priority keys of a task's workflow and runs: smaller runs first under a backlog.
-PRIORITY_KEYS = {"high": 1, "medium": 3, "low": 5}
-
-
 def workflow_id(task_id: str) -> str:
     """The id of a task's workflow."""
     return f"task-{task_id}"

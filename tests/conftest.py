@@ -35,7 +35,8 @@ from outbound.egress import EgressPolicy, guarded_client
 from store.engine import make_engine, migrate
 from tests.faults.processes import PostgresCluster
 from tests.target import TargetServer
-from worker.build import build_activities, build_jobs_worker, build_workflow_worker
+from worker.build import NOTIFY_SLOTS, build_activities, build_jobs_worker, build_workflow_worker
+from worker.dev import FAIRNESS_FLAGS
 from workflows import attributes
 
 BIN = Path(sys.executable).parent
@@ -101,6 +102,7 @@ async def dev_env() -> AsyncIterator[WorkflowEnvironment]:
             "--dynamic-config-value", "frontend.enableUpdateWorkflowExecution=true",
             "--dynamic-config-value", "matching.numTaskqueueReadPartitions=1",
             "--dynamic-config-value", "matching.numTaskqueueWritePartitions=1",
+            *FAIRNESS_FLAGS,
         ],
     )
     yield env
@@ -226,6 +228,7 @@ async def new_worker(
     run_options: RunOptions | None = None,
     max_cached_workflows: int = 4000,
     max_concurrent_activities: int = DEFAULT_SLOTS,
+    notify_slots: int = NOTIFY_SLOTS,
 ) -> AsyncIterator[Worker]:
     """A worker on a fresh task queue with exactly the production activities.
 
@@ -241,7 +244,7 @@ async def new_worker(
             workflow_jobs=workflow_jobs, run_options=run_options, job_slots=max_concurrent_activities,
         )
         main = build_workflow_worker(client, task_queue=queue, activities=activities, executor=executor,
-                                     max_cached_workflows=max_cached_workflows)
+                                     notify_slots=notify_slots, max_cached_workflows=max_cached_workflows)
         jobs = build_jobs_worker(client, task_queue=queue, activities=activities)
         async with main, jobs:
             yield main

@@ -128,12 +128,21 @@ _HEARTBEATS: dict[str, Any] = {
 }
 
 
+# Activity slots of the workflows worker, where webhook deliveries are its only regular
+# activity: async, so one waiting for its tenant's HTTP slots costs a coroutine. A tenant's
+# deliveries beyond its HTTP slots wait in worker slots (up to activities/notify.py's
+# WAIT_FOR_SLOT_SECONDS), so there are many; past them the server hands the backlog out
+# round-robin by tenant (config/temporal.py, tenant_fairness).
+NOTIFY_SLOTS = 500
+
+
 def build_workflow_worker(
     client: Client,
     *,
     task_queue: str,
     activities: ActivitySet,
     executor: ThreadPoolExecutor,
+    notify_slots: int = NOTIFY_SLOTS,
     max_concurrent_workflow_tasks: int = 200,
     max_cached_workflows: int = 4000,
     sandboxed: bool = True,
@@ -148,7 +157,7 @@ def build_workflow_worker(
         workflows=list(WORKFLOWS),
         activities=activities.workflow_side,
         activity_executor=executor,
-        max_concurrent_activities=executor._max_workers,
+        max_concurrent_activities=notify_slots,
         # Bookkeeping is async and batched: many may wait on one commit.
         max_concurrent_local_activities=2000,
         max_concurrent_workflow_tasks=max_concurrent_workflow_tasks,

@@ -58,6 +58,9 @@ SERVER_CACHE_FLAGS = [
     "--dynamic-config-value", "history.hostLevelCacheMaxSize=64000",
     "--dynamic-config-value", "history.hostLevelCacheMaxSizeBytes=2147483648",
 ]
+# Fairness: the server hands out a queue's backlog of one priority round-robin by fairness key,
+# the tenant on webhook deliveries (config/temporal.py). Off unless set, on Server 1.32.
+FAIRNESS_FLAGS = ["--dynamic-config-value", "matching.enableFairness=true"]
 
 
 # The server's SQLite file: WAL, synced at each checkpoint (a crash of the server loses nothing;
@@ -86,6 +89,7 @@ def dev_server_command(settings: Settings, side_ports: tuple[int, int] | None = 
         *SQLITE_PRAGMA_FLAGS,
         "--log-level", "warn",
         *SERVER_CACHE_FLAGS,
+        *FAIRNESS_FLAGS,
     ]
     if side_ports is not None:
         command += ["--http-port", str(side_ports[0]), "--metrics-port", str(side_ports[1])]

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from temporalio import workflow
-from temporalio.common import Priority, RetryPolicy
+from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 from temporalio.exceptions import TimeoutError as TimeoutFailure
 
@@ -28,7 +28,7 @@ with workflow.unsafe.imports_passed_through():
         JobResult,
         RunStart,
     )
-    from config.temporal import jobs_queue
+    from config.temporal import jobs_queue, task_priority
     from scheduling.policy import (
         UNTAKEN_AFTER,
         Flight,
@@ -39,7 +39,7 @@ with workflow.unsafe.imports_passed_through():
         untaken,
     )
     from scheduling.spec import TaskSpec
-    from scheduling.status import PRIORITY_KEYS, ExecutionStatus, JobFailure, Trigger
+    from scheduling.status import ExecutionStatus, JobFailure, Trigger
     from store.models import ExecutionRecord
     from workflows.describe import describe_job
 
@@ -311,7 +311,7 @@ class RunsInFlight:
             ),
             cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
             activity_id=key,
-            priority=Priority(priority_key=PRIORITY_KEYS[spec.priority]),
+            priority=task_priority(spec.priority),
             summary=f"{describe_job(spec)} at {instant.isoformat()}",
         )
 

@@ -9,13 +9,14 @@ from datetime import datetime
 from typing import Any
 
 from temporalio.client import Client, WithStartWorkflowOperation
-from temporalio.common import Priority, WorkflowIDConflictPolicy, WorkflowIDReusePolicy
+from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
 from activities.options import RELEASE
+from config.temporal import task_priority
 from scheduling.policy import Probe, Run
 from scheduling.spec import TaskSpec
-from scheduling.status import PRIORITY_KEYS, TaskStatus, workflow_id
+from scheduling.status import TaskStatus, workflow_id
 from store.models import Task
 from workflows import attributes
 from workflows.breaker import PROBE_TOLD, told_cool_down
@@ -87,7 +88,7 @@ def _start_options(*, task_queue: str, task_id: str, tenant_id: str, spec: TaskS
             schedule_type=spec.schedule_type.value,
             next_run_at=shown,
         ),
-        "priority": Priority(priority_key=PRIORITY_KEYS[spec.priority]),
+        "priority": task_priority(spec.priority),
         "static_summary": f"{spec.task_name} ({spec.schedule_type.value})",
     }
 

@@ -24,7 +24,7 @@ from config.settings import Settings
 from tests.deploy.compose_file import COMPOSE, DOTENV, VARIABLE, MissingVariable, interpolate
 from tests.deploy.dockerfile import REPO, dockerfile_user
 from tests.deploy.settings_env import settings_from, unknown_settings
-from worker.dev import SERVER_CACHE_FLAGS, dev_server_command
+from worker.dev import FAIRNESS_FLAGS, SERVER_CACHE_FLAGS, dev_server_command
 
 SCHEMA = Path(__file__).with_name("compose-spec.json")
 
@@ -218,20 +218,21 @@ def test_dynamic_config_is_mounted_where_the_server_reads_it(
         assert all(set(entry) == {"value", "constraints"} for entry in entries), key
 
 
-def test_the_compose_server_cache_is_sized_for_herds_like_the_embedded_one() -> None:
+def test_the_compose_server_is_configured_like_the_embedded_one() -> None:
     # The default history cache refused the completions of a herd of 10,000 (their jobs ran
-    # again): the embedded dev server and the compose server both raise it, to the same values.
-    embedded = dict(
-        flag.split("=", 1) for flag in SERVER_CACHE_FLAGS if flag != "--dynamic-config-value"
-    )
-    assert set(embedded) == {"history.hostLevelCacheMaxSize", "history.hostLevelCacheMaxSizeBytes"}
+    # again): the embedded dev server and the compose server both raise it, to the same values;
+    # and both hand out backlogs by tenant (fairness).
+    flags = [*SERVER_CACHE_FLAGS, *FAIRNESS_FLAGS]
+    embedded = dict(flag.split("=", 1) for flag in flags if flag != "--dynamic-config-value")
+    assert set(embedded) == {"history.hostLevelCacheMaxSize", "history.hostLevelCacheMaxSizeBytes",
+                             "matching.enableFairness"}
     command = dev_server_command(Settings())
     for key, value in embedded.items():
         assert f"{key}={value}" in command
     config = yaml.safe_load(
         (REPO / "deploy/temporal/dynamicconfig/task-scheduler.yaml").read_text()
     )
-    assert {key: str(config[key][0]["value"]) for key in embedded} == embedded
+    assert {key: str(config[key][0]["value"]).lower() for key in embedded} == embedded
 
 
 def test_every_bind_mount_exists_in_the_repo(services: dict[str, dict[str, Any]]) -> None:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import httpx
 
-from worker.dev import SERVER_CACHE_FLAGS, SQLITE_PRAGMA_FLAGS
+from worker.dev import FAIRNESS_FLAGS, SERVER_CACHE_FLAGS, SQLITE_PRAGMA_FLAGS
 from workflows.attributes import DEFINITIONS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -163,7 +163,7 @@ def temporal_command(db_file: Path, port: int, ui_port: int) -> list[str]:
         "--db-filename", str(db_file),
         *SQLITE_PRAGMA_FLAGS, "--log-level", "warn",
         "--dynamic-config-value", "frontend.enableUpdateWorkflowExecution=true",
-        *SERVER_CACHE_FLAGS,  # as the embedded production server runs
+        *SERVER_CACHE_FLAGS, *FAIRNESS_FLAGS,  # as the embedded production server runs
     ]
     for name, kind in DEFINITIONS.items():
         command += ["--search-attribute", f"{name}={kind}"]

@@ -506,6 +506,21 @@ async def unstarted_queued(env: WorkflowEnvironment, engine: Engine) -> TaskHand
                             handlers={"slow": SlowFirst(2.5)})
 
 
+@scenario
+async def notified(env: WorkflowEnvironment, engine: Engine) -> TaskHandle:
+    # A failed run tells the task's webhook, which nothing answers: the delivery is tried until
+    # its time is up, and the task ends once it is given up on.
+    async with new_worker(env.client, engine, handlers={"fail": Failing()}) as worker:
+        task = spec(schedule_type="once", run_at=await env.get_current_time() + MINUTE,
+                    job_details=handler_job("fail"),
+                    retry_policy={"max_attempts": 1},
+                    notify={"url": "http://127.0.0.1:9/hook", "events": ["failed"]})
+        handle = await start_task(env, worker.task_queue, task)
+        state = await handle.result()
+    assert state.failure_count == 1, state
+    return handle
+
+
 async def record(only: set[str] | None = None) -> list[Path]:
     """Run the scenarios (all, or those named) and write their histories."""
     unknown = (only or set()) - set(SCENARIOS)
