@@ -41,7 +41,6 @@ import time
 import uuid
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import AsyncExitStack, contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -228,7 +227,6 @@ async def measure(interval: float, runs: int) -> tuple[list[Scenario], dict[str,
         engine = make_engine(f"sqlite:///{tmp}/scheduler.db")
         migrate(engine)
         queue = f"measure-{uuid.uuid4().hex[:8]}"
-        executor = ThreadPoolExecutor(max_workers=16)
         now = datetime.now(UTC)
         plan = scenarios(now, interval, runs)
         counter = StatementCounter(engine, {s.task_id for s in plan if not s.bare})
@@ -240,7 +238,7 @@ async def measure(interval: float, runs: int) -> tuple[list[Scenario], dict[str,
                                               run_options=RunOptions(lead_seconds=lead))
                 lead_queue = f"{queue}-lead{lead:g}"
                 await up.enter_async_context(build_workflow_worker(
-                    client, task_queue=lead_queue, activities=activities, executor=executor))
+                    client, task_queue=lead_queue, activities=activities))
                 await up.enter_async_context(build_jobs_worker(
                     client, task_queue=lead_queue, activities=activities))
             bare_worker = Worker(bare_client, task_queue=f"{queue}-bare",
@@ -271,7 +269,6 @@ async def measure(interval: float, runs: int) -> tuple[list[Scenario], dict[str,
             info = (await handle.describe()).raw_description.workflow_execution_info
             results[s.name] = Measured(events, info.history_length, info.state_transition_count,
                                        counter.by_task[s.task_id])
-        executor.shutdown(wait=True)
         engine.dispose()
     return plan, results, counter.commits
 

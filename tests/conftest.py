@@ -11,7 +11,6 @@ import sys
 import tempfile
 import uuid
 from collections.abc import AsyncIterator, Iterator, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -236,19 +235,17 @@ async def new_worker(
     local target server. Workflow jobs start nothing unless ``workflow_jobs`` allows it. Its
     task workflows dispatch without a lead unless ``run_options`` give one."""
     queue = task_queue or f"tq-{uuid.uuid4()}"
-    executor = ThreadPoolExecutor(max_workers=16)
     policy = egress or EgressPolicy.from_list(["127.0.0.1"])
     async with guarded_client(policy) as http:
         activities = build_activities(
             engine=engine, http=http, client=client, extra_handlers=handlers,
             workflow_jobs=workflow_jobs, run_options=run_options, job_slots=max_concurrent_activities,
         )
-        main = build_workflow_worker(client, task_queue=queue, activities=activities, executor=executor,
+        main = build_workflow_worker(client, task_queue=queue, activities=activities,
                                      notify_slots=notify_slots, max_cached_workflows=max_cached_workflows)
         jobs = build_jobs_worker(client, task_queue=queue, activities=activities)
         async with main, jobs:
             yield main
-    executor.shutdown(wait=False)
 
 
 def settings_of(**names: Any) -> Settings:

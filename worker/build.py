@@ -7,7 +7,6 @@ ahead of its instant waits in its slot. A worker process runs one of them or bot
 from __future__ import annotations
 
 from collections.abc import Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -141,13 +140,13 @@ def build_workflow_worker(
     *,
     task_queue: str,
     activities: ActivitySet,
-    executor: ThreadPoolExecutor,
     notify_slots: int = NOTIFY_SLOTS,
     max_concurrent_workflow_tasks: int = 200,
     max_cached_workflows: int = 4000,
     sandboxed: bool = True,
 ) -> Worker:
-    """The worker of the task queue: task workflows, with sync bookkeeping on ``executor``."""
+    """The worker of the task queue: task workflows, their bookkeeping (local activities) and
+    webhook deliveries."""
     # Without the sandbox a workflow run does not re-import its module: cheaper starts and a
     # smaller cache, the determinism of the code resting on its replay tests instead.
     runner: WorkflowRunner = SandboxedWorkflowRunner() if sandboxed else UnsandboxedWorkflowRunner()
@@ -156,7 +155,6 @@ def build_workflow_worker(
         task_queue=task_queue,
         workflows=list(WORKFLOWS),
         activities=activities.workflow_side,
-        activity_executor=executor,
         max_concurrent_activities=notify_slots,
         # Bookkeeping is async and batched: many may wait on one commit.
         max_concurrent_local_activities=2000,

@@ -6,7 +6,6 @@ import asyncio
 import contextlib
 import gc
 import signal
-from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
 import structlog
@@ -73,7 +72,6 @@ async def run_worker(settings: Settings) -> None:
     client = await connect_with_retry(settings, stop, runtime)
     if client is None:
         return
-    executor = ThreadPoolExecutor(max_workers=32, thread_name_prefix="bookkeeping")
     egress = EgressPolicy.from_list(settings.egress_allow_list, own_ports=settings.own_ports)
     async with guarded_client(egress, max_connections=settings.http_max_connections) as http:
         activities = build_activities(
@@ -90,7 +88,7 @@ async def run_worker(settings: Settings) -> None:
         workers = []
         if runs_workflows:
             workers.append(build_workflow_worker(
-                client, task_queue=settings.temporal.task_queue, activities=activities, executor=executor,
+                client, task_queue=settings.temporal.task_queue, activities=activities,
                 max_concurrent_workflow_tasks=settings.worker.max_concurrent_workflow_tasks,
                 max_cached_workflows=settings.worker.max_cached_workflows,
                 sandboxed=settings.worker.workflow_sandbox,
@@ -128,6 +126,5 @@ async def run_worker(settings: Settings) -> None:
             await stop.wait()
             log.info("worker.stopping", role=role)
             await asyncio.gather(*background)
-    executor.shutdown(wait=True)
     engine.dispose()
     log.info("worker.stopped", role=role)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import AsyncIterator
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -180,10 +179,8 @@ async def split(dev_env: WorkflowEnvironment, tmp_path_factory: pytest.TempPathF
         base_url = await stack.enter_async_context(serve_api(
             dev_env, engine, temporal_task_queue=queue, overdue_check_seconds=CHECK_SECONDS,
             overdue_after_seconds=300.0))
-        executor = ThreadPoolExecutor(max_workers=16)
-        stack.callback(executor.shutdown, wait=False)
         await stack.enter_async_context(build_workflow_worker(
-            dev_env.client, task_queue=queue, activities=activities, executor=executor))
+            dev_env.client, task_queue=queue, activities=activities))
         await start_jobs()
         stack.push_async_callback(jobs.aclose)
         yield Split(base_url, key, start_jobs, jobs.aclose)

@@ -10,7 +10,6 @@ import re
 import uuid
 from collections import Counter
 from collections.abc import AsyncIterator
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from datetime import timedelta
 from typing import Any
@@ -90,15 +89,13 @@ async def _dispatched(env: WorkflowEnvironment, task_id: str) -> TaskState:
 async def _workflows_only(env: WorkflowEnvironment, engine: Engine, *, lead: float
                           ) -> AsyncIterator[tuple[Worker, ActivitySet]]:
     """A workflow worker with no jobs worker: dispatched runs wait on the server, unstarted."""
-    executor = ThreadPoolExecutor(max_workers=4)
     async with httpx.AsyncClient() as http:
         activities = build_activities(engine=engine, http=http, client=env.client,
                                       run_options=RunOptions(lead_seconds=lead))
         worker = build_workflow_worker(env.client, task_queue=f"tq-{uuid.uuid4()}",
-                                       activities=activities, executor=executor)
+                                       activities=activities)
         async with worker:
             yield worker, activities
-    executor.shutdown(wait=False)
 
 
 async def _started_then_down(env: WorkflowEnvironment, engine: Engine, task: TaskSpec,

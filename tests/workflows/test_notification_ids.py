@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections import Counter
-from concurrent.futures import ThreadPoolExecutor
 
 from sqlalchemy import Engine
 from temporalio.testing import WorkflowEnvironment
@@ -43,34 +42,30 @@ async def test_two_runs_failing_in_one_activation_are_told_under_two_ids(
                 max_runs=2, job_details=handler_job("gate"), heartbeat_timeout_seconds=2,
                 retry_policy={"max_attempts": 1},
                 notify={"url": target.url("/notes"), "events": ["failed"]})
-    executor = ThreadPoolExecutor(max_workers=4)
-    try:
-        async with guarded_client(EgressPolicy.from_list(["127.0.0.1"])) as http:
-            acts = build_activities(engine=sqlite_engine, http=http, client=dev_env.client,
-                                    extra_handlers={"gate": gate})
-            async with build_jobs_worker(dev_env.client, task_queue=queue, activities=acts):
-                async with build_workflow_worker(dev_env.client, task_queue=queue, activities=acts,
-                                                 executor=executor, max_cached_workflows=0):
-                    handle = await start_task(dev_env, queue, task)
+    async with guarded_client(EgressPolicy.from_list(["127.0.0.1"])) as http:
+        acts = build_activities(engine=sqlite_engine, http=http, client=dev_env.client,
+                                extra_handlers={"gate": gate})
+        async with build_jobs_worker(dev_env.client, task_queue=queue, activities=acts):
+            async with build_workflow_worker(dev_env.client, task_queue=queue, activities=acts,
+                                             max_cached_workflows=0):
+                handle = await start_task(dev_env, queue, task)
 
-                    async def both_running() -> bool:
-                        return len(gate.started) == 2 and len((await task_state(handle)).running) == 2
+                async def both_running() -> bool:
+                    return len(gate.started) == 2 and len((await task_state(handle)).running) == 2
 
-                    await until(both_running, timeout=30)
-                # The workflow worker is away while both runs fail: one activation hears both.
-                gate.go.set()
-                await asyncio.sleep(2)
-                async with build_workflow_worker(dev_env.client, task_queue=queue, activities=acts,
-                                                 executor=executor, max_cached_workflows=0):
-                    final = await asyncio.wait_for(handle.result(), timeout=60)
+                await until(both_running, timeout=30)
+            # The workflow worker is away while both runs fail: one activation hears both.
+            gate.go.set()
+            await asyncio.sleep(2)
+            async with build_workflow_worker(dev_env.client, task_queue=queue, activities=acts,
+                                             max_cached_workflows=0):
+                final = await asyncio.wait_for(handle.result(), timeout=60)
 
-                    async def both_told() -> bool:
-                        return len({r.json()["execution_id"] for r in target.received
-                                    if r.path == "/notes"}) == 2
+                async def both_told() -> bool:
+                    return len({r.json()["execution_id"] for r in target.received
+                                if r.path == "/notes"}) == 2
 
-                    await until(both_told, timeout=30)
-    finally:
-        executor.shutdown(wait=False)
+                await until(both_told, timeout=30)
     assert final.failure_count == 2
     notes = [r for r in target.received if r.path == "/notes"]
     by_run = {r.json()["execution_id"]: r.headers["webhook-id"] for r in notes}

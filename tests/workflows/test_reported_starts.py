@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import AsyncIterator
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from datetime import datetime, timedelta
 
@@ -56,13 +55,11 @@ async def split_workers(env: WorkflowEnvironment, engine: Engine, job: Counting,
     ``up.set()`` until ``down.set()``."""
     queue = f"tq-{uuid.uuid4()}"
     up, down = asyncio.Event(), asyncio.Event()
-    executor = ThreadPoolExecutor(max_workers=4)
     async with httpx.AsyncClient() as http:
         activities = build_activities(engine=engine, http=http, client=env.client,
                                       extra_handlers={"count": job},
                                       run_options=RunOptions(lead_seconds=lead))
-        workflows = build_workflow_worker(env.client, task_queue=queue, activities=activities,
-                                          executor=executor)
+        workflows = build_workflow_worker(env.client, task_queue=queue, activities=activities)
 
         async def jobs_worker() -> None:
             await up.wait()
@@ -77,7 +74,6 @@ async def split_workers(env: WorkflowEnvironment, engine: Engine, job: Counting,
                 down.set()
                 up.set()
                 await running
-    executor.shutdown(wait=False)
 
 
 async def start_ahead(env: WorkflowEnvironment, queue: str, task: TaskSpec) -> TaskHandle:
@@ -207,12 +203,11 @@ async def test_a_late_run_whose_workflow_answers_its_claim_late_runs_as_schedule
     as the schedule's run, not as a catch-up."""
     job = Counting()
     queue = f"tq-{uuid.uuid4()}"
-    executor = ThreadPoolExecutor(max_workers=4)
 
     def workflows_worker(activities: ActivitySet) -> Worker:
         # No cache, so no sticky queue: the next workflow worker takes the workflow at once.
         return build_workflow_worker(dev_env.client, task_queue=queue, activities=activities,
-                                     executor=executor, max_cached_workflows=0)
+                                     max_cached_workflows=0)
 
     async with httpx.AsyncClient() as http:
         activities = build_activities(engine=sqlite_engine, http=http, client=dev_env.client,
@@ -229,17 +224,14 @@ async def test_a_late_run_whose_workflow_answers_its_claim_late_runs_as_schedule
                 return bool((await task_state(handle)).running)
 
             await until(dispatched)  # sent 5 s ahead, to no jobs worker yet
-        try:
-            await sleep_until(dev_env, instant + CLAIM_AFTER + timedelta(seconds=1))
-            async with build_jobs_worker(dev_env.client, task_queue=queue, activities=activities):
-                # The jobs worker takes the run 5 s late and asks; nobody answers for 5 s (its
-                # patience: 5 s of lead + 15 s of slack - 10 s of margin).
-                await sleep_until(dev_env, instant + CLAIM_AFTER + timedelta(seconds=6))
-                assert job.started == []
-                async with workflows_worker(activities):
-                    final = await asyncio.wait_for(handle.result(), timeout=60)
-        finally:
-            executor.shutdown(wait=False)
+        await sleep_until(dev_env, instant + CLAIM_AFTER + timedelta(seconds=1))
+        async with build_jobs_worker(dev_env.client, task_queue=queue, activities=activities):
+            # The jobs worker takes the run 5 s late and asks; nobody answers for 5 s (its
+            # patience: 5 s of lead + 15 s of slack - 10 s of margin).
+            await sleep_until(dev_env, instant + CLAIM_AFTER + timedelta(seconds=6))
+            assert job.started == []
+            async with workflows_worker(activities):
+                final = await asyncio.wait_for(handle.result(), timeout=60)
     [row] = executions(sqlite_engine, final.task_id)
     assert (row.status, row.trigger) == ("COMPLETED", "schedule"), row
     assert job.started == [row.id]

@@ -25,7 +25,6 @@ import random
 import uuid
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -142,7 +141,6 @@ async def _workers(env: WorkflowEnvironment, engine: Engine, job: Recording, *, 
                    ) -> AsyncIterator[Workers]:
     """A workflow worker (dispatching ``lead`` seconds ahead) and a jobs worker, each of which
     the test can stop."""
-    executor = ThreadPoolExecutor(max_workers=4)
     queue = f"tq-{uuid.uuid4()}"
     async with httpx.AsyncClient() as http:
         activities = build_activities(engine=engine, http=http, client=env.client,
@@ -151,7 +149,7 @@ async def _workers(env: WorkflowEnvironment, engine: Engine, job: Recording, *, 
         workers = Workers(
             queue,
             Stoppable(lambda: build_workflow_worker(env.client, task_queue=queue,
-                                                    activities=activities, executor=executor)),
+                                                    activities=activities)),
             Stoppable(lambda: build_jobs_worker(env.client, task_queue=queue,
                                                 activities=activities)))
         workers.workflows.start()
@@ -162,7 +160,6 @@ async def _workers(env: WorkflowEnvironment, engine: Engine, job: Recording, *, 
             for worker in (workers.jobs, workers.workflows):
                 if worker.worker is not None:
                     await worker.stop()
-    executor.shutdown(wait=False)
 
 
 def _now() -> datetime:
@@ -468,3 +465,4 @@ async def test_a_manual_run_cancelled_before_it_started_is_recorded_as_manual(
     rows = executions(sqlite_engine, task_id)
     assert [(r.trigger, r.status, r.reason) for r in rows] == [("manual", "SKIPPED", "cancelled")]
     assert final.skipped_count == 1
+

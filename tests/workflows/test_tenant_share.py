@@ -8,7 +8,6 @@ import asyncio
 import json
 import uuid
 from collections import Counter
-from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -176,13 +175,11 @@ async def test_a_run_sent_again_to_jobs_workers_that_went_down_runs_once(
         ran[ctx.task_id] += 1
 
     handlers = {"hold": hold, "count": count}
-    executor = ThreadPoolExecutor(max_workers=4)
     async with guarded_client(EgressPolicy.from_list(["127.0.0.1"])) as http:
         def activities() -> ActivitySet:
             return build_activities(engine=sqlite_engine, http=http, client=client,
                                     extra_handlers=handlers, job_slots=2)
-        async with build_workflow_worker(client, task_queue=queue, activities=activities(),
-                                         executor=executor):
+        async with build_workflow_worker(client, task_queue=queue, activities=activities()):
             async with build_jobs_worker(client, task_queue=queue, activities=activities()):
                 await create(dev_env, queue, "busy", "hold", run_at=datetime.now(UTC))
                 while not hold.calls:
@@ -198,7 +195,6 @@ async def test_a_run_sent_again_to_jobs_workers_that_went_down_runs_once(
             hold.release.set()
             async with build_jobs_worker(client, task_queue=queue, activities=activities()):
                 state = await asyncio.wait_for(client.get_workflow_handle(workflow_id(task_id)).result(), 60)
-    executor.shutdown(wait=False)
     rows, _ = list_executions(sqlite_engine, task_id=task_id, limit=10)
     assert ran == Counter([task_id]), ran
     assert [row.status for row in rows] == ["COMPLETED"], rows

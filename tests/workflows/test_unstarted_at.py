@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import Engine
@@ -79,12 +78,10 @@ async def test_a_run_sent_ahead_alone_writes_no_row_and_stays_watched(
     # The row already shows its instant as the next run, so the send writes nothing, and the
     # overdue check (the sooner of next_run_at and unstarted_at) watches that instant.
     client, queue = dev_env.client, f"sent-{uuid.uuid4()}"
-    executor = ThreadPoolExecutor(max_workers=4)
     async with guarded_client(EgressPolicy.from_list(["127.0.0.1"])) as http:
         activities = build_activities(engine=sqlite_engine, http=http, client=client,
                                       run_options=RunOptions(lead_seconds=3))
-        async with build_workflow_worker(client, task_queue=queue, activities=activities,
-                                         executor=executor):
+        async with build_workflow_worker(client, task_queue=queue, activities=activities):
             instant = (datetime.now(UTC) + timedelta(seconds=6)).replace(microsecond=0)
             task = spec(schedule_type="interval", interval_seconds=600, start_date=instant)
             async with running_task(dev_env, queue, task) as handle:
@@ -105,7 +102,6 @@ async def test_a_run_sent_ahead_alone_writes_no_row_and_stays_watched(
                 await asyncio.sleep(0.5)  # a write at the send would have landed by now
                 after = read_task(sqlite_engine, task_id, "t1")
                 [alarm] = overdue_runs(sqlite_engine, instant + timedelta(seconds=5), 2.0, 1.0)
-    executor.shutdown(wait=False)
     assert before is not None and after is not None
     assert after.state_version == before.state_version
     assert (after.next_run_at, after.unstarted_at) == (instant, None)
