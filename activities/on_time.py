@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from temporalio import activity
+from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 from activities.heartbeats import beat_every
 from activities.payloads import JobInput, job_failure
@@ -17,12 +18,20 @@ from scheduling.status import JobFailure
 
 
 async def wait_for_instant(job_input: JobInput) -> None:
-    """Sleep until the run's instant; a cancel before it withdraws the run (nothing ran)."""
+    """Sleep until the run's instant; a cancel before it withdraws the run (nothing ran). A
+    worker stopping meanwhile (a deploy) hands the run back: its workflow sends it again, due
+    at the same instant, to the next jobs worker, as it does a run refused for its tenant's
+    share (workflows/inflight.py answers a ``TenantBusy`` refusal so)."""
     if job_input.not_before is None or job_input.not_before <= datetime.now(UTC):
         return
     try:
         await sleep_until(job_input.not_before)
     except asyncio.CancelledError:
+        if activity.is_worker_shutdown():
+            raise ApplicationError("the jobs worker is stopping before the run's instant; the "
+                                   "run is sent again", type=JobFailure.TENANT_BUSY,
+                                   non_retryable=True,
+                                   category=ApplicationErrorCategory.BENIGN) from None
         raise job_failure(JobFailure.WITHDRAWN, "withdrawn before its instant: the job did not run",
                           retryable=False) from None
 

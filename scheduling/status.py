@@ -88,7 +88,9 @@ class JobFailure(StrEnum):
     HANDLER_ERROR = "HandlerError"  # the handler raised
     WORKFLOW_FAILED = "WorkflowFailed"  # the job's workflow failed
     SIGNING_UNAVAILABLE = "SigningUnavailable"  # no signing secret could be read: not sent
-    TENANT_BUSY = "TenantBusy"  # its tenant held its share of the worker's slots: sent again
+    # Not taken: its tenant held its share of the worker's slots, or the worker was stopping
+    # before the run's instant. The workflow sends the run again.
+    TENANT_BUSY = "TenantBusy"
 
 
 def workflow_id(task_id: str) -> str:

@@ -466,3 +466,34 @@ async def test_a_manual_run_cancelled_before_it_started_is_recorded_as_manual(
     assert [(r.trigger, r.status, r.reason) for r in rows] == [("manual", "SKIPPED", "cancelled")]
     assert final.skipped_count == 1
 
+
+@pytest.mark.parametrize("missed_run_policy", ["skip", "single_catchup"])
+async def test_a_jobs_worker_restarted_while_a_run_waits_for_its_instant_runs_it_then_once(
+    dev_env: WorkflowEnvironment, sqlite_engine: Engine, missed_run_policy: str
+) -> None:
+    # A deploy stops the jobs worker holding a run sent ahead. The run was taken for withdrawn
+    # and its fire went to the missed-run policy before its instant: SKIPPED `missed`, or a
+    # catch-up run at once, seconds early. Handed back, it is sent again and runs at its instant.
+    job = Recording(random.Random(0))
+    task_id = uuid.uuid4().hex
+    async with _workers(dev_env, sqlite_engine, job, lead=8) as workers:
+        instant = _now() + timedelta(seconds=12)
+        task = spec(schedule_type="once", run_at=instant, job_details=handler_job("seam"),
+                    missed_run_policy=missed_run_policy)
+        await start_task_workflow(dev_env.client, task_queue=workers.queue, task_id=task_id,
+                                  tenant_id="t1", spec=task, created_at=_now())
+        handle = dev_env.client.get_workflow_handle_for(TaskWorkflow.run, workflow_id(task_id))
+
+        async def sent() -> bool:
+            return bool((await task_state(handle)).running)
+
+        await until(sent)
+        await asyncio.sleep(max(0.0, (instant - timedelta(seconds=4) - _now()).total_seconds()))
+        assert not job.attempts
+        await workers.jobs.stop()
+        workers.jobs.start()
+        final = await asyncio.wait_for(handle.result(), timeout=60)
+    rows = executions(sqlite_engine, task_id)
+    assert [(r.trigger, r.status) for r in rows] == [("schedule", "COMPLETED")], rows
+    assert [a.started >= instant for a in job.attempts] == [True], (instant, job.attempts)
+    assert (final.run_count, final.skipped_count) == (1, 0)
