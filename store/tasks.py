@@ -152,9 +152,27 @@ def _upsert(connection: Connection, table: Table, upsert: Upsert) -> None:
         )
 
 
+# Columns of text the workers word from what they met (an answer's body, an error's message):
+# clipped to their columns, which PostgreSQL enforces.
+FREE_TEXT = frozenset({"reason", "response_snippet", "error", "status_reason"})
+
+
+def _storable(table: Table, values: dict[str, Any]) -> dict[str, Any]:
+    """``values`` as both databases store them: a NUL, which PostgreSQL refuses in text and a
+    target's answer may hold, as U+FFFD (as undecodable bytes are), and free text clipped."""
+    for name, value in values.items():
+        if isinstance(value, str):
+            value = value.replace("\x00", "\ufffd")
+            column = table.c.get(name)
+            length = getattr(column.type, "length", None) if column is not None else None
+            values[name] = value[:length] if name in FREE_TEXT and length else value
+    return values
+
+
 def _snapshot_upsert(engine: Engine, snapshot: TaskSnapshot) -> Upsert:
     values = snapshot.model_dump()
     values["id"] = values.pop("task_id")
+    _storable(TASK_TABLE, values)
     if values["backfill"] is None:
         # Never backfilled: no column to write (a backfill's progress is never unset), so a
         # database not yet migrated to 0016 takes the rows of the tasks that never backfill.
@@ -164,7 +182,7 @@ def _snapshot_upsert(engine: Engine, snapshot: TaskSnapshot) -> Upsert:
 
 def _execution_upsert(engine: Engine, record: ExecutionRecord, *, reopen: bool = False,
                       early: bool = False) -> Upsert:
-    values = record.model_dump()
+    values = _storable(EXECUTION_TABLE, record.model_dump())
     # Only fields that are known overwrite: a late RUNNING write keeps the final outcome, and a
     # final write keeps the start time the job recorded. A backfill's run replaces the earlier
     # run's outcome whole (its reason says what the row held before).

@@ -63,7 +63,7 @@ class LocalServer:
 @dataclass
 class TargetServer(LocalServer):
     """Answers ``/status/<code>``, ``/slow/<seconds>``, ``/hang``, ``/redirect?to=<url>``,
-    anything else with 200 and a JSON body."""
+    ``/nul/<code>`` (a body with a NUL byte), anything else with 200 and a JSON body."""
 
     received: list[Received] = field(default_factory=list)
     # The secrets a signature may be made with (a receiver during a rotation takes either).
@@ -114,6 +114,8 @@ class TargetServer(LocalServer):
         parts = request.path.strip("/").split("/")
         if parts[0] == "status" and len(parts) > 1:
             return web.Response(status=int(parts[1]), text=f"answered {parts[1]}")
+        if parts[0] == "nul" and len(parts) > 1:
+            return web.Response(status=int(parts[1]), body=b"ok\x00then more")
         if parts[0] == "redirect":
             raise web.HTTPFound(request.query["to"])
         if parts[0] == "slow" and len(parts) > 1:
