@@ -7,10 +7,10 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, date, datetime, timedelta
 from typing import Annotated, Any
 
-from anyio import to_thread
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
 from sqlalchemy import Engine
 
+from api.compute import FireMath
 from api.cursors import NextCursor
 from api.database import in_thread
 from api.errors import ApiError, InvalidTask, NotFound, QuotaExceeded
@@ -171,8 +171,11 @@ Named = list[tuple[str, str, bool]]
 class CalendarService:
     """What the calendar endpoints do; every call is scoped by the caller's tenant."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, fire_math: FireMath) -> None:
         self._engine = engine
+        # A check lists up to CHECKED_FIRES fires, which a sparse cron makes costly: the
+        # tenant's CPU budget pays for them, as for a preview (api/compute.py).
+        self._fire_math = fire_math
 
     async def create(self, tenant_id: str, body: CalendarBody) -> CalendarOut:
         """Store a new calendar, within the tenant's MAX_TENANT_CALENDARS (403 past it)."""
@@ -260,10 +263,10 @@ class CalendarService:
     async def _check(self, tenant_id: str, spec: TaskSpec, anchor: datetime,
                      fires_of: FiresOf) -> None:
         """A schedule without a last fire, or with more than CHECKED_FIRES, is not judged. The
-        fires are worked out off the event loop."""
+        fires are worked out off the event loop, on the tenant's CPU budget (429 once spent)."""
         if not judged(spec):
             return
-        fires = await to_thread.run_sync(fires_of, None)
+        fires = await self._fire_math.charged(tenant_id, fires_of, None)
         if not fires or len(fires) >= CHECKED_FIRES:
             return
         plan = await calendar_plan(self._engine, tenant_id, spec, [f.scheduled_at for f in fires])
@@ -271,7 +274,7 @@ class CalendarService:
             return
         position = policy.Position(spec=spec, task_id="", anchor=anchor, next_fire_at=None,
                                    calendar=plan)
-        fires = await to_thread.run_sync(fires_of, by_calendar(position))
+        fires = await self._fire_math.charged(tenant_id, fires_of, by_calendar(position))
         if len(fires) >= CHECKED_FIRES or any(f.skipped is None for f in fires):
             return
         first = fires[0].scheduled_at.astimezone(spec.zone()).date()

@@ -70,7 +70,6 @@ class Previews:
         now = datetime.now(UTC)
         await validate_new_task(spec, usage, self.service.rules, now=now, body_size=body_size)
         await self.service.calendars.check_refs(who.tenant_id, spec)
-        self.service.fire_math.refuse_if_spent(who.tenant_id)  # before the calendar check's fires
         await self.service.calendars.check_runs(who.tenant_id, spec, now)
         fires = await self._charged(who.tenant_id, upcoming_of_new, spec, now, limit)
         calendars = await self._calendars(who.tenant_id, spec, fires)
@@ -101,7 +100,6 @@ class Previews:
         await validate_new_task(new_spec, TenantUsage(quota), self.service.rules, now=now,
                                 body_size=body_size, before=spec)
         await self.service.calendars.check_refs(row.tenant_id, new_spec, before=spec)
-        self.service.fire_math.refuse_if_spent(row.tenant_id)  # before the calendar check's fires
         state = await self.service.temporal.state(task_id)
         tenant = row.tenant_id
         before = await self._charged(tenant, self._fires, state, limit)

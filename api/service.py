@@ -98,7 +98,7 @@ class TaskService:
         # No linger: rows that arrive while a commit runs go together into the next one.
         self.writer = BatchWriter(engine, linger=0)
         self.fire_math = fire_math
-        self.calendars = CalendarService(engine)
+        self.calendars = CalendarService(engine, fire_math)
 
     async def aclose(self) -> None:
         """Stop the row writer (at shutdown, after the last request)."""
