@@ -27,7 +27,8 @@ async def wait_for_instant(job_input: JobInput) -> None:
     try:
         await sleep_until(job_input.not_before)
     except asyncio.CancelledError:
-        if activity.is_worker_shutdown():
+        cancelled = activity.cancellation_details()
+        if cancelled is not None and cancelled.worker_shutdown:  # not a withdrawal
             raise ApplicationError("the jobs worker is stopping before the run's instant; the "
                                    "run is sent again", type=JobFailure.TENANT_BUSY,
                                    non_retryable=True,

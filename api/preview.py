@@ -100,6 +100,7 @@ class Previews:
         await validate_new_task(new_spec, TenantUsage(quota), self.service.rules, now=now,
                                 body_size=body_size, before=spec)
         await self.service.calendars.check_refs(row.tenant_id, new_spec, before=spec)
+        self.service.fire_math.refuse_if_spent(row.tenant_id)  # before asking the workflow
         state = await self.service.temporal.state(task_id)
         tenant = row.tenant_id
         before = await self._charged(tenant, self._fires, state, limit)

@@ -271,6 +271,7 @@ class TaskService:
                                 body_size=body_size, before=spec)
         await self.calendars.check_refs(row.tenant_id, new_spec, before=spec)
         if judged_again(spec, new_spec):  # on the workflow's plan, as the preview shows it
+            self.fire_math.refuse_if_spent(row.tenant_id)  # before asking the workflow
             await self.calendars.check_change(row.tenant_id, changes,
                                               await self.temporal.state(task_id), datetime.now(UTC))
         herd: dict[str, Any] = {}

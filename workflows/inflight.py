@@ -359,7 +359,8 @@ class RunsInFlight:
 
     async def _taken(self, flying: _Flying) -> JobResult:
         """The run's result. A jobs worker refuses an attempt whose tenant holds its share of
-        the worker's slots (activities/share.py): the run is sent again, later and later,
+        the worker's slots (activities/share.py), and hands back a run still waiting for its
+        instant when it stops (activities/on_time.py): the run is sent again, later and later,
         until one takes it or it is withdrawn (a scheduled run no worker reported started is
         found untaken UNTAKEN_AFTER past its instant, and its fire goes to the policy)."""
         backoff = BUSY_FIRST_DELAY

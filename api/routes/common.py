@@ -17,7 +17,7 @@ ERRORS = problem_responses({
     415: "the body is not JSON",
     422: "invalid input; the message names the field",
     429: "over the tenant's rate limit, or its share of this API process's CPU for listing "
-         "fires (previews, backfill ranges), or a rotation of its secret got no turn; see "
+         "fires (previews, backfill ranges, calendar checks), or a rotation of its secret got no turn; see "
          "Retry-After",
     503: "Temporal or the database is unavailable",
     504: "a change was sent but its outcome is unknown; read the task",

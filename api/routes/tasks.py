@@ -55,7 +55,8 @@ CREATE_RESPONSES = {
     **problem_responses({
         403: "a tenant quota is exceeded", 422: KEY_REUSED,
         429: "over the tenant's rate limit, or the tenant has its share of this API process's "
-             "creates in progress; see Retry-After",
+             "creates in progress, or has used its share of its CPU for listing fires (a "
+             "calendar check); see Retry-After",
         503: "Temporal or the database is unavailable, this API process has as many creates in "
              "progress as it takes, or Temporal's workflow tasks wait past the bound; see "
              "Retry-After"}),

@@ -6,6 +6,7 @@ import asyncio
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from temporalio.activity import ActivityCancellationDetails
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
@@ -32,13 +33,28 @@ async def test_a_run_past_its_instant_starts_at_once() -> None:
     await asyncio.wait_for(wait_for_instant(_run(not_before=datetime.now(UTC) - timedelta(hours=1))), 0.05)
 
 
-async def test_a_run_cancelled_before_its_instant_is_withdrawn() -> None:
-    waiting = asyncio.create_task(wait_for_instant(_run(not_before=datetime.now(UTC) + timedelta(hours=1))))
+async def _cancelled_while_waiting(details: ActivityCancellationDetails) -> ApplicationError:
+    """How a run waiting for its instant an hour away ends when cancelled so."""
+    env = ActivityEnvironment()
+    waiting = asyncio.create_task(
+        env.run(wait_for_instant, _run(not_before=datetime.now(UTC) + timedelta(hours=1))))
     await asyncio.sleep(0.01)
-    waiting.cancel()
+    env.cancel(details)
     with pytest.raises(ApplicationError) as refused:
         await waiting
-    assert refused.value.type == JobFailure.WITHDRAWN and refused.value.non_retryable
+    return refused.value
+
+
+async def test_a_run_cancelled_before_its_instant_is_withdrawn() -> None:
+    refused = await _cancelled_while_waiting(ActivityCancellationDetails(cancel_requested=True))
+    assert refused.type == JobFailure.WITHDRAWN and refused.non_retryable
+
+
+async def test_a_run_whose_worker_stops_before_its_instant_is_handed_back() -> None:
+    # Its workflow sends it again, due at the same instant, as it does a run refused for its
+    # tenant's share (workflows/inflight.py).
+    refused = await _cancelled_while_waiting(ActivityCancellationDetails(worker_shutdown=True))
+    assert refused.type == JobFailure.TENANT_BUSY and refused.non_retryable
 
 
 def test_a_run_past_its_grace_is_refused_as_late() -> None:

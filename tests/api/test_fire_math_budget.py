@@ -65,15 +65,21 @@ async def test_the_task_page_says_so_when_the_budget_holds_its_fires_back(stack:
         created = await heavy.post("/task/recurring", json=SPARSE)
         assert created.status_code == 201, created.text
         task_id = created.json()["task_id"]
-        assert (await _spend(heavy, task_id))[-1].status_code == 429
         key = heavy.headers["Authorization"].removeprefix("Bearer ")
+        spent = "used its share of this API process&#39;s CPU for listing fires"
         async with sign_in(stack.base_url, key) as browser:
-            page = await browser.get(f"/ui/tasks/{task_id}")
-    assert page.status_code == 200, page.text
-    assert "used its share of this API process&#39;s CPU for listing fires" in page.text
-    assert '<table id="upcoming">' not in page.text
-    assert "cannot be asked" not in page.text
-
+            # The budget refills as time passes (by a refused request just under zero, within
+            # a fraction of a second): spent again before each page.
+            pages = []
+            for _ in range(4):
+                assert (await _spend(heavy, task_id))[-1].status_code == 429
+                pages.append(await browser.get(f"/ui/tasks/{task_id}"))
+                if spent in pages[-1].text:
+                    break
+    assert all(page.status_code == 200 for page in pages), pages[-1].text
+    assert spent in pages[-1].text, [page.status_code for page in pages]
+    assert '<table id="upcoming">' not in pages[-1].text
+    assert not any("cannot be asked" in page.text for page in pages)
 
 
 async def test_a_create_whose_calendar_check_lists_fires_draws_on_the_budget(stack: Stack) -> None:
@@ -96,4 +102,9 @@ async def test_a_create_whose_calendar_check_lists_fires_draws_on_the_budget(sta
         assert "exclude_calendars" in answers[0].json()["detail"]
         assert answers[-1].status_code == 429, [a.status_code for a in answers]
         assert "listing fires" in answers[-1].json()["detail"]
-        assert (await other.post("/task/recurring", json=body)).status_code == 201
+        # Another tenant's same create is still judged on its calendars, not refused.
+        theirs = await other.post("/calendars", json={"name": "every one", "dates": dates})
+        assert theirs.status_code == 201, theirs.text
+        answer = await other.post("/task/create", json={
+            **body, "exclude_calendars": [{"calendar_id": theirs.json()["calendar_id"]}]})
+        assert answer.status_code == 422, answer.text
