@@ -307,6 +307,7 @@ def _check(story: Story, job: Recording, rows: list, final: TaskState, overlap: 
                 assert recorded >= story.cancel_sent - SLACK, row
             elif row.reason == "missed":
                 assert missed_policy != "catchup", row
+                assert recorded >= at, f"missed before its instant: {row}"
             else:
                 raise AssertionError(f"unexpected reason: {row}")
         elif row.status == "CANCELLED":
@@ -330,11 +331,13 @@ def _check(story: Story, job: Recording, rows: list, final: TaskState, overlap: 
             if going is None or end > going[0]:
                 going = (end, t.execution_id)
 
-    # A scheduled run starts within the grace of its instant.
+    # A scheduled run starts within the grace of its instant, and no fire's run before it.
     for row in scheduled:
-        if row.trigger == "schedule" and row.id in first_start:
+        if row.id in first_start:
             instant = row.instant or row.scheduled_at
-            assert first_start[row.id] - instant <= ON_TIME_GRACE, row
+            assert first_start[row.id] >= instant, f"started before its instant: {row}"
+            if row.trigger == "schedule":
+                assert first_start[row.id] - instant <= ON_TIME_GRACE, row
 
     # The counters are the table.
     by_status = Counter(r.status for r in rows)
