@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 
 from temporalio.api.enums.v1 import TaskQueueType
@@ -42,7 +42,7 @@ def tenant_fairness(priority: str, tenant_id: str) -> Priority:
     key = tenant_id
     if len(key.encode()) > FAIRNESS_KEY_MAX_BYTES:
         key = hashlib.blake2b(key.encode(), digest_size=16).hexdigest()
-    return Priority(priority_key=PRIORITY_KEYS[priority], fairness_key=key)
+    return replace(task_priority(priority), fairness_key=key)
 
 
 async def connect(
