@@ -16,6 +16,7 @@ from store.tasks import read_task
 from tests.conftest import new_worker
 from tests.workflows.helpers import (
     executions,
+    far_daily_cron,
     running_task,
     spec,
     stamp,
@@ -35,7 +36,7 @@ def next_utc(after: datetime, hour: int, minute: int) -> datetime:
 async def test_update_cron_while_sleeping_replans_at_once(
     time_env: WorkflowEnvironment, sqlite_engine: Engine
 ) -> None:
-    task = spec(schedule_type="cron", cron="0 10 * * *")
+    task = spec(schedule_type="cron", cron=await far_daily_cron(time_env))
     async with new_worker(time_env.client, sqlite_engine) as worker:
         handle = await start_task(time_env, worker.task_queue, task)
         await time_env.sleep(timedelta(minutes=1))
@@ -118,7 +119,7 @@ async def test_update_run_at_of_a_one_time_task(
 async def test_invalid_update_is_rejected_and_changes_nothing(
     time_env: WorkflowEnvironment, sqlite_engine: Engine, changes: TaskChanges, message: str
 ) -> None:
-    task = spec(schedule_type="cron", cron="0 10 * * *")
+    task = spec(schedule_type="cron", cron=await far_daily_cron(time_env))
     async with (
         new_worker(time_env.client, sqlite_engine) as worker,
         running_task(time_env, worker.task_queue, task) as handle,
@@ -180,7 +181,7 @@ async def test_pause_stops_runs_and_records_the_fires_inside_it(
 async def test_trigger_runs_the_job_now_outside_the_schedule(
     time_env: WorkflowEnvironment, sqlite_engine: Engine
 ) -> None:
-    task = spec(schedule_type="cron", cron="0 10 * * *")
+    task = spec(schedule_type="cron", cron=await far_daily_cron(time_env))
     async with (
         new_worker(time_env.client, sqlite_engine) as worker,
         running_task(time_env, worker.task_queue, task) as handle,
