@@ -70,7 +70,12 @@ async def time_env() -> AsyncIterator[WorkflowEnvironment]:
     """A time-skipping test server of the test's own (it starts in a tenth of a second).
 
     One server per test: time skips to the next timer of any workflow on it, so a workflow
-    another test left behind would move this test's clock and lock its skipping."""
+    another test left behind would move this test's clock and lock its skipping.
+
+    Its clock starts at the wall clock's time of day: a test waits for fires it places itself.
+    It hands a workflow an update ahead of a signal that it records before the update, so a
+    replay takes the two in the other order: a test where a run's start report (a signal) can
+    meet an update in one workflow task belongs on ``dev_env``."""
     env = await start_time_skipping()
     yield env
     await env.shutdown()

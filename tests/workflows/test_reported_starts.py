@@ -12,6 +12,7 @@ from datetime import datetime, timedelta
 
 import httpx
 from sqlalchemy import Engine
+from temporalio.api.enums.v1 import EventType
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer, Worker
@@ -240,3 +241,67 @@ async def test_a_late_run_whose_workflow_answers_its_claim_late_runs_as_schedule
 
 async def sleep_until(env: WorkflowEnvironment, moment: datetime) -> None:
     await asyncio.sleep(max(0.0, (moment - await env.get_current_time()).total_seconds()))
+
+
+async def test_a_start_report_and_a_pause_in_one_workflow_task_are_taken_in_history_order(
+    dev_env: WorkflowEnvironment, sqlite_engine: Engine
+) -> None:
+    """While the workflow worker is down, a run starts (its report is a signal) and a pause
+    comes: the worker that comes back gets both in one workflow task. The server orders the
+    pause after the report, the workflow takes them in that order live, and so on replay.
+    (The time-skipping test server hands the update over ahead of the signal it records
+    before it, which no replay can follow: such races belong on the dev server.)"""
+    job = Counting(seconds=4)
+    queue = f"tq-{uuid.uuid4()}"
+
+    def workflows_worker(activities: ActivitySet) -> Worker:
+        return build_workflow_worker(dev_env.client, task_queue=queue, activities=activities,
+                                     max_cached_workflows=0)
+
+    async with httpx.AsyncClient() as http:
+        activities = build_activities(engine=sqlite_engine, http=http, client=dev_env.client,
+                                      extra_handlers={"count": job},
+                                      run_options=RunOptions(lead_seconds=3))
+        instant = await dev_env.get_current_time() + timedelta(seconds=5)
+        task = spec(schedule_type="once", run_at=instant, job_details=handler_job("count"))
+        async with build_jobs_worker(dev_env.client, task_queue=queue, activities=activities):
+            async with workflows_worker(activities):
+                handle = await start_ahead(dev_env, queue, task)
+
+                async def dispatched() -> bool:
+                    return bool((await task_state(handle)).running)
+
+                await until(dispatched)  # sent 3 s ahead; its jobs worker waits for the instant
+
+            async def reported() -> bool:
+                return any(e.workflow_execution_signaled_event_attributes.signal_name == "run_started"
+                           for e in (await handle.fetch_history()).events)
+
+            await until(reported)
+            pausing = asyncio.create_task(handle.execute_update(
+                TaskWorkflow.pause_update, args=["maintenance", "k1"]))
+            await asyncio.sleep(1)  # the update is admitted, waiting for a workflow worker
+            assert job.started and not pausing.done()
+            async with workflows_worker(activities):
+                paused = await asyncio.wait_for(pausing, timeout=30)
+                assert paused.status is TaskStatus.PAUSED
+
+                async def recorded() -> bool:
+                    return [r.status for r in executions(sqlite_engine, paused.task_id)] == ["COMPLETED"]
+
+                await until(recorded)
+                history = await handle.fetch_history()
+    events = list(history.events)
+    signal = next(e.event_id for e in events
+                  if e.workflow_execution_signaled_event_attributes.signal_name == "run_started")
+    accepted = next(e for e in events if e.HasField("workflow_execution_update_accepted_event_attributes"))
+    between = [e.event_type for e in events if signal < e.event_id < accepted.event_id]
+    # One workflow task took both: scheduled, started and completed, nothing else between.
+    assert between == [EventType.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED,
+                       EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED,
+                       EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED], between
+    assert accepted.workflow_execution_update_accepted_event_attributes.accepted_request_sequencing_event_id >= signal
+    replayer = Replayer(workflows=[TaskWorkflow], data_converter=pydantic_data_converter)
+    await replayer.replay_workflow(history)
+    [row] = executions(sqlite_engine, paused.task_id)
+    assert job.started == [row.id] and row.trigger == "schedule"
