@@ -13,28 +13,47 @@ from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 from activities.heartbeats import beat_every
 from activities.payloads import JobInput, job_failure
-from activities.precision import sleep_until
+from activities.precision import after_the_starts, sleep_until
 from scheduling.status import JobFailure
 
 
 async def wait_for_instant(job_input: JobInput) -> None:
     """Sleep until the run's instant; a cancel before it withdraws the run (nothing ran). A
-    worker stopping meanwhile (a deploy) hands the run back: its workflow sends it again, due
-    at the same instant, to the next jobs worker, as it does a run refused for its tenant's
-    share (workflows/inflight.py answers a ``TenantBusy`` refusal so)."""
+    worker that starts to stop meanwhile (a deploy) hands the run back at once, while the jobs
+    that started get the worker's shutdown grace to finish: its workflow sends the run again,
+    due at the same instant, to the next jobs worker, as it does a run refused for its
+    tenant's share (workflows/inflight.py answers a ``TenantBusy`` refusal so)."""
     if job_input.not_before is None or job_input.not_before <= datetime.now(UTC):
         return
+    waiting = asyncio.current_task()
+    assert waiting is not None
+    stopping = arrived = False
+
+    async def hand_back_on_shutdown() -> None:
+        nonlocal stopping
+        await activity.wait_for_worker_shutdown()
+        if not arrived:
+            stopping = True
+            waiting.cancel()
+
+    watch = asyncio.create_task(hand_back_on_shutdown())
     try:
         await sleep_until(job_input.not_before)
     except asyncio.CancelledError:
         cancelled = activity.cancellation_details()
-        if cancelled is not None and cancelled.worker_shutdown:  # not a withdrawal
+        if stopping:
+            waiting.uncancel()  # the cancel was ours
+        if stopping or (cancelled is not None and cancelled.worker_shutdown):  # no withdrawal
             raise ApplicationError("the jobs worker is stopping before the run's instant; the "
                                    "run is sent again", type=JobFailure.TENANT_BUSY,
                                    non_retryable=True,
                                    category=ApplicationErrorCategory.BENIGN) from None
         raise job_failure(JobFailure.WITHDRAWN, "withdrawn before its instant: the job did not run",
                           retryable=False) from None
+    finally:
+        arrived = True
+        # After the run has started: a herd's starts in this loop pass come first.
+        after_the_starts(watch.cancel)
 
 
 async def heartbeat_while_waiting(job_input: JobInput, timeout: timedelta | None) -> None:

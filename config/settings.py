@@ -132,6 +132,13 @@ class WorkerSettings(BaseModel):
         "module for every workflow run and costs memory and start time (docs/capacity.md); the "
         "tests run the workflows in it, so non-deterministic code fails there",
     )
+    shutdown_grace_seconds: float = Field(
+        default=30.0, ge=0, le=3600,
+        description="on SIGTERM, how long the jobs and webhooks already running may take to "
+        "finish before they are cancelled and retried elsewhere; runs still waiting for their "
+        "instants are handed back at once. Keep it below the orchestrator's stop grace (60 s "
+        "in the manifests)",
+    )
     history_limit: int = Field(
         default=10_000, gt=0,
         description="a task workflow continues as new once its history is this long; running "

@@ -144,9 +144,10 @@ def build_workflow_worker(
     max_concurrent_workflow_tasks: int = 200,
     max_cached_workflows: int = 4000,
     sandboxed: bool = True,
+    shutdown_grace: timedelta = timedelta(0),
 ) -> Worker:
     """The worker of the task queue: task workflows, their bookkeeping (local activities) and
-    webhook deliveries."""
+    webhook deliveries (a stop gives those going ``shutdown_grace`` to finish)."""
     # Without the sandbox a workflow run does not re-import its module: cheaper starts and a
     # smaller cache, the determinism of the code resting on its replay tests instead.
     runner: WorkflowRunner = SandboxedWorkflowRunner() if sandboxed else UnsandboxedWorkflowRunner()
@@ -162,6 +163,7 @@ def build_workflow_worker(
         max_cached_workflows=max_cached_workflows,
         workflow_task_poller_behavior=WORKFLOW_POLLS,
         workflow_runner=runner,
+        graceful_shutdown_timeout=shutdown_grace,
         **_HEARTBEATS,
     )
 
@@ -171,14 +173,18 @@ def build_jobs_worker(
     *,
     task_queue: str,
     activities: ActivitySet,
+    shutdown_grace: timedelta = timedelta(0),
 ) -> Worker:
-    """The worker of ``<task queue>-jobs``: job runs, each waiting in its slot for its instant."""
+    """The worker of ``<task queue>-jobs``: job runs, each waiting in its slot for its instant.
+    A stop hands the waiting runs back at once and gives the started jobs ``shutdown_grace``
+    to finish (activities/on_time.py)."""
     return Worker(
         client,
         task_queue=jobs_queue(task_queue),
         activities=activities.jobs,
         max_concurrent_activities=activities.job_slots,
         activity_task_poller_behavior=jobs_polls(activities.job_slots),
+        graceful_shutdown_timeout=shutdown_grace,
         **_HEARTBEATS,
     )
 

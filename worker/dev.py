@@ -328,12 +328,14 @@ def run_dev(settings: Settings) -> int:
         print(exc, file=sys.stderr)
         code = 1
     finally:
+        # A worker lets its started jobs finish within its shutdown grace first.
+        patience = settings.worker.shutdown_grace_seconds + 20
         for part in reversed(parts):
             child = part.process
             if child.poll() is None:
                 child.send_signal(signal.SIGTERM)
                 try:
-                    child.wait(timeout=20)
+                    child.wait(timeout=patience)
                 except subprocess.TimeoutExpired:
                     child.kill()
                     child.wait()

@@ -86,16 +86,18 @@ async def run_worker(settings: Settings) -> None:
             job_slots=settings.worker.max_concurrent_activities,
         )
         workers = []
+        grace = timedelta(seconds=settings.worker.shutdown_grace_seconds)
         if runs_workflows:
             workers.append(build_workflow_worker(
                 client, task_queue=settings.temporal.task_queue, activities=activities,
                 max_concurrent_workflow_tasks=settings.worker.max_concurrent_workflow_tasks,
                 max_cached_workflows=settings.worker.max_cached_workflows,
-                sandboxed=settings.worker.workflow_sandbox,
+                sandboxed=settings.worker.workflow_sandbox, shutdown_grace=grace,
             ))
         if runs_jobs:
             workers.append(build_jobs_worker(
-                client, task_queue=settings.temporal.task_queue, activities=activities))
+                client, task_queue=settings.temporal.task_queue, activities=activities,
+                shutdown_grace=grace))
         log.info("worker.started", role=role, task_queue=settings.temporal.task_queue,
                  address=settings.temporal.address)
         async with contextlib.AsyncExitStack() as running:

@@ -57,6 +57,33 @@ async def test_a_run_whose_worker_stops_before_its_instant_is_handed_back() -> N
     assert refused.type == JobFailure.TENANT_BUSY and refused.non_retryable
 
 
+async def test_a_run_waiting_when_its_worker_starts_to_stop_is_handed_back_at_once() -> None:
+    # A stop with a grace cancels nothing until the grace ends; the waiting run goes back first.
+    env = ActivityEnvironment()
+    waiting = asyncio.create_task(
+        env.run(wait_for_instant, _run(not_before=datetime.now(UTC) + timedelta(hours=1))))
+    await asyncio.sleep(0.01)
+    env.worker_shutdown()
+    with pytest.raises(ApplicationError) as refused:
+        await asyncio.wait_for(waiting, 1)
+    assert refused.value.type == JobFailure.TENANT_BUSY and refused.value.non_retryable
+
+
+async def test_a_job_going_when_its_worker_starts_to_stop_goes_on() -> None:
+    # Past its instant the job has the worker's grace to finish: the stop cancels nothing.
+    async def run_job(job_input: JobInput) -> str:
+        await wait_for_instant(job_input)
+        await asyncio.sleep(0.2)  # the job
+        return "ran"
+
+    env = ActivityEnvironment()
+    going = asyncio.create_task(
+        env.run(run_job, _run(not_before=datetime.now(UTC) + timedelta(milliseconds=20))))
+    await asyncio.sleep(0.1)
+    env.worker_shutdown()
+    assert await going == "ran"
+
+
 def test_a_run_past_its_grace_is_refused_as_late() -> None:
     late = _run(not_before=datetime.now(UTC) - timedelta(seconds=90), late_after_seconds=60)
     with pytest.raises(ApplicationError) as refused:

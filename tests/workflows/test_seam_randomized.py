@@ -41,7 +41,7 @@ from activities.options import RELEASE, RunOptions
 from scheduling import policy
 from scheduling.fire import first_fire
 from scheduling.spec import ON_TIME_GRACE, TaskChanges
-from scheduling.status import TaskStatus, workflow_id
+from scheduling.status import JobFailure, TaskStatus, workflow_id
 from store.engine import make_engine, migrate
 from tests.conftest import new_worker
 from tests.faults.processes import PostgresCluster
@@ -71,15 +71,17 @@ class Recording:
     """A handler that takes a random short time, heartbeating, and fails at random; records
     each attempt."""
 
-    def __init__(self, rng: random.Random, failing: float = 0.0) -> None:
+    def __init__(self, rng: random.Random, failing: float = 0.0,
+                 seconds: float | None = None) -> None:
         self.rng = rng
         self.failing = failing
+        self.seconds = seconds  # every attempt takes this long, when set
         self.attempts: list[Attempt] = []
 
     async def __call__(self, ctx: HandlerContext) -> None:
         attempt = Attempt(ctx.execution_id, datetime.now(UTC))
         self.attempts.append(attempt)
-        seconds = self.rng.uniform(0.1, 2.5)
+        seconds = self.seconds or self.rng.uniform(0.1, 2.5)
         fails = self.rng.random() < self.failing
         loop = asyncio.get_running_loop()
         deadline = loop.time() + seconds
@@ -137,10 +139,10 @@ class Workers:
 
 
 @asynccontextmanager
-async def _workers(env: WorkflowEnvironment, engine: Engine, job: Recording, *, lead: float = 0.0
-                   ) -> AsyncIterator[Workers]:
-    """A workflow worker (dispatching ``lead`` seconds ahead) and a jobs worker, each of which
-    the test can stop."""
+async def _workers(env: WorkflowEnvironment, engine: Engine, job: Recording, *, lead: float = 0.0,
+                   grace: float = 0.0) -> AsyncIterator[Workers]:
+    """A workflow worker (dispatching ``lead`` seconds ahead) and a jobs worker (whose stop
+    gives started jobs ``grace`` seconds), each of which the test can stop."""
     queue = f"tq-{uuid.uuid4()}"
     async with httpx.AsyncClient() as http:
         activities = build_activities(engine=engine, http=http, client=env.client,
@@ -150,8 +152,8 @@ async def _workers(env: WorkflowEnvironment, engine: Engine, job: Recording, *, 
             queue,
             Stoppable(lambda: build_workflow_worker(env.client, task_queue=queue,
                                                     activities=activities)),
-            Stoppable(lambda: build_jobs_worker(env.client, task_queue=queue,
-                                                activities=activities)))
+            Stoppable(lambda: build_jobs_worker(env.client, task_queue=queue, activities=activities,
+                                                shutdown_grace=timedelta(seconds=grace))))
         workers.workflows.start()
         workers.jobs.start()
         try:
@@ -500,3 +502,48 @@ async def test_a_jobs_worker_restarted_while_a_run_waits_for_its_instant_runs_it
     assert [(r.trigger, r.status) for r in rows] == [("schedule", "COMPLETED")], rows
     assert [a.started >= instant for a in job.attempts] == [True], (instant, job.attempts)
     assert (final.run_count, final.skipped_count) == (1, 0)
+
+
+async def test_a_jobs_worker_stopping_lets_its_started_job_finish_and_hands_back_a_waiting_run(
+    dev_env: WorkflowEnvironment, sqlite_engine: Engine
+) -> None:
+    # A deploy stops the jobs worker while one task's job runs and another task's run waits
+    # for its instant. The running job was cancelled and retried elsewhere: its target saw the
+    # call twice. Now it finishes within the grace, and the waiting run is handed back at once
+    # (not at the grace's end) and runs at its instant on the next jobs worker.
+    job = Recording(random.Random(0), seconds=6)
+    running_id, waiting_id = uuid.uuid4().hex, uuid.uuid4().hex
+    async with _workers(dev_env, sqlite_engine, job, lead=8, grace=30) as workers:
+        now = _now()
+        starts, instant = now + timedelta(seconds=3), now + timedelta(seconds=15)
+        handles = {}
+        for task_id, run_at in ((running_id, starts), (waiting_id, instant)):
+            task = spec(schedule_type="once", run_at=run_at, job_details=handler_job("seam"))
+            await start_task_workflow(dev_env.client, task_queue=workers.queue, task_id=task_id,
+                                      tenant_id="t1", spec=task, created_at=now)
+            handles[task_id] = dev_env.client.get_workflow_handle_for(TaskWorkflow.run,
+                                                                      workflow_id(task_id))
+
+        async def both_sent() -> bool:
+            return len(job.attempts) == 1 and bool((await task_state(handles[waiting_id])).running)
+
+        await until(both_sent)
+        await workers.jobs.stop()  # returns once the started job has ended
+        stopped = _now()
+        history = await handles[waiting_id].fetch_history()
+        handed_back = [e.event_time.ToDatetime(UTC) for e in history.events
+                       if e.activity_task_failed_event_attributes.failure.application_failure_info.type
+                       == JobFailure.TENANT_BUSY]
+        workers.jobs.start()
+        finals = {task_id: await asyncio.wait_for(handle.result(), timeout=60)
+                  for task_id, handle in handles.items()}
+    first = job.attempts[0]
+    assert first.execution_id.startswith(running_id) and first.ended is not None
+    assert first.ended <= stopped  # the stop waited for it
+    assert len(handed_back) == 1 and handed_back[0] < first.ended, (handed_back, first)
+    for task_id in (running_id, waiting_id):
+        assert [(r.status, r.attempts) for r in executions(sqlite_engine, task_id)] == [
+            ("COMPLETED", 1)], task_id
+        assert finals[task_id].run_count == 1
+    assert [a.execution_id.startswith(waiting_id) and a.started >= instant
+            for a in job.attempts[1:]] == [True], job.attempts
