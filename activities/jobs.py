@@ -25,6 +25,7 @@ from temporalio.exceptions import (
 from activities.execution_rows import RunRows, completed_result
 from activities.handlers import Handler, HandlerContext, call_handler
 from activities.on_time import (
+    WaitingRuns,
     due_of,
     heartbeat_forever,
     heartbeat_while_waiting,
@@ -85,6 +86,7 @@ class JobActivities:
         self._engine = engine
         self._signer = signer
         self._share = share or SlotShare(DEFAULT_SLOTS)
+        self._waiting = WaitingRuns()
         # None: no workflow job may start anything.
         self._workflow_jobs = workflow_jobs or WorkflowJobRules()
 
@@ -132,7 +134,7 @@ class JobActivities:
             heartbeat_while_waiting(job_input, info.heartbeat_timeout)
         )
         try:
-            await wait_for_instant(job_input)
+            await wait_for_instant(job_input, self._waiting)
             refuse_if_late(job_input, started_before=started_before)
             if not started_before and must_claim(job_input.trigger, due_of(job_input),
                                                  datetime.now(UTC)):

@@ -13,47 +13,77 @@ from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 from activities.heartbeats import beat_every
 from activities.payloads import JobInput, job_failure
-from activities.precision import after_the_starts, sleep_until
+from activities.precision import sleep_until
 from scheduling.status import JobFailure
 
 
-async def wait_for_instant(job_input: JobInput) -> None:
-    """Sleep until the run's instant; a cancel before it withdraws the run (nothing ran). A
-    worker that starts to stop meanwhile (a deploy) hands the run back at once, while the jobs
-    that started get the worker's shutdown grace to finish: its workflow sends the run again,
-    due at the same instant, to the next jobs worker, as it does a run refused for its
-    tenant's share (workflows/inflight.py answers a ``TenantBusy`` refusal so)."""
-    if job_input.not_before is None or job_input.not_before <= datetime.now(UTC):
-        return
-    waiting = asyncio.current_task()
-    assert waiting is not None
-    stopping = arrived = False
+class WaitingRuns:
+    """The runs of one jobs worker waiting for their instants. When the worker starts to stop
+    (a deploy), one watcher hands them all back at once, while the jobs that started get the
+    worker's shutdown grace to finish (a watcher per run cost a herd a stalled loop pass)."""
 
-    async def hand_back_on_shutdown() -> None:
-        nonlocal stopping
+    def __init__(self) -> None:
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._handed_back: set[asyncio.Task[Any]] = set()
+        self._watch: asyncio.Task[None] | None = None
+
+    def enter(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.add(task)
+        # In this activity's context: it waits for this run's worker. A stopped worker's
+        # watcher has ended; the next worker's first waiting run starts one for it.
+        if activity.in_activity() and (self._watch is None or self._watch.done()):
+            self._watch = asyncio.create_task(self._hand_back_on_stop())
+
+    def leave(self, task: asyncio.Task[Any]) -> bool:
+        """Take the run off the list; True if the stop's watcher had cancelled it."""
+        self._tasks.discard(task)
+        if task in self._handed_back:
+            self._handed_back.discard(task)
+            return True
+        return False
+
+    async def _hand_back_on_stop(self) -> None:
         await activity.wait_for_worker_shutdown()
-        if not arrived:
-            stopping = True
-            waiting.cancel()
+        for task in self._tasks - self._handed_back:
+            self._handed_back.add(task)
+            task.cancel()
 
-    watch = asyncio.create_task(hand_back_on_shutdown())
+
+async def wait_for_instant(job_input: JobInput, waiting: WaitingRuns) -> None:
+    """Sleep until the run's instant; a cancel before it withdraws the run (nothing ran). A
+    worker that starts to stop meanwhile hands the run back (``WaitingRuns``): its workflow
+    sends it again, due at the same instant, to the next jobs worker, as it does a run refused
+    for its tenant's share (workflows/inflight.py answers a ``TenantBusy`` refusal so)."""
+    instant = job_input.not_before
+    if instant is None or instant <= datetime.now(UTC):
+        return
+    run = asyncio.current_task()
+    assert run is not None
+    waiting.enter(run)
     try:
-        await sleep_until(job_input.not_before)
+        await sleep_until(instant)
     except asyncio.CancelledError:
-        cancelled = activity.cancellation_details()
+        stopping = waiting.leave(run)
         if stopping:
-            waiting.uncancel()  # the cancel was ours
-        if stopping or (cancelled is not None and cancelled.worker_shutdown):  # no withdrawal
+            run.uncancel()  # the watcher's cancel
+        cancelled = activity.cancellation_details() if activity.in_activity() else None
+        if cancelled is not None and cancelled.cancel_requested:
+            raise _withdrawn() from None
+        if stopping and datetime.now(UTC) >= instant:
+            return  # its instant came in the same loop pass: it runs, within the grace
+        if stopping or (cancelled is not None and cancelled.worker_shutdown):
             raise ApplicationError("the jobs worker is stopping before the run's instant; the "
                                    "run is sent again", type=JobFailure.TENANT_BUSY,
                                    non_retryable=True,
                                    category=ApplicationErrorCategory.BENIGN) from None
-        raise job_failure(JobFailure.WITHDRAWN, "withdrawn before its instant: the job did not run",
-                          retryable=False) from None
-    finally:
-        arrived = True
-        # After the run has started: a herd's starts in this loop pass come first.
-        after_the_starts(watch.cancel)
+        raise _withdrawn() from None
+    else:
+        waiting.leave(run)
+
+
+def _withdrawn() -> ApplicationError:
+    return job_failure(JobFailure.WITHDRAWN, "withdrawn before its instant: the job did not run",
+                       retryable=False)
 
 
 async def heartbeat_while_waiting(job_input: JobInput, timeout: timedelta | None) -> None:

@@ -127,6 +127,8 @@ async def run_worker(settings: Settings) -> None:
             gc.freeze()
             await stop.wait()
             log.info("worker.stopping", role=role)
+            # Together: with both roles, their jobs and webhooks share one shutdown grace.
+            await asyncio.gather(*(worker.shutdown() for worker in workers))
             await asyncio.gather(*background)
     engine.dispose()
     log.info("worker.stopped", role=role)

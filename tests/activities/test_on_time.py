@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -10,7 +11,12 @@ from temporalio.activity import ActivityCancellationDetails
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
-from activities.on_time import heartbeat_while_waiting, refuse_if_late, wait_for_instant
+from activities.on_time import (
+    WaitingRuns,
+    heartbeat_while_waiting,
+    refuse_if_late,
+    wait_for_instant,
+)
 from activities.payloads import JobInput
 from scheduling.spec import HandlerJob
 from scheduling.status import JobFailure
@@ -25,19 +31,20 @@ def _run(**fields: object) -> JobInput:
 
 async def test_a_run_sent_ahead_starts_at_its_instant() -> None:
     instant = datetime.now(UTC) + timedelta(milliseconds=50)
-    await wait_for_instant(_run(not_before=instant))
+    await wait_for_instant(_run(not_before=instant), WaitingRuns())
     assert datetime.now(UTC) >= instant
 
 
 async def test_a_run_past_its_instant_starts_at_once() -> None:
-    await asyncio.wait_for(wait_for_instant(_run(not_before=datetime.now(UTC) - timedelta(hours=1))), 0.05)
+    await asyncio.wait_for(wait_for_instant(
+        _run(not_before=datetime.now(UTC) - timedelta(hours=1)), WaitingRuns()), 0.05)
 
 
 async def _cancelled_while_waiting(details: ActivityCancellationDetails) -> ApplicationError:
     """How a run waiting for its instant an hour away ends when cancelled so."""
     env = ActivityEnvironment()
     waiting = asyncio.create_task(
-        env.run(wait_for_instant, _run(not_before=datetime.now(UTC) + timedelta(hours=1))))
+        env.run(wait_for_instant, _run(not_before=datetime.now(UTC) + timedelta(hours=1)), WaitingRuns()))
     await asyncio.sleep(0.01)
     env.cancel(details)
     with pytest.raises(ApplicationError) as refused:
@@ -61,7 +68,7 @@ async def test_a_run_waiting_when_its_worker_starts_to_stop_is_handed_back_at_on
     # A stop with a grace cancels nothing until the grace ends; the waiting run goes back first.
     env = ActivityEnvironment()
     waiting = asyncio.create_task(
-        env.run(wait_for_instant, _run(not_before=datetime.now(UTC) + timedelta(hours=1))))
+        env.run(wait_for_instant, _run(not_before=datetime.now(UTC) + timedelta(hours=1)), WaitingRuns()))
     await asyncio.sleep(0.01)
     env.worker_shutdown()
     with pytest.raises(ApplicationError) as refused:
@@ -69,10 +76,35 @@ async def test_a_run_waiting_when_its_worker_starts_to_stop_is_handed_back_at_on
     assert refused.value.type == JobFailure.TENANT_BUSY and refused.value.non_retryable
 
 
+async def test_a_withdrawal_that_comes_with_the_stop_withdraws_the_run() -> None:
+    # Handed back, a run withdrawn at the same moment would be sent again.
+    env = ActivityEnvironment()
+    waiting = asyncio.create_task(
+        env.run(wait_for_instant, _run(not_before=datetime.now(UTC) + timedelta(hours=1)), WaitingRuns()))
+    await asyncio.sleep(0.01)
+    env.worker_shutdown()
+    env.cancel(ActivityCancellationDetails(cancel_requested=True))
+    with pytest.raises(ApplicationError) as refused:
+        await waiting
+    assert refused.value.type == JobFailure.WITHDRAWN
+
+
+async def test_a_run_whose_instant_comes_with_the_stop_runs() -> None:
+    # Handed back, it would be sent again only after its instant: late.
+    env = ActivityEnvironment()
+    instant = datetime.now(UTC) + timedelta(milliseconds=30)
+    waiting = asyncio.create_task(env.run(wait_for_instant, _run(not_before=instant), WaitingRuns()))
+    await asyncio.sleep(0.01)
+    time.sleep(0.05)  # noqa: ASYNC251 - the loop stands still past the instant: its wake and the stop meet
+    env.worker_shutdown()
+    await asyncio.wait_for(waiting, 1)
+    assert datetime.now(UTC) >= instant
+
+
 async def test_a_job_going_when_its_worker_starts_to_stop_goes_on() -> None:
     # Past its instant the job has the worker's grace to finish: the stop cancels nothing.
     async def run_job(job_input: JobInput) -> str:
-        await wait_for_instant(job_input)
+        await wait_for_instant(job_input, WaitingRuns())
         await asyncio.sleep(0.2)  # the job
         return "ran"
 

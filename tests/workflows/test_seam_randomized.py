@@ -511,11 +511,11 @@ async def test_a_jobs_worker_stopping_lets_its_started_job_finish_and_hands_back
     # for its instant. The running job was cancelled and retried elsewhere: its target saw the
     # call twice. Now it finishes within the grace, and the waiting run is handed back at once
     # (not at the grace's end) and runs at its instant on the next jobs worker.
-    job = Recording(random.Random(0), seconds=6)
+    job = Recording(random.Random(0), seconds=14)
     running_id, waiting_id = uuid.uuid4().hex, uuid.uuid4().hex
     async with _workers(dev_env, sqlite_engine, job, lead=8, grace=30) as workers:
         now = _now()
-        starts, instant = now + timedelta(seconds=3), now + timedelta(seconds=15)
+        starts, instant = now + timedelta(seconds=3), now + timedelta(seconds=20)
         handles = {}
         for task_id, run_at in ((running_id, starts), (waiting_id, instant)):
             task = spec(schedule_type="once", run_at=run_at, job_details=handler_job("seam"))
@@ -525,7 +525,8 @@ async def test_a_jobs_worker_stopping_lets_its_started_job_finish_and_hands_back
                                                                       workflow_id(task_id))
 
         async def both_sent() -> bool:
-            return len(job.attempts) == 1 and bool((await task_state(handles[waiting_id])).running)
+            return (len(job.attempts) == 1 and job.attempts[0].ended is None
+                    and bool((await task_state(handles[waiting_id])).running))
 
         await until(both_sent)
         await workers.jobs.stop()  # returns once the started job has ended
