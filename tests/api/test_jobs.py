@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
+from zoneinfo import ZoneInfo
 
 from temporalio import workflow
 from temporalio.api.enums.v1 import EventType
@@ -12,6 +13,8 @@ from temporalio.worker import Worker
 from activities.handlers import ENTRY_POINT_GROUP, load_handlers
 from tests.api.conftest import Stack
 from tests.api.test_e2e import wait_for_status
+
+BERLIN = ZoneInfo("Europe/Berlin")
 
 
 @workflow.defn(name="EchoWorkflow", sandboxed=False)
@@ -61,7 +64,11 @@ async def test_search_attributes_and_summaries_show_in_temporal(stack: Stack) ->
         timers = [e for e in history.events if e.event_type == EventType.EVENT_TYPE_TIMER_STARTED]
         await asyncio.sleep(0.1)
     summary = stack.env.client.data_converter.payload_converter.from_payload(timers[-1].user_metadata.summary, str)
-    assert summary.startswith("sleep until ") and "+01:00" in summary and "cron 0 10 * * * Europe/Berlin" in summary
+    # The next 10:00 in Berlin, in its offset (+01:00 in winter, +02:00 in summer).
+    now = datetime.now(BERLIN)
+    day = now.date() if now.hour < 10 else now.date() + timedelta(days=1)
+    offset = datetime(day.year, day.month, day.day, 10, tzinfo=BERLIN).isoformat()[-6:]
+    assert summary.startswith("sleep until ") and offset in summary and "cron 0 10 * * * Europe/Berlin" in summary
 
 
 def test_handler_registry_comes_from_entry_points() -> None:

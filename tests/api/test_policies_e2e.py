@@ -162,11 +162,15 @@ async def test_drift_is_flagged_counted_and_notified(stack: Stack, target: Targe
 
 async def test_jitter_spreads_runs_and_next_run_at_shows_the_planned_instant(stack: Stack) -> None:
     async with stack.client() as api:
-        base = (datetime.now(UTC) + timedelta(hours=1)).replace(minute=0, second=0, microsecond=0)
+        # An hourly minute half an hour away: no fire comes while the test runs.
+        now = datetime.now(UTC)
+        minute = (now.minute + 30) % 60
+        base = now.replace(minute=minute, second=0, microsecond=0)
+        base += timedelta(hours=1) if base <= now else timedelta(0)
         task_ids = []
         for n in range(20):
             created = await api.post("/task/recurring", json={
-                "task_name": f"herd-{n}", "schedule_type": "cron", "cron": "0 * * * *",
+                "task_name": f"herd-{n}", "schedule_type": "cron", "cron": f"{minute} * * * *",
                 "job_details": {"type": "handler", "name": "noop"}, "jitter_seconds": 60,
             })
             task_ids.append(created.json()["task_id"])

@@ -16,10 +16,10 @@ NOOP = {"type": "handler", "name": "noop"}
 
 
 def berlin_0230(**extra: Any) -> dict[str, Any]:
-    """A daily 02:30 Berlin task from the Saturday before the 2027 spring change."""
+    """A daily 02:30 Berlin task from the Saturday before the 2035 spring change."""
     return {"task_name": "night", "job_details": NOOP, "schedule_type": "cron",
             "cron": "30 2 * * *", "timezone": "Europe/Berlin",
-            "start_date": "2027-03-27T00:00:00Z", **extra}
+            "start_date": "2035-03-24T00:00:00Z", **extra}
 
 
 async def count_tasks(stack: Stack, tenant: str) -> int:
@@ -34,12 +34,12 @@ async def test_a_new_task_previews_its_fires_and_saves_nothing(stack: Stack) -> 
         assert answer.status_code == 200, answer.text
         body = answer.json()
         assert body["description"] == ("At 02:30, every day, in Europe/Berlin, "
-                                       "from 2027-03-27T01:00:00+01:00")
+                                       "from 2035-03-24T01:00:00+01:00")
         assert [f["local"] for f in body["fires"]] == [
-            "2027-03-27T02:30:00+01:00", "2027-03-28T03:00:00+02:00", "2027-03-29T02:30:00+02:00"]
+            "2035-03-24T02:30:00+01:00", "2035-03-25T03:00:00+02:00", "2035-03-26T02:30:00+02:00"]
         assert [f["scheduled_at"] for f in body["fires"]] == [f["instant"] for f in body["fires"]]
         assert body["fires"][1]["note"] == (
-            "02:30 does not exist on 2027-03-28 in Europe/Berlin: runs at 03:00")
+            "02:30 does not exist on 2035-03-25 in Europe/Berlin: runs at 03:00")
         assert body["fires"][0]["note"] is None and body["fires"][0]["skipped"] is None
         assert any("daylight saving" in w for w in body["warnings"])
         assert len((await api.post("/task/preview", json=berlin_0230())).json()["fires"]) == 10
@@ -62,9 +62,9 @@ async def test_gap_skip_lists_no_fire_for_a_time_that_does_not_exist(stack: Stac
     async with stack.client() as api:
         body = (await api.post("/task/preview", params={"limit": 2}, json=berlin_0230(
             dst_policy={"gap": "skip", "repeated": "first"}))).json()
-    assert [f["local"] for f in body["fires"]] == ["2027-03-27T02:30:00+01:00",
-                                                   "2027-03-29T02:30:00+02:00"]
-    assert "2027-03-28 02:30 do not exist in Europe/Berlin: no run then (dst_policy.gap is skip)" \
+    assert [f["local"] for f in body["fires"]] == ["2035-03-24T02:30:00+01:00",
+                                                   "2035-03-26T02:30:00+02:00"]
+    assert "2035-03-25 02:30 do not exist in Europe/Berlin: no run then (dst_policy.gap is skip)" \
         in body["warnings"]
 
 
@@ -158,11 +158,11 @@ async def test_other_tasks_at_the_same_instant_are_a_warning(stack: Stack) -> No
 async def test_a_new_schedule_that_never_fires_before_its_end_is_refused_as_create_refuses_it(
     stack: Stack,
 ) -> None:
-    end = (datetime.now(UTC) + timedelta(days=20)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    end = "2031-03-21T00:00:00Z"  # three weeks without a 29 February, whenever the test runs
     async with stack.client() as api:
         answer = await api.post("/task/preview", json={
             "task_name": "never", "job_details": NOOP, "schedule_type": "cron", "cron": "0 0 29 2 *",
-            "end_date": end})
+            "start_date": "2031-03-01T00:00:00Z", "end_date": end})
     assert answer.status_code == 422 and answer.json()["field"] == "end_date", answer.text
     assert answer.json()["detail"] == (f"end_date: the schedule has no fire before end_date "
                                        f"{end.replace('Z', '+00:00')}: the task would have nothing to run")
@@ -191,7 +191,7 @@ async def test_dst_policy_is_kept_shown_and_changed_like_any_field(stack: Stack)
         shown = (await api.get(f"/tasks/{task_id}")).json()["schedule"]["dst_policy"]
         assert shown == {"gap": "shift", "repeated": "first"}  # a new policy, whole
         upcoming = (await api.get(f"/tasks/{task_id}/upcoming", params={"limit": 2})).json()
-        assert upcoming["fires"][1]["local"] == "2027-03-28T03:00:00+02:00"
+        assert upcoming["fires"][1]["local"] == "2035-03-25T03:00:00+02:00"
 
 
 async def test_a_run_sent_ahead_of_its_instant_is_still_upcoming(stack: Stack) -> None:
