@@ -18,7 +18,6 @@ from temporalio.client import Client, WorkflowFailureError
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import (
     ApplicationError,
-    ApplicationErrorCategory,
     WorkflowAlreadyStartedError,
 )
 
@@ -32,7 +31,7 @@ from activities.on_time import (
     refuse_if_late,
     wait_for_instant,
 )
-from activities.payloads import RUN_JOB, STARTED, JobInput, JobResult, job_failure
+from activities.payloads import RUN_JOB, STARTED, JobInput, JobResult, job_failure, tenant_busy
 from activities.precision import after_the_starts, queued_bookkeeping_done
 from activities.share import DEFAULT_SLOTS, SlotShare
 from activities.signing import Signer
@@ -95,46 +94,48 @@ class JobActivities:
         """Wait for the run's instant on this worker's clock, then run one attempt of the job,
         heartbeating so a cancel or a dead worker is noticed."""
         info = activity.info()
+        # The run's attempt: a run sent again after a refused retry counts on.
+        attempt = job_input.attempts_used + info.attempt
         bound = log.bind(
             task_id=job_input.task_id,
             execution_id=job_input.execution_id,
             tenant=job_input.tenant_id,
             workflow_id=info.workflow_id,
-            attempt=info.attempt,
+            attempt=attempt,
         )
         # The server retries an attempt whose completion it never got: the job ran already.
-        previous = await self._rows.previous(job_input) if info.attempt > 1 and self._rows else None
+        previous = await self._rows.previous(job_input) if attempt > 1 and self._rows else None
         done = completed_result(previous, job_input.trigger)
         if done is not None:
             bound.info("job.already_completed", completed_attempt=done.attempt)
             return done
-        started_before = STARTED in info.heartbeat_details or (
+        started_before = job_input.started or STARTED in info.heartbeat_details or (
             previous is not None and previous.started_at is not None)
-        # A first attempt over its tenant's share gives its slot back at once and its workflow
-        # sends the run again (workflows/inflight.py). A retry is never refused (that would
-        # cost its run one of its attempts), nor a run refused BUSY_RESENDS times already.
-        refusable = job_input.refusable and info.attempt == 1 and not started_before
+        # An attempt over its tenant's share gives its slot back at once and its workflow
+        # sends the run again (workflows/inflight.py), counting on from the attempts made. A
+        # retry sent by older code is never refused (that would cost its run an attempt), nor
+        # a run refused BUSY_RESENDS times already.
+        retry = attempt > 1 or started_before
+        refusable = job_input.refusable and (job_input.carries_attempts or not retry)
         if not self._share.take(job_input.tenant_id, refusable=refusable):
             bound.warning("job.tenant_share_full", held=self._share.held(job_input.tenant_id),
                           fair=self._share.fair())
-            # Benign: the SDK logs it at DEBUG and counts no failure (the line above tells).
-            raise ApplicationError(f"the tenant's runs hold their share of this jobs worker's "
-                                   f"{self._share.slots} slots; the run is sent again",
-                                   type=JobFailure.TENANT_BUSY, non_retryable=True,
-                                   category=ApplicationErrorCategory.BENIGN)
+            raise tenant_busy(f"the tenant's runs hold their share of this jobs worker's "
+                              f"{self._share.slots} slots; the run is sent again", attempt,
+                              started=started_before)
         try:
-            return await self._in_slot(job_input, info, bound, started_before)
+            return await self._in_slot(job_input, info, attempt, bound, started_before)
         finally:
             self._share.give_back(job_input.tenant_id)
 
-    async def _in_slot(self, job_input: JobInput, info: activity.Info, bound: Any,
+    async def _in_slot(self, job_input: JobInput, info: activity.Info, attempt: int, bound: Any,
                        started_before: bool) -> JobResult:
         # Once running, it heartbeats at a third of the heartbeat timeout.
         heartbeats = asyncio.create_task(
             heartbeat_while_waiting(job_input, info.heartbeat_timeout)
         )
         try:
-            await wait_for_instant(job_input, self._waiting)
+            await wait_for_instant(job_input, self._waiting, attempt)
             refuse_if_late(job_input, started_before=started_before)
             if not started_before and must_claim(job_input.trigger, due_of(job_input),
                                                  datetime.now(UTC)):
@@ -142,17 +143,17 @@ class JobActivities:
                 # answer carries a withdrawal: beat only to show the worker alive meanwhile.
                 heartbeats.cancel()
                 heartbeats = asyncio.create_task(heartbeat_forever(info.heartbeat_timeout))
-                await self._starts.claim(job_input, info.workflow_id, info.attempt)
+                await self._starts.claim(job_input, info.workflow_id, attempt)
             heartbeats.cancel()
             # From here the job has started: a retry after a crash is a retry, not a late start.
             heartbeats = asyncio.create_task(heartbeat_forever(info.heartbeat_timeout, STARTED))
             async with asyncio.timeout(job_input.run_timeout_seconds):
-                return await self._attempt(job_input, info.attempt, bound)
+                return await self._attempt(job_input, attempt, bound)
         except TimeoutError as exc:
             raise job_failure(
                 JobFailure.RUN_TIMEOUT,
                 f"the run took longer than run_timeout_seconds={job_input.run_timeout_seconds:g}",
-                attempt=info.attempt,
+                attempt=attempt,
             ) from exc
         finally:
             heartbeats.cancel()

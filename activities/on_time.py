@@ -9,10 +9,10 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from temporalio import activity
-from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
+from temporalio.exceptions import ApplicationError
 
 from activities.heartbeats import beat_every
-from activities.payloads import JobInput, job_failure
+from activities.payloads import JobInput, job_failure, tenant_busy
 from activities.precision import sleep_until
 from scheduling.status import JobFailure
 
@@ -49,7 +49,7 @@ class WaitingRuns:
             task.cancel()
 
 
-async def wait_for_instant(job_input: JobInput, waiting: WaitingRuns) -> None:
+async def wait_for_instant(job_input: JobInput, waiting: WaitingRuns, attempt: int = 1) -> None:
     """Sleep until the run's instant; a cancel before it withdraws the run (nothing ran). A
     worker that starts to stop meanwhile hands the run back (``WaitingRuns``): its workflow
     sends it again, due at the same instant, to the next jobs worker, as it does a run refused
@@ -72,10 +72,9 @@ async def wait_for_instant(job_input: JobInput, waiting: WaitingRuns) -> None:
         if stopping and datetime.now(UTC) >= instant:
             return  # its instant came in the same loop pass: it runs, within the grace
         if stopping or (cancelled is not None and cancelled.worker_shutdown):
-            raise ApplicationError("the jobs worker is stopping before the run's instant; the "
-                                   "run is sent again", type=JobFailure.TENANT_BUSY,
-                                   non_retryable=True,
-                                   category=ApplicationErrorCategory.BENIGN) from None
+            # Waiting for its instant, no attempt of the run has started its job.
+            raise tenant_busy("the jobs worker is stopping before the run's instant; the run "
+                              "is sent again", attempt, started=False) from None
         raise _withdrawn() from None
     else:
         waiting.leave(run)

@@ -7,7 +7,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from pydantic import BaseModel, Field
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 from activities.heartbeats import MIN_BEAT_SECONDS
 from scheduling.spec import HandlerJob, HttpJob, WorkflowJob
@@ -54,6 +54,16 @@ class JobInput(BaseModel):
         default=MIN_BEAT_SECONDS, gt=0, description="how often at most it heartbeats near its "
         "instant while it waits; its workflow withdraws it only further ahead than that "
         "(activities/heartbeats.py)")
+    attempts_used: int = Field(
+        default=0, ge=0, description="attempts of the run made by job activities before this "
+        "one (a jobs worker refused a retry of it): this activity's attempts count on from them")
+    started: bool = Field(
+        default=False, description="the job of the run started in an earlier attempt: a retry "
+        "is no late start")
+    carries_attempts: bool = Field(
+        default=False, description="its workflow sends a refused retry again with the attempts "
+        "made (``attempts_used``), so a jobs worker may refuse retries too; workflows of older "
+        "code do not, and their retries are never refused")
 
     def lateness(self, started: datetime) -> timedelta:
         """How late a start is: after the run's instant (an input sent without one, by an
@@ -116,6 +126,31 @@ def job_failure(
         attempt=attempt, http_status=http_status, response_snippet=response_snippet,
     ).model_dump(mode="json"),)
     return ApplicationError(message, *details, type=kind, non_retryable=not retryable)
+
+
+class BusyRefusal(BaseModel):
+    """What a jobs worker that gave a run back (its tenant's share full, the worker stopping)
+    tells the workflow: how many attempts of the run were made, and whether its job started."""
+
+    attempts_used: int = 0
+    started: bool = False
+
+    @classmethod
+    def of(cls, details: Sequence[Any]) -> BusyRefusal:
+        """The refusal's details; none (an older jobs worker): a first attempt, unstarted."""
+        try:
+            return cls.model_validate(details[0]) if details else cls()
+        except ValueError:
+            return cls()
+
+
+def tenant_busy(message: str, attempt: int, *, started: bool) -> ApplicationError:
+    """The refusal of ``attempt`` of a run: its workflow sends the run again
+    (workflows/inflight.py), counting on from the attempts made. Benign: the SDK logs it at
+    DEBUG and counts no failure."""
+    refusal = BusyRefusal(attempts_used=attempt - 1, started=started)
+    return ApplicationError(message, refusal.model_dump(mode="json"), type=JobFailure.TENANT_BUSY,
+                            non_retryable=True, category=ApplicationErrorCategory.BENIGN)
 
 
 class Record(BaseModel):

@@ -19,8 +19,9 @@ class SlotShare:
     Any tenant takes a slot while the worker has more than a tenth of its slots free. The last
     tenth goes only to a tenant holding fewer than its fair share, ``slots // (tenants holding
     slots + 1)`` (the one counts a tenant not in yet), and always to one holding none. So a
-    tenant's first attempts fill at most nine tenths of a worker; a retry, or a run refused
-    BUSY_RESENDS times (workflows/inflight.py), is not refused and may take the rest."""
+    tenant's attempts fill at most nine tenths of a worker; a run refused BUSY_RESENDS times
+    (workflows/inflight.py), or a retry its workflow cannot send again with the attempts it
+    made (older code: ``JobInput.carries_attempts``), is not refused and may take the rest."""
 
     def __init__(self, slots: int) -> None:
         self.slots = slots

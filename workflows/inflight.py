@@ -23,6 +23,7 @@ with workflow.unsafe.imports_passed_through():
     from activities.payloads import (
         RUN_JOB,
         STARTED,
+        BusyRefusal,
         JobFailureDetails,
         JobInput,
         JobResult,
@@ -81,7 +82,7 @@ class _Flying:
     instant: datetime
     beat: timedelta  # how often at most it heartbeats near its instant (policy.may_withdraw)
     handle: workflow.ActivityHandle[JobResult]
-    send: Callable[[bool], workflow.ActivityHandle[JobResult]]  # again, refusable or not
+    send: Callable[..., workflow.ActivityHandle[JobResult]]  # again: _send(refusable, ...)
     withdrawn: str | None = None
     started: bool = False  # its jobs worker reported that the job started
     claimed: datetime | None = None  # when a late attempt was let start (it reports its start next)
@@ -281,9 +282,10 @@ class RunsInFlight:
     @staticmethod
     def _send(spec: TaskSpec, refusable: bool, *, key: str, task_id: str, tenant_id: str,
               run: Run, run_id: str, instant: datetime, sent_at: datetime, lead: timedelta,
-              beat: timedelta, spec_version: int | None,
-              aimed: datetime) -> workflow.ActivityHandle[JobResult]:
-        """Schedule the run's job activity (again, after a jobs worker refused it)."""
+              beat: timedelta, spec_version: int | None, aimed: datetime,
+              attempts_used: int = 0, started: bool = False) -> workflow.ActivityHandle[JobResult]:
+        """Schedule the run's job activity (again, after a jobs worker refused it: with the
+        attempts left after ``attempts_used``)."""
         wait = max(timedelta(0), instant - workflow.now())
         retry = spec.retry_policy
         late = late_limit(run.trigger)
@@ -297,6 +299,7 @@ class RunsInFlight:
                 run_timeout_seconds=spec.run_timeout_seconds,
                 late_after_seconds=late.total_seconds() if late is not None else None,
                 refusable=refusable, beat_seconds=beat.total_seconds(),
+                attempts_used=attempts_used, started=started, carries_attempts=True,
             ),
             task_queue=jobs_queue(workflow.info().task_queue),
             result_type=JobResult,
@@ -304,7 +307,7 @@ class RunsInFlight:
             heartbeat_timeout=timedelta(seconds=waiting_heartbeat_timeout(
                 spec.heartbeat_timeout_seconds, wait.total_seconds())),
             retry_policy=RetryPolicy(
-                maximum_attempts=retry.max_attempts,
+                maximum_attempts=max(1, retry.max_attempts - attempts_used),
                 initial_interval=timedelta(seconds=retry.initial_interval_seconds),
                 backoff_coefficient=retry.backoff_coefficient,
                 maximum_interval=timedelta(seconds=retry.maximum_interval_seconds),
@@ -372,6 +375,8 @@ class RunsInFlight:
                         and err.cause.type == JobFailure.TENANT_BUSY)
                 if not busy or flying.withdrawn is not None:
                     raise
+                assert isinstance(err.cause, ApplicationError)
+                made = BusyRefusal.of(err.cause.details)  # a refused retry counts on
                 delay, ahead = backoff, flying.instant - workflow.now()
                 backoff = min(backoff * 2, BUSY_MAX_DELAY)
                 if timedelta(0) < ahead < delay:
@@ -383,7 +388,8 @@ class RunsInFlight:
                     pass
                 if flying.withdrawn is not None:
                     raise
-            flying.handle = flying.send(refusals < BUSY_RESENDS)
+            flying.handle = flying.send(refusals < BUSY_RESENDS, attempts_used=made.attempts_used,
+                                        started=made.started)
         return await flying.handle
 
     async def _await(self, key: str, record: ExecutionRecord, run: Run, max_attempts: int) -> None:

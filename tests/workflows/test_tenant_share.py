@@ -1,6 +1,6 @@
 """One tenant's long runs cannot take every slot of a jobs worker (real dev server): a run of
 another tenant starts while they hold theirs, and the runs refused for the share run later,
-each once, on its first attempt."""
+each once, on its first attempt; its retries keep to the share too, each run to its attempts."""
 
 from __future__ import annotations
 
@@ -199,3 +199,53 @@ async def test_a_run_sent_again_to_jobs_workers_that_went_down_runs_once(
     assert ran == Counter([task_id]), ran
     assert [row.status for row in rows] == ["COMPLETED"], rows
     assert state["success_count"] == 1, state
+
+
+class Failing:
+    """A handler that fails after a while; counts each task's calls and the most at once."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.calls: Counter[str] = Counter()
+        self.going = self.most = 0
+
+    async def __call__(self, ctx: HandlerContext) -> None:
+        self.calls[ctx.task_id] += 1
+        self.going += 1
+        self.most = max(self.most, self.going)
+        try:
+            await asyncio.sleep(self.seconds)
+        finally:
+            self.going -= 1
+        raise RuntimeError("failing, as asked")
+
+
+async def test_a_tenants_retries_keep_to_its_share_and_each_run_keeps_its_attempts(
+        dev_env: WorkflowEnvironment, sqlite_engine: Engine) -> None:
+    # A tenant's retries took slots past its share: its failing runs could hold every slot,
+    # and another tenant's run waited until one ended. Refused now like first attempts, a
+    # retry is sent again counting on from the attempts made, so no run makes more.
+    queue = f"share-{uuid.uuid4()}"
+    failing = Failing(seconds=1.0)
+    retry = {"max_attempts": 3, "initial_interval_seconds": 0.5, "maximum_interval_seconds": 0.5}
+    now = datetime.now(UTC)
+    busy = [await create(dev_env, queue, "busy", "fail", run_at=now, retry_policy=retry)
+            for _ in range(6)]
+
+    def rows(task_id: str) -> list[tuple[str, int]]:
+        found, _ = list_executions(sqlite_engine, task_id=task_id, limit=10)
+        return [(row.status, row.attempts) for row in found if row.status != "RUNNING"]
+
+    # Four slots: the tenant's attempts hold at most three, the last one is kept for others.
+    async with new_worker(dev_env.client, sqlite_engine, task_queue=queue,
+                          handlers={"fail": failing}, max_concurrent_activities=4):
+        deadline = asyncio.get_running_loop().time() + 90
+        while not all(rows(task_id) for task_id in busy):
+            assert asyncio.get_running_loop().time() < deadline, [rows(t) for t in busy]
+            await asyncio.sleep(0.2)
+    assert failing.most == 3, failing.most
+    assert failing.calls == Counter({task_id: 3 for task_id in busy}), failing.calls
+    assert [rows(task_id) for task_id in busy] == [[("FAILED", 3)]] * len(busy)
+    # Retries were refused and sent again with the attempts made.
+    carried = [i["attempts_used"] for task_id in busy for i in await scheduled_inputs(dev_env, task_id)]
+    assert max(carried) >= 1, carried
