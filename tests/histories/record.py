@@ -30,7 +30,7 @@ from sqlalchemy import Engine
 from temporalio.api.enums.v1 import EventType
 from temporalio.testing import WorkflowEnvironment
 
-from activities.handlers import Handler
+from activities.handlers import Handler, HandlerContext
 from activities.options import RunOptions
 from scheduling.spec import TaskChanges, TaskSpec
 from scheduling.status import ResumeMissed, workflow_id
@@ -364,6 +364,35 @@ async def tenant_share(env: WorkflowEnvironment, engine: Engine) -> TaskHandle:
                and e.activity_task_failed_event_attributes.failure.application_failure_info.type
                == "TenantBusy"]
     assert refused and state.success_count == 1 and len(slow.calls) == 2, (state, slow.calls)
+    return handle
+
+
+@scenario
+async def retry_refused(env: WorkflowEnvironment, engine: Engine) -> TaskHandle:
+    # Two job slots: a tenant alone may hold one. The run's first attempt fails; its retry
+    # comes while another run of the tenant holds the slot (3 s of real time), is refused and
+    # sent again with the attempt it made, and its second attempt succeeds.
+    slow, calls = SlowFirst(3), []
+
+    async def fails_once(ctx: HandlerContext) -> None:
+        calls.append(ctx.execution_id)
+        if len(calls) == 1:
+            raise RuntimeError("the first attempt fails")
+
+    async with new_worker(env.client, engine, handlers={"slow": slow, "fails_once": fails_once},
+                          max_concurrent_activities=2) as worker:
+        now = await env.get_current_time()
+        handle = await start_task(env, worker.task_queue, spec(
+            schedule_type="once", run_at=now, job_details=handler_job("fails_once"),
+            retry_policy={"initial_interval_seconds": 2, "maximum_interval_seconds": 2}))
+        holder = await start_task(env, worker.task_queue, spec(
+            schedule_type="once", run_at=now + timedelta(seconds=1), job_details=handler_job("slow")))
+        state = await handle.result()
+        await holder.result()
+    history = await handle.fetch_history()
+    carried = [e for e in history.events if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+               and b'"attempts_used":1' in e.activity_task_scheduled_event_attributes.input.payloads[0].data]
+    assert carried and state.success_count == 1 and len(calls) == 2, (state, calls)
     return handle
 
 
