@@ -88,6 +88,10 @@ class _Flying:
     claimed: datetime | None = None  # when a late attempt was let start (it reports its start next)
     released: bool = False  # a ghost whose activity was cancelled
     outdated: bool = False  # sent for a schedule since re-timed
+    # A retry refused for its tenant's share: the attempts the run made, and a cancel of its
+    # going job (overlap cancel_running) asked while no activity of it was out.
+    attempts_made: int = 0
+    stop_asked: bool = False
     aimed: datetime | None = None  # the run's own instant (a late or caught-up run's is past)
     spared: bool = False  # too near its instant when a withdrawal came: it runs
 
@@ -288,6 +292,9 @@ class RunsInFlight:
         attempts left after ``attempts_used``)."""
         wait = max(timedelta(0), instant - workflow.now())
         retry = spec.retry_policy
+        # Sent again after a refused retry, its next retries wait as long as the run's would.
+        interval = min(retry.initial_interval_seconds * retry.backoff_coefficient ** attempts_used,
+                       retry.maximum_interval_seconds)
         late = late_limit(run.trigger)
         return workflow.start_activity(
             RUN_JOB,
@@ -308,7 +315,7 @@ class RunsInFlight:
                 spec.heartbeat_timeout_seconds, wait.total_seconds())),
             retry_policy=RetryPolicy(
                 maximum_attempts=max(1, retry.max_attempts - attempts_used),
-                initial_interval=timedelta(seconds=retry.initial_interval_seconds),
+                initial_interval=timedelta(seconds=interval),
                 backoff_coefficient=retry.backoff_coefficient,
                 maximum_interval=timedelta(seconds=retry.maximum_interval_seconds),
             ),
@@ -341,6 +348,7 @@ class RunsInFlight:
         now = workflow.now()
         for flying in self._flying.values():
             if flying.started if self.reported else flying.instant <= now:
+                flying.stop_asked = True
                 self._cancel(flying)
 
     def cancel_all(self) -> None:
@@ -373,24 +381,31 @@ class RunsInFlight:
             except ActivityError as err:
                 busy = (isinstance(err.cause, ApplicationError)
                         and err.cause.type == JobFailure.TENANT_BUSY)
-                if not busy or flying.withdrawn is not None:
+                if not busy or self._stopped(flying):
                     raise
                 assert isinstance(err.cause, ApplicationError)
-                made = BusyRefusal.of(err.cause.details)  # a refused retry counts on
+                # A refused retry counts on (an older jobs worker's refusal tells nothing).
+                made = BusyRefusal.of(err.cause.details)
+                flying.attempts_made = attempts = max(flying.attempts_made, made.attempts_used)
+                started = made.started or flying.started
                 delay, ahead = backoff, flying.instant - workflow.now()
                 backoff = min(backoff * 2, BUSY_MAX_DELAY)
                 if timedelta(0) < ahead < delay:
                     delay, backoff = ahead, BUSY_FIRST_DELAY  # at its instant, then soon after
                 try:
-                    await workflow.wait_condition(lambda: flying.withdrawn is not None,
-                                                  timeout=delay)
+                    await workflow.wait_condition(lambda: self._stopped(flying), timeout=delay)
                 except TimeoutError:
                     pass
-                if flying.withdrawn is not None:
+                if self._stopped(flying):
                     raise
-            flying.handle = flying.send(refusals < BUSY_RESENDS, attempts_used=made.attempts_used,
-                                        started=made.started)
+            flying.handle = flying.send(refusals < BUSY_RESENDS, attempts_used=attempts,
+                                        started=started)
         return await flying.handle
+
+    @staticmethod
+    def _stopped(flying: _Flying) -> bool:
+        """Withdrawn, or its going job asked to stop: a refused run is not sent again."""
+        return flying.withdrawn is not None or flying.stop_asked
 
     async def _await(self, key: str, record: ExecutionRecord, run: Run, max_attempts: int) -> None:
         run_id = record.id
@@ -406,7 +421,13 @@ class RunsInFlight:
             details = (JobFailureDetails.of(cause.details)
                        if isinstance(cause, ApplicationError) else None)
             unstarted = not flying.started if self.reported else workflow.now() < flying.instant
-            if (kind is None and flying.withdrawn and unstarted) or kind == JobFailure.TENANT_BUSY:
+            if kind == JobFailure.TENANT_BUSY and flying.attempts_made:
+                # A retry refused for its tenant's share, cancelled before it was sent again:
+                # the run ran, and ends as a run cancelled while it went on.
+                kind = None
+                cause = CancelledError("cancelled between attempts")
+                details = JobFailureDetails(attempt=flying.attempts_made)
+            elif (kind is None and flying.withdrawn and unstarted) or kind == JobFailure.TENANT_BUSY:
                 # Cancelled before any worker started it (a backlog, a deploy), or refused for
                 # its tenant's share until withdrawn: it did not run.
                 kind = JobFailure.WITHDRAWN

@@ -40,12 +40,12 @@ class Hold:
 
 async def create(env: WorkflowEnvironment, queue: str, tenant: str, job: str,
                  **fields: object) -> str:
-    """A once task of ``tenant`` whose job is the handler ``job``."""
+    """A task of ``tenant`` (once, unless ``fields`` say) whose job is the handler ``job``."""
     task_id = uuid.uuid4().hex
     await start_task_workflow(
         env.client, task_queue=queue, task_id=task_id, tenant_id=tenant,
-        spec=spec(task_name=job, schedule_type="once", job_details={"type": "handler", "name": job},
-                  **fields),
+        spec=spec(**{"task_name": job, "schedule_type": "once",
+                     "job_details": {"type": "handler", "name": job}, **fields}),
         created_at=datetime.now(UTC))
     return task_id
 
@@ -249,3 +249,85 @@ async def test_a_tenants_retries_keep_to_its_share_and_each_run_keeps_its_attemp
     # Retries were refused and sent again with the attempts made.
     carried = [i["attempts_used"] for task_id in busy for i in await scheduled_inputs(dev_env, task_id)]
     assert max(carried) >= 1, carried
+
+
+class FailingFirstRun:
+    """A handler whose first run fails at every attempt, after a while; later runs succeed.
+    Counts each run's calls."""
+
+    def __init__(self) -> None:
+        self.calls: Counter[str] = Counter()
+
+    async def __call__(self, ctx: HandlerContext) -> None:
+        self.calls[ctx.execution_id] += 1
+        if ctx.execution_id == next(iter(self.calls)):
+            await asyncio.sleep(0.5)
+            raise RuntimeError("the first run fails, as asked")
+
+
+RETRY_SLOWLY = {"max_attempts": 10, "initial_interval_seconds": 2, "backoff_coefficient": 1,
+                "maximum_interval_seconds": 2}
+
+
+async def _refused_retry(env: WorkflowEnvironment, queue: str, failing: FailingFirstRun,
+                         hold: Hold, **fields: object) -> str:
+    """A busy tenant's task whose first run fails; once it has, another run of the tenant holds
+    the one slot the tenant may hold (of two), and a retry of the first is refused."""
+    task_id = await create(env, queue, "busy", "failing", retry_policy=RETRY_SLOWLY, **fields)
+    deadline = asyncio.get_running_loop().time() + 45
+    while not failing.calls:
+        assert asyncio.get_running_loop().time() < deadline, "the run never started"
+        await asyncio.sleep(0.1)
+    await create(env, queue, "busy", "hold", run_at=datetime.now(UTC))
+    while await refusals(env, task_id) < 1 or not hold.calls:
+        assert asyncio.get_running_loop().time() < deadline, "no retry was refused"
+        await asyncio.sleep(0.1)
+    return task_id
+
+
+async def test_a_refused_retry_of_a_cancelled_task_ends_cancelled_with_its_attempts(
+        dev_env: WorkflowEnvironment, sqlite_engine: Engine) -> None:
+    # Waiting to be sent again, the run was recorded SKIPPED as if it had never run.
+    queue = f"share-{uuid.uuid4()}"
+    failing, hold = FailingFirstRun(), Hold()
+    async with new_worker(dev_env.client, sqlite_engine, task_queue=queue,
+                          handlers={"failing": failing, "hold": hold}, max_concurrent_activities=2):
+        task_id = await _refused_retry(dev_env, queue, failing, hold, run_at=datetime.now(UTC))
+        handle = dev_env.client.get_workflow_handle(workflow_id(task_id))
+        await handle.signal("cancel", "not now")
+        state = await asyncio.wait_for(handle.result(), 30)
+        hold.release.set()
+    found, _ = list_executions(sqlite_engine, task_id=task_id, limit=10)
+    (run,) = failing.calls
+    assert [(r.status, r.attempts) for r in found] == [("CANCELLED", failing.calls[run])], found
+    assert (state["cancelled_count"], state["skipped_count"]) == (1, 0), state
+
+
+async def test_a_refused_retry_that_cancel_running_stops_is_not_sent_again(
+        dev_env: WorkflowEnvironment, sqlite_engine: Engine) -> None:
+    # The cancel found no activity of the run to cancel: the run was sent again later and ran
+    # beside the one that replaced it.
+    queue = f"share-{uuid.uuid4()}"
+    failing, hold = FailingFirstRun(), Hold()
+    async with new_worker(dev_env.client, sqlite_engine, task_queue=queue,
+                          handlers={"failing": failing, "hold": hold}, max_concurrent_activities=2):
+        task_id = await _refused_retry(dev_env, queue, failing, hold, schedule_type="interval",
+                                       interval_seconds=8, overlap_policy="cancel_running",
+                                       max_runs=2)
+        handle = dev_env.client.get_workflow_handle(workflow_id(task_id))
+
+        def rows() -> list[tuple[str, int]]:
+            found, _ = list_executions(sqlite_engine, task_id=task_id, limit=10)
+            return sorted((r.status, r.attempts) for r in found if r.status != "RUNNING")
+
+        deadline = asyncio.get_running_loop().time() + 45
+        while not rows():  # the second fire stops the first run
+            assert asyncio.get_running_loop().time() < deadline, "the first run never ended"
+            await asyncio.sleep(0.2)
+        hold.release.set()
+        await asyncio.wait_for(handle.result(), 60)
+        made = dict(failing.calls)
+        await asyncio.sleep(3)  # a first run sent again would have run again by now
+    first, second = failing.calls
+    assert failing.calls == made and failing.calls[second] == 1, failing.calls
+    assert rows() == [("CANCELLED", failing.calls[first]), ("COMPLETED", 1)], rows()
