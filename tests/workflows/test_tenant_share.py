@@ -201,23 +201,24 @@ async def test_a_run_sent_again_to_jobs_workers_that_went_down_runs_once(
     assert state["success_count"] == 1, state
 
 
-class Failing:
-    """A handler that fails after a while; counts each task's calls and the most at once."""
+class Timed:
+    """A handler that takes ``seconds``, then fails if told to; counts each task's calls, and
+    in ``going`` the calls of all such handlers at once (``going[1]``: the most)."""
 
-    def __init__(self, seconds: float) -> None:
-        self.seconds = seconds
+    def __init__(self, seconds: float, going: list[int], *, fails: bool) -> None:
+        self.seconds, self.going, self.fails = seconds, going, fails
         self.calls: Counter[str] = Counter()
-        self.going = self.most = 0
 
     async def __call__(self, ctx: HandlerContext) -> None:
         self.calls[ctx.task_id] += 1
-        self.going += 1
-        self.most = max(self.most, self.going)
+        self.going[0] += 1
+        self.going[1] = max(self.going)
         try:
             await asyncio.sleep(self.seconds)
         finally:
-            self.going -= 1
-        raise RuntimeError("failing, as asked")
+            self.going[0] -= 1
+        if self.fails:
+            raise RuntimeError("failing, as asked")
 
 
 async def test_a_tenants_retries_keep_to_its_share_and_each_run_keeps_its_attempts(
@@ -226,11 +227,9 @@ async def test_a_tenants_retries_keep_to_its_share_and_each_run_keeps_its_attemp
     # and another tenant's run waited until one ended. Refused now like first attempts, a
     # retry is sent again counting on from the attempts made, so no run makes more.
     queue = f"share-{uuid.uuid4()}"
-    failing = Failing(seconds=1.0)
-    retry = {"max_attempts": 3, "initial_interval_seconds": 0.5, "maximum_interval_seconds": 0.5}
-    now = datetime.now(UTC)
-    busy = [await create(dev_env, queue, "busy", "fail", run_at=now, retry_policy=retry)
-            for _ in range(6)]
+    going = [0, 0]
+    failing, slow = Timed(0.2, going, fails=True), Timed(3, going, fails=False)
+    retry = {"max_attempts": 3, "initial_interval_seconds": 2, "maximum_interval_seconds": 2}
 
     def rows(task_id: str) -> list[tuple[str, int]]:
         found, _ = list_executions(sqlite_engine, task_id=task_id, limit=10)
@@ -238,17 +237,24 @@ async def test_a_tenants_retries_keep_to_its_share_and_each_run_keeps_its_attemp
 
     # Four slots: the tenant's attempts hold at most three, the last one is kept for others.
     async with new_worker(dev_env.client, sqlite_engine, task_queue=queue,
-                          handlers={"fail": failing}, max_concurrent_activities=4):
-        deadline = asyncio.get_running_loop().time() + 90
-        while not all(rows(task_id) for task_id in busy):
-            assert asyncio.get_running_loop().time() < deadline, [rows(t) for t in busy]
+                          handlers={"fail": failing, "slow": slow}, max_concurrent_activities=4):
+        failed = await create(dev_env, queue, "busy", "fail", run_at=datetime.now(UTC),
+                              retry_policy=retry)
+        deadline = asyncio.get_running_loop().time() + 60
+        while not (failing.calls and going[0] == 0):  # its first attempt failed
+            assert asyncio.get_running_loop().time() < deadline, "the run never failed"
+            await asyncio.sleep(0.05)
+        # Its retry comes while three runs of the tenant hold three slots.
+        held = [await create(dev_env, queue, "busy", "slow", run_at=datetime.now(UTC))
+                for _ in range(3)]
+        while not all(rows(task_id) for task_id in [failed, *held]):
+            assert asyncio.get_running_loop().time() < deadline, [rows(t) for t in [failed, *held]]
             await asyncio.sleep(0.2)
-    assert failing.most == 3, failing.most
-    assert failing.calls == Counter({task_id: 3 for task_id in busy}), failing.calls
-    assert [rows(task_id) for task_id in busy] == [[("FAILED", 3)]] * len(busy)
-    # Retries were refused and sent again with the attempts made.
-    carried = [i["attempts_used"] for task_id in busy for i in await scheduled_inputs(dev_env, task_id)]
-    assert max(carried) >= 1, carried
+    assert going[1] == 3, going
+    assert failing.calls == Counter({failed: 3}) and slow.calls == Counter(held), (failing.calls, slow.calls)
+    assert rows(failed) == [("FAILED", 3)] and [rows(t) for t in held] == [[("COMPLETED", 1)]] * 3
+    # Its retry was refused and sent again with the attempt it made.
+    assert max(i["attempts_used"] for i in await scheduled_inputs(dev_env, failed)) == 1
 
 
 class FailingFirstRun:
