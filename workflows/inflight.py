@@ -88,9 +88,10 @@ class _Flying:
     claimed: datetime | None = None  # when a late attempt was let start (it reports its start next)
     released: bool = False  # a ghost whose activity was cancelled
     outdated: bool = False  # sent for a schedule since re-timed
-    # A retry refused for its tenant's share: the attempts the run made, and a cancel of its
-    # going job (overlap cancel_running) asked while no activity of it was out.
+    # A retry refused for its tenant's share: the attempts the run made, whether its job ran
+    # in one, and a cancel of its going job (overlap cancel_running) asked meanwhile.
     attempts_made: int = 0
+    ran: bool = False
     stop_asked: bool = False
     aimed: datetime | None = None  # the run's own instant (a late or caught-up run's is past)
     spared: bool = False  # too near its instant when a withdrawal came: it runs
@@ -348,7 +349,7 @@ class RunsInFlight:
         now = workflow.now()
         for flying in self._flying.values():
             if flying.started if self.reported else flying.instant <= now:
-                flying.stop_asked = True
+                flying.stop_asked = self.reported
                 self._cancel(flying)
 
     def cancel_all(self) -> None:
@@ -381,13 +382,16 @@ class RunsInFlight:
             except ActivityError as err:
                 busy = (isinstance(err.cause, ApplicationError)
                         and err.cause.type == JobFailure.TENANT_BUSY)
-                if not busy or self._stopped(flying):
+                if not busy:
                     raise
                 assert isinstance(err.cause, ApplicationError)
-                # A refused retry counts on (an older jobs worker's refusal tells nothing).
+                # A refused retry counts on (an older jobs worker's refusal tells nothing). Kept
+                # before a cancel is looked at: one may have come in this same workflow task.
                 made = BusyRefusal.of(err.cause.details)
-                flying.attempts_made = attempts = max(flying.attempts_made, made.attempts_used)
-                started = made.started or flying.started
+                flying.attempts_made = max(flying.attempts_made, made.attempts_used)
+                flying.ran = flying.ran or made.started
+                if self._stopped(flying):
+                    raise
                 delay, ahead = backoff, flying.instant - workflow.now()
                 backoff = min(backoff * 2, BUSY_MAX_DELAY)
                 if timedelta(0) < ahead < delay:
@@ -398,8 +402,8 @@ class RunsInFlight:
                     pass
                 if self._stopped(flying):
                     raise
-            flying.handle = flying.send(refusals < BUSY_RESENDS, attempts_used=attempts,
-                                        started=started)
+            flying.handle = flying.send(refusals < BUSY_RESENDS, attempts_used=flying.attempts_made,
+                                        started=flying.ran or flying.started)
         return await flying.handle
 
     @staticmethod
@@ -421,7 +425,7 @@ class RunsInFlight:
             details = (JobFailureDetails.of(cause.details)
                        if isinstance(cause, ApplicationError) else None)
             unstarted = not flying.started if self.reported else workflow.now() < flying.instant
-            if kind == JobFailure.TENANT_BUSY and flying.attempts_made:
+            if kind == JobFailure.TENANT_BUSY and flying.attempts_made and (flying.ran or flying.started):
                 # A retry refused for its tenant's share, cancelled before it was sent again:
                 # the run ran, and ends as a run cancelled while it went on.
                 kind = None
@@ -448,7 +452,7 @@ class RunsInFlight:
             if details:
                 details.fill(record)
             else:
-                record.attempts = max_attempts
+                record.attempts = flying.attempts_made or max_attempts
         flying = self._flying.pop(key)
         if not (flying.ghost and ended.record is None):  # a ghost's fire was decided already
             self.ended.append(ended)

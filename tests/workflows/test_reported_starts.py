@@ -77,6 +77,20 @@ async def split_workers(env: WorkflowEnvironment, engine: Engine, job: Counting,
                 await running
 
 
+async def until_dispatched(handle: TaskHandle) -> None:
+    async def dispatched() -> bool:
+        return bool((await task_state(handle)).running)
+
+    await until(dispatched)
+
+
+def cacheless_workflows_worker(env: WorkflowEnvironment, queue: str, activities: ActivitySet) -> Worker:
+    """A workflow worker without a cache, so without a sticky queue: the next workflow worker
+    takes the workflow at once."""
+    return build_workflow_worker(env.client, task_queue=queue, activities=activities,
+                                 max_cached_workflows=0)
+
+
 async def start_ahead(env: WorkflowEnvironment, queue: str, task: TaskSpec) -> TaskHandle:
     task_id = uuid.uuid4().hex
     await start_task_workflow(env.client, task_queue=queue, task_id=task_id, tenant_id="t1",
@@ -205,11 +219,6 @@ async def test_a_late_run_whose_workflow_answers_its_claim_late_runs_as_schedule
     job = Counting()
     queue = f"tq-{uuid.uuid4()}"
 
-    def workflows_worker(activities: ActivitySet) -> Worker:
-        # No cache, so no sticky queue: the next workflow worker takes the workflow at once.
-        return build_workflow_worker(dev_env.client, task_queue=queue, activities=activities,
-                                     max_cached_workflows=0)
-
     async with httpx.AsyncClient() as http:
         activities = build_activities(engine=sqlite_engine, http=http, client=dev_env.client,
                                       extra_handlers={"count": job},
@@ -218,20 +227,16 @@ async def test_a_late_run_whose_workflow_answers_its_claim_late_runs_as_schedule
         instant = now + timedelta(seconds=7)
         task = spec(schedule_type="once", run_at=instant, job_details=handler_job("count"),
                     missed_run_policy="single_catchup")
-        async with workflows_worker(activities):
+        async with cacheless_workflows_worker(dev_env, queue, activities):
             handle = await start_ahead(dev_env, queue, task)
-
-            async def dispatched() -> bool:
-                return bool((await task_state(handle)).running)
-
-            await until(dispatched)  # sent 5 s ahead, to no jobs worker yet
+            await until_dispatched(handle)  # sent 5 s ahead, to no jobs worker yet
         await sleep_until(dev_env, instant + CLAIM_AFTER + timedelta(seconds=1))
         async with build_jobs_worker(dev_env.client, task_queue=queue, activities=activities):
             # The jobs worker takes the run 5 s late and asks; nobody answers for 5 s (its
             # patience: 5 s of lead + 15 s of slack - 10 s of margin).
             await sleep_until(dev_env, instant + CLAIM_AFTER + timedelta(seconds=6))
             assert job.started == []
-            async with workflows_worker(activities):
+            async with cacheless_workflows_worker(dev_env, queue, activities):
                 final = await asyncio.wait_for(handle.result(), timeout=60)
     [row] = executions(sqlite_engine, final.task_id)
     assert (row.status, row.trigger) == ("COMPLETED", "schedule"), row
@@ -254,10 +259,6 @@ async def test_a_start_report_and_a_pause_in_one_workflow_task_are_taken_in_hist
     job = Counting(seconds=4)
     queue = f"tq-{uuid.uuid4()}"
 
-    def workflows_worker(activities: ActivitySet) -> Worker:
-        return build_workflow_worker(dev_env.client, task_queue=queue, activities=activities,
-                                     max_cached_workflows=0)
-
     async with httpx.AsyncClient() as http:
         activities = build_activities(engine=sqlite_engine, http=http, client=dev_env.client,
                                       extra_handlers={"count": job},
@@ -265,13 +266,9 @@ async def test_a_start_report_and_a_pause_in_one_workflow_task_are_taken_in_hist
         instant = await dev_env.get_current_time() + timedelta(seconds=5)
         task = spec(schedule_type="once", run_at=instant, job_details=handler_job("count"))
         async with build_jobs_worker(dev_env.client, task_queue=queue, activities=activities):
-            async with workflows_worker(activities):
+            async with cacheless_workflows_worker(dev_env, queue, activities):
                 handle = await start_ahead(dev_env, queue, task)
-
-                async def dispatched() -> bool:
-                    return bool((await task_state(handle)).running)
-
-                await until(dispatched)  # sent 3 s ahead; its jobs worker waits for the instant
+                await until_dispatched(handle)  # sent 3 s ahead; its jobs worker waits for it
 
             async def reported() -> bool:
                 return any(e.workflow_execution_signaled_event_attributes.signal_name == "run_started"
@@ -282,7 +279,7 @@ async def test_a_start_report_and_a_pause_in_one_workflow_task_are_taken_in_hist
                 TaskWorkflow.pause_update, args=["maintenance", "k1"]))
             await asyncio.sleep(1)  # the update is admitted, waiting for a workflow worker
             assert job.started and not pausing.done()
-            async with workflows_worker(activities):
+            async with cacheless_workflows_worker(dev_env, queue, activities):
                 paused = await asyncio.wait_for(pausing, timeout=30)
                 assert paused.status is TaskStatus.PAUSED
 

@@ -337,3 +337,44 @@ async def test_a_refused_retry_that_cancel_running_stops_is_not_sent_again(
     first, second = failing.calls
     assert failing.calls == made and failing.calls[second] == 1, failing.calls
     assert rows() == [("CANCELLED", failing.calls[first]), ("COMPLETED", 1)], rows()
+
+
+async def test_a_cancel_in_the_workflow_task_of_a_retrys_refusal_ends_the_run_cancelled(
+        dev_env: WorkflowEnvironment, sqlite_engine: Engine) -> None:
+    # The workflow worker is down while a retry is refused and the task is cancelled: the
+    # worker that comes back gets both in one workflow task. The cancel, taken first, found
+    # the run's attempts not yet counted: the run that ran was recorded as never run.
+    client, queue = dev_env.client, f"share-{uuid.uuid4()}"
+    failing, hold = FailingFirstRun(), Hold()
+    async with guarded_client(EgressPolicy.from_list(["127.0.0.1"])) as http:
+        activities = build_activities(engine=sqlite_engine, http=http, client=client, job_slots=2,
+                                      extra_handlers={"failing": failing, "hold": hold})
+
+        def workflows() -> Any:
+            return build_workflow_worker(client, task_queue=queue, activities=activities,
+                                         max_cached_workflows=0)
+
+        async with build_jobs_worker(client, task_queue=queue, activities=activities):
+            async with workflows():
+                task_id = await create(dev_env, queue, "busy", "failing", run_at=datetime.now(UTC),
+                                       retry_policy=RETRY_SLOWLY)
+                deadline = asyncio.get_running_loop().time() + 45
+                while not failing.calls:
+                    assert asyncio.get_running_loop().time() < deadline, "the run never started"
+                    await asyncio.sleep(0.1)
+                await create(dev_env, queue, "busy", "hold", run_at=datetime.now(UTC))
+                while not hold.calls:
+                    assert asyncio.get_running_loop().time() < deadline, "the holder never started"
+                    await asyncio.sleep(0.1)
+            while await refusals(dev_env, task_id) < 1:  # the retry, refused with none to hear
+                assert asyncio.get_running_loop().time() < deadline, "no retry was refused"
+                await asyncio.sleep(0.1)
+            handle = client.get_workflow_handle(workflow_id(task_id))
+            await handle.signal("cancel", "not now")
+            async with workflows():
+                state = await asyncio.wait_for(handle.result(), 30)
+            hold.release.set()
+    found, _ = list_executions(sqlite_engine, task_id=task_id, limit=10)
+    (run,) = failing.calls
+    assert [(r.status, r.attempts) for r in found] == [("CANCELLED", failing.calls[run])], found
+    assert (state["cancelled_count"], state["skipped_count"]) == (1, 0), state
