@@ -8,6 +8,7 @@ import asyncio
 import json
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -275,20 +276,45 @@ RETRY_SLOWLY = {"max_attempts": 10, "initial_interval_seconds": 2, "backoff_coef
                 "maximum_interval_seconds": 2}
 
 
-async def _refused_retry(env: WorkflowEnvironment, queue: str, failing: FailingFirstRun,
+async def _ran_then_held(env: WorkflowEnvironment, queue: str, failing: FailingFirstRun,
                          hold: Hold, **fields: object) -> str:
-    """A busy tenant's task whose first run fails; once it has, another run of the tenant holds
-    the one slot the tenant may hold (of two), and a retry of the first is refused."""
+    """A busy tenant's task whose first run fails; once it has started, another run of the
+    tenant holds the one slot the tenant may hold (of two)."""
     task_id = await create(env, queue, "busy", "failing", retry_policy=RETRY_SLOWLY, **fields)
-    deadline = asyncio.get_running_loop().time() + 45
-    while not failing.calls:
-        assert asyncio.get_running_loop().time() < deadline, "the run never started"
-        await asyncio.sleep(0.1)
+    await _until(lambda: bool(failing.calls), "the run never started")
     await create(env, queue, "busy", "hold", run_at=datetime.now(UTC))
-    while await refusals(env, task_id) < 1 or not hold.calls:
+    await _until(lambda: bool(hold.calls), "the holder never started")
+    return task_id
+
+
+async def _until_refused(env: WorkflowEnvironment, task_id: str) -> None:
+    deadline = asyncio.get_running_loop().time() + 45
+    while await refusals(env, task_id) < 1:
         assert asyncio.get_running_loop().time() < deadline, "no retry was refused"
         await asyncio.sleep(0.1)
+
+
+async def _until(check: Callable[[], bool], what: str) -> None:
+    deadline = asyncio.get_running_loop().time() + 45
+    while not check():
+        assert asyncio.get_running_loop().time() < deadline, what
+        await asyncio.sleep(0.1)
+
+
+async def _refused_retry(env: WorkflowEnvironment, queue: str, failing: FailingFirstRun,
+                         hold: Hold, **fields: object) -> str:
+    """``_ran_then_held``, and a retry of the first run refused."""
+    task_id = await _ran_then_held(env, queue, failing, hold, **fields)
+    await _until_refused(env, task_id)
     return task_id
+
+
+def _ended_cancelled_with_its_attempts(engine: Engine, task_id: str, failing: FailingFirstRun,
+                                       state: dict[str, Any]) -> None:
+    found, _ = list_executions(engine, task_id=task_id, limit=10)
+    (run,) = failing.calls
+    assert [(r.status, r.attempts) for r in found] == [("CANCELLED", failing.calls[run])], found
+    assert (state["cancelled_count"], state["skipped_count"]) == (1, 0), state
 
 
 async def test_a_refused_retry_of_a_cancelled_task_ends_cancelled_with_its_attempts(
@@ -303,10 +329,7 @@ async def test_a_refused_retry_of_a_cancelled_task_ends_cancelled_with_its_attem
         await handle.signal("cancel", "not now")
         state = await asyncio.wait_for(handle.result(), 30)
         hold.release.set()
-    found, _ = list_executions(sqlite_engine, task_id=task_id, limit=10)
-    (run,) = failing.calls
-    assert [(r.status, r.attempts) for r in found] == [("CANCELLED", failing.calls[run])], found
-    assert (state["cancelled_count"], state["skipped_count"]) == (1, 0), state
+    _ended_cancelled_with_its_attempts(sqlite_engine, task_id, failing, state)
 
 
 async def test_a_refused_retry_that_cancel_running_stops_is_not_sent_again(
@@ -356,25 +379,12 @@ async def test_a_cancel_in_the_workflow_task_of_a_retrys_refusal_ends_the_run_ca
 
         async with build_jobs_worker(client, task_queue=queue, activities=activities):
             async with workflows():
-                task_id = await create(dev_env, queue, "busy", "failing", run_at=datetime.now(UTC),
-                                       retry_policy=RETRY_SLOWLY)
-                deadline = asyncio.get_running_loop().time() + 45
-                while not failing.calls:
-                    assert asyncio.get_running_loop().time() < deadline, "the run never started"
-                    await asyncio.sleep(0.1)
-                await create(dev_env, queue, "busy", "hold", run_at=datetime.now(UTC))
-                while not hold.calls:
-                    assert asyncio.get_running_loop().time() < deadline, "the holder never started"
-                    await asyncio.sleep(0.1)
-            while await refusals(dev_env, task_id) < 1:  # the retry, refused with none to hear
-                assert asyncio.get_running_loop().time() < deadline, "no retry was refused"
-                await asyncio.sleep(0.1)
+                task_id = await _ran_then_held(dev_env, queue, failing, hold,
+                                               run_at=datetime.now(UTC))
+            await _until_refused(dev_env, task_id)  # the retry, refused with none to hear it
             handle = client.get_workflow_handle(workflow_id(task_id))
             await handle.signal("cancel", "not now")
             async with workflows():
                 state = await asyncio.wait_for(handle.result(), 30)
             hold.release.set()
-    found, _ = list_executions(sqlite_engine, task_id=task_id, limit=10)
-    (run,) = failing.calls
-    assert [(r.status, r.attempts) for r in found] == [("CANCELLED", failing.calls[run])], found
-    assert (state["cancelled_count"], state["skipped_count"]) == (1, 0), state
+    _ended_cancelled_with_its_attempts(sqlite_engine, task_id, failing, state)
