@@ -1,9 +1,10 @@
 """Each tenant's share of a jobs worker's slots, so that one tenant's runs cannot hold them all.
 
 A slot is held from the start of an attempt to its end, waiting for its instant included.
-Temporal hands a worker its activity tasks in queue order, blind to tenants: without a share,
-one tenant's long jobs (slow targets, long handlers, calls waiting for its HTTP slots) fill
-every slot and the other tenants' runs wait in the queue behind them."""
+Temporal hands a backlog out round-robin by tenant (config/temporal.py, task_priority), but
+only to free slots: without a share, one tenant's long jobs (slow targets, long handlers,
+calls waiting for its HTTP slots) fill every slot and the other tenants' runs wait in the
+queue behind them."""
 
 from __future__ import annotations
 

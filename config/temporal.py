@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import timedelta
 
 from temporalio.api.enums.v1 import TaskQueueType
@@ -30,19 +30,15 @@ PRIORITY_KEYS = {"high": 1, "medium": 3, "low": 5}
 FAIRNESS_KEY_MAX_BYTES = 64
 
 
-def task_priority(priority: str) -> Priority:
-    """The Temporal priority of a task's workflow and of its job runs."""
-    return Priority(priority_key=PRIORITY_KEYS[priority])
-
-
-def tenant_fairness(priority: str, tenant_id: str) -> Priority:
-    """That priority with the tenant as the fairness key: where the server has fairness on,
-    it hands out a backlog of one priority round-robin by tenant, so that one tenant's backlog
-    does not hold back another's."""
+def task_priority(priority: str, tenant_id: str) -> Priority:
+    """The Temporal priority of a task's workflow, its runs and its webhook deliveries, with
+    the tenant as the fairness key: where the server has fairness on, it hands a queue's
+    backlog of one priority out round-robin by tenant, so that one tenant's backlog does not
+    hold back another's."""
     key = tenant_id
     if len(key.encode()) > FAIRNESS_KEY_MAX_BYTES:
         key = hashlib.blake2b(key.encode(), digest_size=16).hexdigest()
-    return replace(task_priority(priority), fairness_key=key)
+    return Priority(priority_key=PRIORITY_KEYS[priority], fairness_key=key)
 
 
 async def connect(

@@ -131,7 +131,7 @@ _HEARTBEATS: dict[str, Any] = {
 # activity: async, so one waiting for its tenant's HTTP slots costs a coroutine. A tenant's
 # deliveries beyond its HTTP slots wait in worker slots (up to activities/notify.py's
 # WAIT_FOR_SLOT_SECONDS), so there are many; past them the server hands the backlog out
-# round-robin by tenant (config/temporal.py, tenant_fairness).
+# round-robin by tenant (config/temporal.py, task_priority).
 NOTIFY_SLOTS = 500
 
 

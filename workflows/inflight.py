@@ -322,7 +322,7 @@ class RunsInFlight:
             ),
             cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
             activity_id=key,
-            priority=task_priority(spec.priority),
+            priority=task_priority(spec.priority, tenant_id),
             summary=f"{describe_job(spec)} at {instant.isoformat()}",
         )
 

@@ -17,7 +17,7 @@ from temporalio.exceptions import ActivityError
 with workflow.unsafe.imports_passed_through():
     from activities.options import NEXT_RUN_KEPT, QUIET_STATUS
     from activities.payloads import NOTIFY, RECORD, Notification, Record
-    from config.temporal import tenant_fairness
+    from config.temporal import task_priority
     from scheduling import policy
     from scheduling.spec import NotifyEvent
     from scheduling.status import ExecutionStatus, SkipReason, Trigger, execution_id
@@ -236,7 +236,7 @@ class TaskRecord:
                 await workflow.execute_activity(
                     NOTIFY, note, start_to_close_timeout=timedelta(seconds=15),
                     schedule_to_close_timeout=timedelta(minutes=2), retry_policy=NOTIFY_RETRY,
-                    priority=tenant_fairness(self._state.spec.priority, note.tenant_id),
+                    priority=task_priority(self._state.spec.priority, note.tenant_id),
                     summary=f"notify {note.event}",
                 )
             except ActivityError:

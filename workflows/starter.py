@@ -88,7 +88,7 @@ def _start_options(*, task_queue: str, task_id: str, tenant_id: str, spec: TaskS
             schedule_type=spec.schedule_type.value,
             next_run_at=shown,
         ),
-        "priority": task_priority(spec.priority),
+        "priority": task_priority(spec.priority, tenant_id),
         "static_summary": f"{spec.task_name} ({spec.schedule_type.value})",
     }
 
