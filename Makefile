@@ -43,6 +43,7 @@ bench-full: $(STAMP)
 	$(BIN)/python -m bench --herd 1000,10000 $(BENCH_ARGS)
 
 lint: $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[test,bench]'  # mypy reads the bench's imports
 	$(BIN)/ruff check . && $(BIN)/mypy --strict cli api worker workflows activities outbound store scheduling config bench
 
 clean:
