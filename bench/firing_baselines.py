@@ -153,12 +153,12 @@ async def fire_schedules(plan_at: Callable[[], Plan]) -> Fired:
 async def fire_apscheduler(plan_at: Callable[[], Plan]) -> Fired:
     """APScheduler 3 AsyncIOScheduler in this process (in memory, not durable)."""
     # APScheduler 3 ships no type hints.
-    from apscheduler.schedulers.asyncio import (  # type: ignore[import-untyped, unused-ignore]
+    from apscheduler.schedulers.asyncio import (  # type: ignore[import-untyped, import-not-found, unused-ignore]
         AsyncIOScheduler,
     )
-    from apscheduler.triggers.cron import CronTrigger  # type: ignore[import-untyped, unused-ignore]
-    from apscheduler.triggers.date import DateTrigger  # type: ignore[import-untyped, unused-ignore]
-    from apscheduler.triggers.interval import (  # type: ignore[import-untyped, unused-ignore]
+    from apscheduler.triggers.cron import CronTrigger  # type: ignore[import-untyped, import-not-found, unused-ignore]
+    from apscheduler.triggers.date import DateTrigger  # type: ignore[import-untyped, import-not-found, unused-ignore]
+    from apscheduler.triggers.interval import (  # type: ignore[import-untyped, import-not-found, unused-ignore]
         IntervalTrigger,
     )
 
