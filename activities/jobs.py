@@ -346,6 +346,8 @@ class JobActivities:
                 id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
                 id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE_FAILED_ONLY,
                 execution_timeout=timedelta(seconds=timeout) if timeout else None,
+                # The run's priority and tenant fairness key (config/temporal.py task_priority).
+                priority=activity.info().priority,
                 # Who started it, for an operator looking at the workflow. A memo, not the
                 # TaskId / TenantId search attributes: those find the tasks' own workflows.
                 memo={"tenant_id": job_input.tenant_id, "task_id": job_input.task_id,

@@ -59,7 +59,7 @@ SERVER_CACHE_FLAGS = [
     "--dynamic-config-value", "history.hostLevelCacheMaxSizeBytes=2147483648",
 ]
 # Fairness: the server hands out a queue's backlog of one priority round-robin by fairness key,
-# the tenant on webhook deliveries (config/temporal.py). Off unless set, on Server 1.32.
+# the task's tenant (config/temporal.py task_priority). Off unless set, on Server 1.32.
 FAIRNESS_FLAGS = ["--dynamic-config-value", "matching.enableFairness=true"]
 
 

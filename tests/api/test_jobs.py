@@ -40,6 +40,11 @@ async def test_workflow_job_runs_existing_workflow_and_waits_for_it(stack: Stack
             execution_id = final["last_run"]["execution_id"]
     child = stack.env.client.get_workflow_handle(f"{execution_id}/workflow")
     assert await child.result() == "eu:3"
+    # The task's workflow, its run and the workflow the run started carry the task's priority
+    # with its tenant as Temporal's fairness key.
+    for handle in (child, stack.env.client.get_workflow_handle(f"task-{task_id}")):
+        described = (await handle.describe()).raw_description.workflow_execution_info.priority
+        assert (described.priority_key, described.fairness_key) == (3, "t1"), described
 
 
 async def test_search_attributes_and_summaries_show_in_temporal(stack: Stack) -> None:
