@@ -7,10 +7,16 @@ from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import structlog
+from google.protobuf.field_mask_pb2 import FieldMask
+from temporalio.api.common.v1 import Priority as PriorityProto
+from temporalio.api.common.v1 import WorkflowExecution
 from temporalio.api.enums.v1 import WorkerStatus
+from temporalio.api.workflow.v1 import WorkflowExecutionOptions
 from temporalio.api.workflowservice.v1 import (
     DescribeNamespaceRequest,
     ListWorkersRequest,
+    UpdateWorkflowExecutionOptionsRequest,
 )
 from temporalio.client import (
     Client,
@@ -23,7 +29,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from api.errors import InvalidTask, OutcomeUnknown, ServiceUnavailable, TaskConflict
 from config.telemetry import WORKER_HEARTBEAT_INTERVAL
-from config.temporal import QueueReading, describe_queue, describe_queues, jobs_queue
+from config.temporal import QueueReading, describe_queue, describe_queues, jobs_queue, task_priority
 from scheduling.policy import Run
 from scheduling.spec import TaskChanges, TaskSpec
 from scheduling.status import ResumeMissed, Trigger, workflow_id
@@ -32,6 +38,8 @@ from workflows.events import Origin, SpecChange
 from workflows.starter import start_task_workflow, start_with_update, state_from_row
 from workflows.state import BackfillRequest, ReplayRequest, TaskState, update_id
 from workflows.task import LONGEST_CANCEL_SETTLE, NEVER_RUNS, TaskWorkflow
+
+log = structlog.get_logger("task_scheduler.api")
 
 UPDATE_TIMEOUT = timedelta(seconds=20)
 # A cancel near the instant of a run of a herd waits up to LONGEST_CANCEL_SETTLE to answer.
@@ -107,7 +115,27 @@ class TemporalGateway:
         """Apply changes through the workflow's validated update (``crowd``, ``crowd_at``: the
         herd a retimed task's next run joins, SpecChange)."""
         change = SpecChange(changes=changes, origin=origin, crowd=crowd, crowd_at=crowd_at)
-        return await self._update(task_id, TaskWorkflow.change_task, change, request_id=request_id)
+        state = await self._update(task_id, TaskWorkflow.change_task, change, request_id=request_id)
+        if "priority" in changes.model_fields_set:
+            await self._reprioritize(task_id, state)
+        return state
+
+    async def _reprioritize(self, task_id: str, state: TaskState) -> None:
+        """Give the task's workflow its changed priority: its own workflow tasks keep the one it
+        started with otherwise (its runs take the spec's). The change stands if this fails."""
+        priority = task_priority(state.spec.priority, state.tenant_id)
+        request = UpdateWorkflowExecutionOptionsRequest(
+            namespace=self.client.namespace,
+            workflow_execution=WorkflowExecution(workflow_id=workflow_id(task_id)),
+            workflow_execution_options=WorkflowExecutionOptions(priority=PriorityProto(
+                priority_key=priority.priority_key or 0, fairness_key=priority.fairness_key or "")),
+            update_mask=FieldMask(paths=["priority"]),
+        )
+        try:
+            await self.client.workflow_service.update_workflow_execution_options(
+                request, timeout=UPDATE_TIMEOUT)
+        except RPCError as err:
+            log.warning("task.priority_not_set", task_id=task_id, error=str(err))
 
     async def cancel(self, task_id: str, reason: str | None, actor: str | None = None, *,
                      request_id: str | None = None) -> TaskState:

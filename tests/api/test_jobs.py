@@ -47,6 +47,30 @@ async def test_workflow_job_runs_existing_workflow_and_waits_for_it(stack: Stack
         assert (described.priority_key, described.fairness_key) == (3, "t1"), described
 
 
+async def _workflow_priority(stack: Stack, task_id: str) -> tuple[int, str]:
+    handle = stack.env.client.get_workflow_handle(f"task-{task_id}")
+    described = (await handle.describe()).raw_description.workflow_execution_info.priority
+    return described.priority_key, described.fairness_key
+
+
+async def test_an_update_of_priority_reaches_the_workflows_own_priority(stack: Stack) -> None:
+    async with stack.client() as api:
+        created = await api.post("/task/recurring", json={
+            "task_name": "reprioritized", "job_details": {"type": "handler", "name": "noop"},
+            "schedule_type": "interval", "interval_seconds": 86400, "priority": "low",
+        })
+        assert created.status_code == 201, created.text
+        task_id = created.json()["task_id"]
+        assert await _workflow_priority(stack, task_id) == (5, "t1")
+        updated = await api.post("/task/update", json={"task_id": task_id, "priority": "high"})
+        assert updated.status_code == 202, updated.text
+        # Its own workflow tasks kept the priority it started with (its runs took the spec's).
+        assert await _workflow_priority(stack, task_id) == (1, "t1")
+        renamed = await api.post("/task/update", json={"task_id": task_id, "task_name": "renamed"})
+        assert renamed.status_code == 202, renamed.text
+        assert await _workflow_priority(stack, task_id) == (1, "t1")
+
+
 async def test_search_attributes_and_summaries_show_in_temporal(stack: Stack) -> None:
     async with stack.client() as api:
         created = await api.post("/task/recurring", json={
