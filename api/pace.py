@@ -16,6 +16,14 @@ SAMPLE_FIRES = 50
 _KEEP_BEHIND = timedelta(seconds=60)
 
 
+def pace(spec: TaskSpec) -> tuple[object, ...]:
+    """Everything but the start and end dates that sets when a schedule's runs come, so the
+    gaps between them: an update that keeps it need not be checked again, and two schedules
+    with the same pace and dates have the same fires."""
+    return (spec.schedule_type, spec.cron, spec.timezone, spec.dst_policy.gap,
+            spec.dst_policy.repeated, spec.interval_seconds, tuple(spec.dates or ()))
+
+
 @dataclass(frozen=True)
 class _Walk:
     """Every fire of one cron schedule after ``origin``, in order, as far as walked."""
@@ -56,7 +64,7 @@ class ShortestGaps:
 
     def _cron_fires(self, spec: TaskSpec, now: datetime) -> list[datetime]:
         """The next SAMPLE_FIRES fires after ``now`` (fewer if the schedule ends)."""
-        key = (spec.cron, spec.timezone, spec.start_date, spec.end_date)
+        key = (pace(spec), spec.start_date, spec.end_date)
         walk = self._walks.pop(key, None)
         if walk is None or walk.origin > now or (not walk.ended and walk.fires[-1] <= now):
             # Nothing walked yet, or only before `now`: walk from `now`, not up to it.

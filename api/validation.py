@@ -15,7 +15,7 @@ from datetime import datetime
 
 from activities.workflow_jobs import WorkflowJobRules, refusal
 from api.errors import InvalidTask, PayloadTooLarge, QuotaExceeded
-from api.pace import ShortestGaps
+from api.pace import ShortestGaps, pace
 from outbound.egress import EgressPolicy, EgressRefused
 from scheduling import policy
 from scheduling.fire import first_fire
@@ -158,7 +158,7 @@ def _check_quota(
             field="cron",
         )
     # On an update that keeps the pace the dates only bound the runs: the gaps stay as they were.
-    if before is None or _pace(spec) != _pace(before):
+    if before is None or pace(spec) != pace(before):
         gap = gaps.shortest_gap(spec, now)
         if gap is not None and gap < quota.min_interval_seconds:
             name = ("interval_seconds" if spec.interval_seconds is not None
@@ -173,11 +173,6 @@ def _check_quota(
             f"the tenant has {usage.active} active tasks; its limit is "
             f"max_active_tasks={quota.max_active_tasks}"
         )
-
-
-def _pace(spec: TaskSpec) -> tuple[object, ...]:
-    """What sets the gaps between a schedule's runs."""
-    return (spec.schedule_type, spec.cron, spec.timezone, spec.interval_seconds)
 
 
 def _check_workflow_job(spec: TaskSpec, quota: Quota, rules: WorkflowJobRules) -> None:

@@ -119,3 +119,13 @@ def test_intervals_and_one_time_tasks_are_not_sampled(counted: list[datetime]) -
     assert gaps.shortest_gap(interval, now) == 45
     assert gaps.shortest_gap(once, now) is None
     assert counted == []
+
+
+def test_schedules_that_differ_only_in_their_dst_policy_are_walked_apart() -> None:
+    # One walk served both: whichever came first set the other's gap (another tenant's too).
+    gaps = ShortestGaps()
+    now = datetime(2026, 10, 1, tzinfo=UTC)
+    first = cron("30 1 1-7 11 *", "America/New_York")
+    both = cron("30 1 1-7 11 *", "America/New_York", dst_policy={"repeated": "both"})
+    assert (gaps.shortest_gap(both, now), gaps.shortest_gap(first, now)) == (3600, 86400)
+    assert (walked_afresh(both, now), walked_afresh(first, now)) == (3600, 86400)

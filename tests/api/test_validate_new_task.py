@@ -94,3 +94,23 @@ async def test_a_change_judges_the_timing_only_when_it_changes_it() -> None:
     refused = await refusal(early, usage, before=once)
     assert isinstance(refused, InvalidTask) and refused.field == "run_at"
     assert "before start_date" in refused.detail
+
+
+async def test_a_change_of_what_sets_the_runs_gaps_is_held_to_the_minimum_interval() -> None:
+    # Either change slipped past the limit: only the schedule type, cron, zone and interval
+    # were compared.
+    limited = TenantUsage(Quota(min_interval_seconds=7200))
+    days = [NOW + timedelta(days=n) for n in (1, 2, 3)]
+    old = spec(schedule_type="dates", interval_seconds=None, dates=days)
+    closer = spec(schedule_type="dates", interval_seconds=None,
+                  dates=[days[0], days[0] + timedelta(seconds=60), days[2]])
+    refused = await refusal(closer, limited, before=old)
+    assert refused.field == "dates" and "60s apart" in refused.detail
+    # 01:30 on the first Sunday of November happens twice in New York: "both" runs an hour apart.
+    daily = spec(schedule_type="cron", interval_seconds=None, cron="30 1 1-7 11 *",
+                 timezone="America/New_York")
+    await validate_new_task(daily, limited, RULES, now=NOW)
+    both = spec(schedule_type="cron", interval_seconds=None, cron="30 1 1-7 11 *",
+                timezone="America/New_York", dst_policy={"repeated": "both"})
+    refused = await refusal(both, limited, before=daily)
+    assert refused.field == "cron" and "3600s apart" in refused.detail
