@@ -95,6 +95,8 @@ class _Flying:
     stop_asked: bool = False
     aimed: datetime | None = None  # the run's own instant (a late or caught-up run's is past)
     spared: bool = False  # too near its instant when a withdrawal came: it runs
+    spared_for: str | None = None  # that withdrawal's reason, kept for a refusal to come
+    refused: bool = False  # a worker gave it back: none holds it until it is sent again
 
     @property
     def ghost(self) -> bool:
@@ -123,6 +125,9 @@ class RunsInFlight:
         self.held: Callable[[], timedelta] = lambda: timedelta(0)
         # Whether a local activity waits for the cancels of its workflow task to be sent.
         self.cancels_first = False
+        # Whether a run a worker gave back is withdrawn however near its instant (set by the
+        # workflow from its release: older runs sent it again, and replay so).
+        self.withdraws_refused = False
         self._cancelled_in: int | None = None  # the history length when a cancel was last sent
         self._sending: asyncio.Task[None] | None = None  # the timer that sends them
 
@@ -327,16 +332,18 @@ class RunsInFlight:
         )
 
     def withdraw(self, reason: str) -> None:
-        """Withdraw the runs still far enough from their instants (policy.may_withdraw)."""
+        """Withdraw the runs still far enough from their instants (policy.may_withdraw), and
+        those a worker gave back, which no worker holds until they are sent again. A run too
+        near is spared, unless a worker gives it back before it starts (``_taken``)."""
         now = workflow.now()
         for flying in self._flying.values():
             if flying.withdrawn is not None or flying.started:
                 continue
-            if self._withdrawable(flying, now):
+            if self._withdrawable(flying, now) or (self.withdraws_refused and flying.refused):
                 flying.withdrawn = reason
                 self._cancel(flying)
             else:
-                flying.spared = True
+                flying.spared, flying.spared_for = True, reason
 
     def outdate(self) -> None:
         """The schedule was re-timed: a run sent for the old one that ends unrun is not given
@@ -390,6 +397,12 @@ class RunsInFlight:
                 made = BusyRefusal.of(err.cause.details)
                 flying.attempts_made = max(flying.attempts_made, made.attempts_used)
                 flying.ran = flying.ran or made.started
+                if self.withdraws_refused:
+                    flying.refused = True
+                    if flying.spared_for is not None and not flying.started:
+                        # Spared by a withdrawal only for its instant's nearness: now that no
+                        # worker holds it, that withdrawal takes it.
+                        flying.withdrawn = flying.withdrawn or flying.spared_for
                 if self._stopped(flying):
                     raise
                 delay, ahead = backoff, flying.instant - workflow.now()
@@ -402,6 +415,7 @@ class RunsInFlight:
                     pass
                 if self._stopped(flying):
                     raise
+            flying.refused = False
             flying.handle = flying.send(refusals < BUSY_RESENDS, attempts_used=flying.attempts_made,
                                         started=flying.ran or flying.started)
         return await flying.handle

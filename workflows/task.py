@@ -25,6 +25,7 @@ with workflow.unsafe.imports_passed_through():
         CANCEL_FIRST,
         DELAY_GOES_ON,
         HERD_BEAT,
+        REFUSED_WITHDRAWN,
         RELEASE,
         ROWS_CARRIED,
         RUN_OPTIONS,
@@ -166,6 +167,7 @@ class TaskWorkflow:
             self._options = await workflow.execute_local_activity(
                 RUN_OPTIONS, result_type=RunOptions, start_to_close_timeout=RUN_OPTIONS_TIMEOUT)
         self._record.release = self._options.release
+        self._runs.withdraws_refused = self._options.release >= REFUSED_WITHDRAWN
         if self._options.release >= CANCEL_FIRST:
             self._runs.cancels_first = True
             self._runs.held = self._record.holding

@@ -59,7 +59,7 @@ from workflows.state import BackfillItem, BackfillRequest, ReplayRequest, TaskSt
 from workflows.task import TaskWorkflow
 
 HERE = Path(__file__).parent
-STAMP = "20261207-release6"  # the release in the run options and start input (activities/options.py)
+STAMP = "20261207-release7"  # the release in the run options and start input (activities/options.py)
 MINUTE = timedelta(minutes=1)
 
 Scenario = Callable[[WorkflowEnvironment, Engine], Awaitable[TaskHandle]]
@@ -393,6 +393,37 @@ async def retry_refused(env: WorkflowEnvironment, engine: Engine) -> TaskHandle:
     carried = [e for e in history.events if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
                and b'"attempts_used":1' in e.activity_task_scheduled_event_attributes.input.payloads[0].data]
     assert carried and state.success_count == 1 and len(calls) == 2, (state, calls)
+    return handle
+
+
+@scenario
+async def refused_paused(env: WorkflowEnvironment, engine: Engine) -> TaskHandle:
+    # Two job slots: a tenant alone may hold one. Its second run is refused while the first
+    # holds the slot (3 s of real time); the task is paused while the run waits to be sent
+    # again, which withdraws it (release 7), and resumed: its fire runs once after the resume.
+    slow = SlowFirst(3)
+    async with new_worker(env.client, engine, handlers={"slow": slow},
+                          max_concurrent_activities=2) as worker:
+        now = await env.get_current_time()
+        job = handler_job("slow")
+        holder = await start_task(env, worker.task_queue,
+                                  spec(schedule_type="once", run_at=now, job_details=job))
+
+        async def holding() -> bool:
+            return len(slow.calls) == 1
+        await until(holding)
+        handle = await start_task(env, worker.task_queue, spec(
+            schedule_type="once", run_at=now + timedelta(seconds=1), job_details=job))
+
+        async def refused() -> bool:
+            history = await handle.fetch_history()
+            return any(e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED for e in history.events)
+        await until(refused)
+        await handle.signal(TaskWorkflow.pause_signal, "while refused")
+        await holder.result()
+        await handle.execute_update(TaskWorkflow.resume_update)
+        state = await handle.result()
+    assert state.success_count == 1 and len(slow.calls) == 2, (state, slow.calls)
     return handle
 
 

@@ -388,3 +388,53 @@ async def test_a_cancel_in_the_workflow_task_of_a_retrys_refusal_ends_the_run_ca
                 state = await asyncio.wait_for(handle.result(), 30)
             hold.release.set()
     _ended_cancelled_with_its_attempts(sqlite_engine, task_id, failing, state)
+
+
+async def _paused_while_refused(env: WorkflowEnvironment, engine: Engine,
+                                **fields: object) -> list[tuple[str, str | None, int]]:
+    """A run of a busy tenant's task refused while another holds the tenant's one slot (of
+    two), the task paused, the slot freed, then the task resumed: the task's rows (status,
+    trigger, attempts) once it has ended. Its job must not run while the task is paused."""
+    queue = f"share-{uuid.uuid4()}"
+    hold, ran = Hold(), Counter[str]()
+
+    async def count(ctx: HandlerContext) -> None:
+        ran[ctx.task_id] += 1
+
+    async with new_worker(env.client, engine, task_queue=queue,
+                          handlers={"hold": hold, "count": count}, max_concurrent_activities=2):
+        await create(env, queue, "busy", "hold", run_at=datetime.now(UTC))
+        await _until(lambda: bool(hold.calls), "the holder never started")
+        task_id = await create(env, queue, "busy", "count", **fields)
+        await _until_refused(env, task_id)
+        handle = env.client.get_workflow_handle(workflow_id(task_id))
+        paused = await handle.execute_update("pause_task", args=["not now", None])
+        assert paused["status"] == "PAUSED", paused
+        hold.release.set()  # a run sent again now would take the slot
+        await asyncio.sleep(8)  # past the sends again at 1, 3 and 7 s
+        assert not ran, ran
+        await handle.execute_update("resume_task", args=["skip", None])
+        await asyncio.wait_for(handle.result(), 30)
+    assert ran == Counter({task_id: 1}), ran
+    found, _ = list_executions(engine, task_id=task_id, limit=10)
+    return [(row.status, row.trigger, row.attempts) for row in found]
+
+
+async def test_a_refused_run_paused_before_it_is_sent_again_does_not_run_while_paused(
+        dev_env: WorkflowEnvironment, sqlite_engine: Engine) -> None:
+    # Refused at its instant while its tenant held its share, the run was too near its instant
+    # for the pause to withdraw it: it was sent again and ran while the task was paused. Its
+    # fire goes back to the policy: due before the pause and decided after it, it is missed,
+    # and runs once as its priority's single catch-up.
+    rows = await _paused_while_refused(dev_env, sqlite_engine, run_at=datetime.now(UTC))
+    assert rows == [("COMPLETED", "catchup", 1)], rows
+
+
+async def test_a_refused_catch_up_paused_does_not_run_while_paused(
+        dev_env: WorkflowEnvironment, sqlite_engine: Engine) -> None:
+    # A catch-up (its instant is when it is sent) could never be withdrawn: it ran while the
+    # task was paused. Withdrawn, its fire goes back to the policy and runs after the resume.
+    rows = await _paused_while_refused(
+        dev_env, sqlite_engine, run_at=datetime.now(UTC) - timedelta(seconds=90),
+        missed_run_policy="single_catchup")
+    assert rows == [("COMPLETED", "catchup", 1)], rows
