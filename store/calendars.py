@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from datetime import date, datetime
 
-from sqlalchemy import Engine, delete, func, tuple_
+from sqlalchemy import Engine, String, cast, delete, func, or_, tuple_
 from sqlalchemy.orm import Session
 from sqlmodel import col, select
 
@@ -63,23 +63,34 @@ def replace_calendar(engine: Engine, tenant_id: str, calendar_id: str, *, name: 
         return row
 
 
+# Calendars one query looks for (SQLite nests each OR one level deeper, up to 1,000).
+_NAMED_AT_ONCE = 100
+
+
 def tasks_using(engine: Engine, tenant_id: str, calendar_id: str) -> list[str]:
     """The ids of the tenant's tasks not yet ended that exclude this calendar."""
-    return _excluded(engine, tenant_id).get(calendar_id, [])
+    return _excluding(engine, tenant_id, [calendar_id]).get(calendar_id, [])
 
 
-def _excluded(engine: Engine, tenant_id: str) -> dict[str, list[str]]:
-    """The calendars the tenant's tasks not yet ended exclude, each with those tasks' ids."""
+def _excluding(engine: Engine, tenant_id: str, calendar_ids: list[str]) -> dict[str, list[str]]:
+    """Of these calendars, those the tenant's tasks not yet ended exclude, each with those
+    tasks' ids. The database passes on only the specs whose text names one of them (a body may
+    name one too: each is then read), not every spec of the tenant's tasks."""
     ended = [status.value for status in FINAL_STATUSES]
-    query = (select(Task.id, Task.spec)
-             .where(Task.tenant_id == tenant_id, col(Task.status).not_in(ended))
-             .order_by(col(Task.id)))
-    with Session(engine) as session:
-        rows = session.execute(query).all()
+    text = cast(Task.spec, String)
     users: dict[str, list[str]] = {}
-    for task_id, spec in rows:
-        for ref in (spec or {}).get("exclude_calendars") or []:
-            users.setdefault(ref.get("calendar_id"), []).append(task_id)
+    for start in range(0, len(calendar_ids), _NAMED_AT_ONCE):
+        some = calendar_ids[start:start + _NAMED_AT_ONCE]
+        query = (select(Task.id, Task.spec)
+                 .where(Task.tenant_id == tenant_id, col(Task.status).not_in(ended),
+                        or_(*(text.contains(calendar_id, autoescape=True) for calendar_id in some)))
+                 .order_by(col(Task.id)))
+        with Session(engine) as session:
+            rows = session.execute(query).all()
+        for task_id, spec in rows:
+            for ref in (spec or {}).get("exclude_calendars") or []:
+                if (calendar_id := ref.get("calendar_id")) in some:
+                    users.setdefault(calendar_id, []).append(task_id)
     return users
 
 
@@ -90,7 +101,7 @@ def calendars_held(engine: Engine, tenant_id: str, *, purge_deleted_before: date
     with Session(engine) as session:
         deleted = list(session.scalars(select(Calendar.id).where(
             Calendar.tenant_id == tenant_id, col(Calendar.deleted_at) < purge_deleted_before)))
-        gone = set(deleted) - set(_excluded(engine, tenant_id)) if deleted else set()
+        gone = set(deleted) - set(_excluding(engine, tenant_id, deleted))
         if gone:
             session.execute(delete(Calendar).where(col(Calendar.tenant_id) == tenant_id,
                                                    col(Calendar.id).in_(gone)))
