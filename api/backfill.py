@@ -35,9 +35,11 @@ from workflows.state import BackfillItem, BackfillRequest, TaskState
 
 
 async def backfill(engine: Engine, temporal: TemporalGateway, fire_math: FireMath, task: Task,
-                   body: BackfillIn, request_id: str | None, actor: str | None = None) -> BackfillOut:
+                   body: BackfillIn, request_id: str | None, actor: str | None = None, *,
+                   payer: str) -> BackfillOut:
     """The instants of ``body``'s range and what happens to each; unless a dry run, the task's
-    workflow runs those marked ``run`` (409 while another backfill of it runs)."""
+    workflow runs those marked ``run`` (409 while another backfill of it runs). ``payer``: the
+    caller's tenant, whose fire-math budget the range's listing spends."""
     if TaskStatus(task.status) in FINAL_STATUSES:
         raise TaskConflict(f"task {task.id} is {task.status}: an ended task cannot be backfilled")
     spec = TaskSpec.model_validate(task.spec)
@@ -46,7 +48,7 @@ async def backfill(engine: Engine, temporal: TemporalGateway, fire_math: FireMat
     # The anchor of a fixed-rate interval moves when its schedule is re-timed: the workflow's.
     anchor = task.created_at if _needs_no_anchor(spec) else state.anchor
     try:
-        fires = await fire_math.charged(task.tenant_id, instants_between, spec, anchor, body.start,
+        fires = await fire_math.charged(payer, instants_between, spec, anchor, body.start,
                                         body.end, datetime.now(UTC))
     except NoPastInstants as exc:
         raise TaskConflict(str(exc)) from exc  # the range is fine; the task has none

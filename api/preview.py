@@ -100,9 +100,10 @@ class Previews:
         await validate_new_task(new_spec, TenantUsage(quota), self.service.rules, now=now,
                                 body_size=body_size, before=spec)
         await self.service.calendars.check_refs(row.tenant_id, new_spec, before=spec)
-        self.service.fire_math.refuse_if_spent(row.tenant_id)  # before asking the workflow
+        # The caller's budget pays (an admin key's look at another tenant's task is its own).
+        tenant = who.tenant_id
+        self.service.fire_math.refuse_if_spent(tenant)  # before asking the workflow
         state = await self.service.temporal.state(task_id)
-        tenant = row.tenant_id
         before = await self._charged(tenant, self._fires, state, limit)
         # The change as the workflow makes it: the policy engine's re-plan of the schedule.
         change = await self._charged(tenant, policy.change_schedule, state.position(),
@@ -124,7 +125,7 @@ class Previews:
                                        next_fire_at=None, calendar=calendars)
             after = await self._charged(tenant, lambda: _shown_shifted(
                 after_change(by_calendar(position)), position))
-        before = await self._with_calendars(state, before, limit)
+        before = await self._with_calendars(tenant, state, before, limit)
         out = await self._out(row.tenant_id, new_spec, after, besides=task_id)
         out.before = await self._out(row.tenant_id, spec, before, besides=task_id)
         return out
@@ -137,12 +138,14 @@ class Previews:
             return PreviewOut(description=describe(spec), fires=[],
                               warnings=[f"the task has ended ({row.status}): it fires no more"])
         state = await self.service.temporal.state(task_id)
+        # The caller's budget pays (an admin key's look at another tenant's task is its own).
+        payer = who.tenant_id
         fires = await self._with_calendars(
-            state, await self._charged(state.tenant_id, self._fires, state, limit), limit)
+            payer, state, await self._charged(payer, self._fires, state, limit), limit)
         out = await self._out(row.tenant_id, state.spec, fires, besides=task_id)
         if state.paused:
             out.warnings.append("the task is paused: fires that fall before it is resumed do not run")
-            out.on_resume = await self._charged(state.tenant_id, on_resume_now, state)
+            out.on_resume = await self._charged(payer, on_resume_now, state)
         return out
 
     async def _calendars(self, tenant_id: str, spec: TaskSpec,
@@ -150,14 +153,14 @@ class Previews:
         return await calendar_plan(self.service.engine, tenant_id, spec,
                                    [fire.scheduled_at for fire in fires])
 
-    async def _with_calendars(self, state: TaskState, fires: list[PreviewFire],
+    async def _with_calendars(self, payer: str, state: TaskState, fires: list[PreviewFire],
                               limit: int) -> list[PreviewFire]:
-        """A saved task's fires with what its calendars make of them."""
+        """A saved task's fires with what its calendars make of them (``payer``'s budget)."""
         calendars = await self._calendars(state.tenant_id, state.spec, fires)
         if calendars is None:
             return fires
         position = replace(state.position(), calendar=calendars)
-        return await self._charged(state.tenant_id, lambda: _shown_shifted(
+        return await self._charged(payer, lambda: _shown_shifted(
             self._fires(state, limit, skip=by_calendar(position)), position))
 
     @staticmethod

@@ -344,7 +344,8 @@ class TaskService:
         """Run a task's past instants again (``api/backfill.py``); once per Idempotency-Key."""
         async def act(request_id: str | None) -> BackfillOut:
             return await backfill(self.engine, self.temporal, self.fire_math,
-                                  await self._row(who, task_id), body, request_id, who.key_id)
+                                  await self._row(who, task_id), body, request_id, who.key_id,
+                                  payer=who.tenant_id)
 
         if body.dry_run:
             return await act(None)

@@ -108,3 +108,20 @@ async def test_a_create_whose_calendar_check_lists_fires_draws_on_the_budget(sta
         answer = await other.post("/task/create", json={
             **body, "exclude_calendars": [{"calendar_id": theirs.json()["calendar_id"]}]})
         assert answer.status_code == 422, answer.text
+
+
+async def test_an_admin_keys_look_at_another_tenants_task_spends_its_own_budget(
+    stack: Stack
+) -> None:
+    # The task's tenant paid: an operator's polling left the tenant's own previews refused.
+    _, admin_key = create_key(stack.engine, f"ops-{uuid.uuid4().hex[:8]}", admin=True)
+    admin = httpx.AsyncClient(base_url=stack.base_url, timeout=60,
+                              headers={"Authorization": f"Bearer {admin_key}"})
+    async with _client(stack) as owner, admin:
+        created = await owner.post("/task/recurring", json=SPARSE)
+        assert created.status_code == 201, created.text
+        task_id = created.json()["task_id"]
+        answers = await _spend(admin, task_id)
+        assert answers[-1].status_code == 429, [a.status_code for a in answers]
+        mine = await owner.get(f"/tasks/{task_id}/upcoming", params={"limit": 1000})
+        assert mine.status_code == 200, mine.text
