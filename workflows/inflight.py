@@ -337,13 +337,27 @@ class RunsInFlight:
         near is spared, unless a worker gives it back before it starts (``_taken``)."""
         now = workflow.now()
         for flying in self._flying.values():
-            if flying.withdrawn is not None or flying.started:
+            if flying.withdrawn is not None or flying.started or (self.withdraws_refused and flying.ran):
                 continue
-            if self._withdrawable(flying, now) or (self.withdraws_refused and flying.refused):
+            if self._withdrawable(flying, now) or (self.withdraws_refused and self._given_back(flying)):
                 flying.withdrawn = reason
                 self._cancel(flying)
             else:
                 flying.spared, flying.spared_for = True, reason
+
+    @staticmethod
+    def _given_back(flying: _Flying) -> bool:
+        """A run of the schedule a worker gave back: none holds it until it is sent again. (A
+        run someone asked for, a replay or a backfill is not withdrawn so: it runs, as one too
+        near its instant does.)"""
+        return flying.refused and flying.run.trigger.scheduled
+
+    def unspare(self, reason: str) -> None:
+        """The withdrawal of ``reason`` is over (a resume): a run it spared is no longer to be
+        withdrawn if a worker gives it back."""
+        for flying in self._flying.values():
+            if flying.spared_for == reason:
+                flying.spared_for = None
 
     def outdate(self) -> None:
         """The schedule was re-timed: a run sent for the old one that ends unrun is not given
@@ -399,7 +413,8 @@ class RunsInFlight:
                 flying.ran = flying.ran or made.started
                 if self.withdraws_refused:
                     flying.refused = True
-                    if flying.spared_for is not None and not flying.started:
+                    if (flying.spared_for is not None and not (flying.started or flying.ran)
+                            and self._given_back(flying)):
                         # Spared by a withdrawal only for its instant's nearness: now that no
                         # worker holds it, that withdrawal takes it.
                         flying.withdrawn = flying.withdrawn or flying.spared_for

@@ -906,6 +906,7 @@ class TaskWorkflow:
     def _resume(self, missed: ResumeMissed, actor: str | None = None) -> None:
         missed = ResumeMissed(missed)  # a union's member arrives decoded as its plain value
         if self._state.resume(workflow.now(), missed):
+            self._runs.unspare("paused")
             self._record.event(RESUME, actor,
                                detail=None if missed is ResumeMissed.SKIP else {"missed": missed.value})
             self._refresh_status()

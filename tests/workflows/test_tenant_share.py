@@ -22,7 +22,7 @@ from outbound.egress import EgressPolicy, guarded_client
 from scheduling.status import JobFailure, workflow_id
 from store.tasks import list_executions
 from tests.conftest import new_worker
-from tests.workflows.helpers import spec
+from tests.workflows.helpers import far_daily_cron, spec
 from worker.build import ActivitySet, build_activities, build_jobs_worker, build_workflow_worker
 from workflows.starter import start_task_workflow
 
@@ -438,3 +438,33 @@ async def test_a_refused_catch_up_paused_does_not_run_while_paused(
         dev_env, sqlite_engine, run_at=datetime.now(UTC) - timedelta(seconds=90),
         missed_run_policy="single_catchup")
     assert rows == [("COMPLETED", "catchup", 1)], rows
+
+
+async def test_a_refused_manual_run_still_runs_after_a_schedule_change(
+        dev_env: WorkflowEnvironment, sqlite_engine: Engine) -> None:
+    # Withdrawn by the change like a run of the schedule, the run someone asked for was
+    # recorded SKIPPED rescheduled: a schedule change discarded a trigger.
+    queue = f"share-{uuid.uuid4()}"
+    hold, ran = Hold(), Counter[str]()
+
+    async def count(ctx: HandlerContext) -> None:
+        ran[ctx.task_id] += 1
+
+    cron = await far_daily_cron(dev_env)
+    async with new_worker(dev_env.client, sqlite_engine, task_queue=queue,
+                          handlers={"hold": hold, "count": count}, max_concurrent_activities=2):
+        await create(dev_env, queue, "busy", "hold", run_at=datetime.now(UTC))
+        await _until(lambda: bool(hold.calls), "the holder never started")
+        task_id = await create(dev_env, queue, "busy", "count", schedule_type="cron", cron=cron)
+        handle = dev_env.client.get_workflow_handle(workflow_id(task_id))
+        await handle.execute_update("trigger_task", args=[None])
+        await _until_refused(dev_env, task_id)
+        hour = cron.split()[1]
+        changed = await handle.execute_update("update_task", {"cron": f"30 {hour} * * *"})
+        assert changed["spec"]["cron"] == f"30 {hour} * * *", changed
+        hold.release.set()
+        await _until(lambda: bool(ran), "the run asked for never ran")
+        await handle.signal("cancel", "done")
+        await asyncio.wait_for(handle.result(), 30)
+    found, _ = list_executions(sqlite_engine, task_id=task_id, limit=10)
+    assert [(row.status, row.trigger) for row in found] == [("COMPLETED", "manual")], found
