@@ -46,10 +46,11 @@ async def test_a_tenant_listing_fires_past_its_cpu_share_is_refused_and_others_g
 
         answers = await _spend(heavy, task_id)
         refused = answers[-1]
-        # A new task's preview draws on the same budget (a moment's refill may let one more in).
+        # A new task's preview draws on the same budget (a moment's refill may let one of them
+        # in, the first or, on a loaded machine, the second).
         previews = [await heavy.post("/task/preview", params={"limit": 1000}, json=SPARSE)
                     for _ in range(2)]
-        assert previews[-1].status_code == 429, [p.status_code for p in previews]
+        assert 429 in [p.status_code for p in previews], [p.status_code for p in previews]
         assert refused.status_code == 429, [a.status_code for a in answers]
         assert len(answers) > 1  # the first ones were answered
         assert int(refused.headers["Retry-After"]) >= 1
