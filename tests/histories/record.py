@@ -23,7 +23,7 @@ import sys
 import tempfile
 import uuid
 from collections.abc import Awaitable, Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 from sqlalchemy import Engine
@@ -340,6 +340,19 @@ async def herd_retimed(env: WorkflowEnvironment, engine: Engine) -> TaskHandle:
     return handle
 
 
+async def slot_held(env: WorkflowEnvironment, queue: str, slow: SlowFirst) -> tuple[TaskHandle, datetime]:
+    """A run of the ``slow`` handler holding the tenant's one job slot (of two): its task, and
+    the server's time when it was created."""
+    now = await env.get_current_time()
+    holder = await start_task(env, queue, spec(schedule_type="once", run_at=now,
+                                               job_details=handler_job("slow")))
+
+    async def holding() -> bool:
+        return len(slow.calls) == 1
+    await until(holding)
+    return holder, now
+
+
 @scenario
 async def tenant_share(env: WorkflowEnvironment, engine: Engine) -> TaskHandle:
     # Two job slots: a tenant alone may hold one. Its second run is refused while the first
@@ -347,14 +360,8 @@ async def tenant_share(env: WorkflowEnvironment, engine: Engine) -> TaskHandle:
     slow = SlowFirst(3)
     async with new_worker(env.client, engine, handlers={"slow": slow},
                           max_concurrent_activities=2) as worker:
-        now = await env.get_current_time()
+        holder, now = await slot_held(env, worker.task_queue, slow)
         job = handler_job("slow")
-        holder = await start_task(env, worker.task_queue,
-                                  spec(schedule_type="once", run_at=now, job_details=job))
-
-        async def holding() -> bool:
-            return len(slow.calls) == 1
-        await until(holding)
         handle = await start_task(env, worker.task_queue, spec(
             schedule_type="once", run_at=now + timedelta(seconds=1), job_details=job))
         state = await handle.result()
@@ -404,14 +411,8 @@ async def refused_paused(env: WorkflowEnvironment, engine: Engine) -> TaskHandle
     slow = SlowFirst(3)
     async with new_worker(env.client, engine, handlers={"slow": slow},
                           max_concurrent_activities=2) as worker:
-        now = await env.get_current_time()
+        holder, now = await slot_held(env, worker.task_queue, slow)
         job = handler_job("slow")
-        holder = await start_task(env, worker.task_queue,
-                                  spec(schedule_type="once", run_at=now, job_details=job))
-
-        async def holding() -> bool:
-            return len(slow.calls) == 1
-        await until(holding)
         handle = await start_task(env, worker.task_queue, spec(
             schedule_type="once", run_at=now + timedelta(seconds=1), job_details=job))
 

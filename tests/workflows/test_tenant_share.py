@@ -8,7 +8,8 @@ import asyncio
 import json
 import uuid
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -390,11 +391,11 @@ async def test_a_cancel_in_the_workflow_task_of_a_retrys_refusal_ends_the_run_ca
     _ended_cancelled_with_its_attempts(sqlite_engine, task_id, failing, state)
 
 
-async def _paused_while_refused(env: WorkflowEnvironment, engine: Engine,
-                                **fields: object) -> list[tuple[str, str | None, int]]:
-    """A run of a busy tenant's task refused while another holds the tenant's one slot (of
-    two), the task paused, the slot freed, then the task resumed: the task's rows (status,
-    trigger, attempts) once it has ended. Its job must not run while the task is paused."""
+@asynccontextmanager
+async def _slot_held(env: WorkflowEnvironment,
+                     engine: Engine) -> AsyncIterator[tuple[str, Hold, Counter[str]]]:
+    """Workers with two job slots, the busy tenant's one held by its ``hold`` run: the queue,
+    the hold, and the runs of the ``count`` handler by task."""
     queue = f"share-{uuid.uuid4()}"
     hold, ran = Hold(), Counter[str]()
 
@@ -405,6 +406,15 @@ async def _paused_while_refused(env: WorkflowEnvironment, engine: Engine,
                           handlers={"hold": hold, "count": count}, max_concurrent_activities=2):
         await create(env, queue, "busy", "hold", run_at=datetime.now(UTC))
         await _until(lambda: bool(hold.calls), "the holder never started")
+        yield queue, hold, ran
+
+
+async def _paused_while_refused(env: WorkflowEnvironment, engine: Engine,
+                                **fields: object) -> list[tuple[str, str | None, int]]:
+    """A run of a busy tenant's task refused while another holds the tenant's one slot (of
+    two), the task paused, the slot freed, then the task resumed: the task's rows (status,
+    trigger, attempts) once it has ended. Its job must not run while the task is paused."""
+    async with _slot_held(env, engine) as (queue, hold, ran):
         task_id = await create(env, queue, "busy", "count", **fields)
         await _until_refused(env, task_id)
         handle = env.client.get_workflow_handle(workflow_id(task_id))
@@ -444,17 +454,8 @@ async def test_a_refused_manual_run_still_runs_after_a_schedule_change(
         dev_env: WorkflowEnvironment, sqlite_engine: Engine) -> None:
     # Withdrawn by the change like a run of the schedule, the run someone asked for was
     # recorded SKIPPED rescheduled: a schedule change discarded a trigger.
-    queue = f"share-{uuid.uuid4()}"
-    hold, ran = Hold(), Counter[str]()
-
-    async def count(ctx: HandlerContext) -> None:
-        ran[ctx.task_id] += 1
-
     cron = await far_daily_cron(dev_env)
-    async with new_worker(dev_env.client, sqlite_engine, task_queue=queue,
-                          handlers={"hold": hold, "count": count}, max_concurrent_activities=2):
-        await create(dev_env, queue, "busy", "hold", run_at=datetime.now(UTC))
-        await _until(lambda: bool(hold.calls), "the holder never started")
+    async with _slot_held(dev_env, sqlite_engine) as (queue, hold, ran):
         task_id = await create(dev_env, queue, "busy", "count", schedule_type="cron", cron=cron)
         handle = dev_env.client.get_workflow_handle(workflow_id(task_id))
         await handle.execute_update("trigger_task", args=[None])
