@@ -68,7 +68,8 @@ class Previews:
     ) -> PreviewOut:
         """The fires ``spec`` would have if it were created now (4xx as create would answer)."""
         now = datetime.now(UTC)
-        await validate_new_task(spec, usage, self.service.rules, now=now, body_size=body_size)
+        await validate_new_task(spec, usage, self.service.rules, now=now, body_size=body_size,
+                                caller=who.tenant_id)
         await self.service.calendars.check_refs(who.tenant_id, spec)
         await self.service.calendars.check_runs(who.tenant_id, spec, now)
         fires = await self._charged(who.tenant_id, upcoming_of_new, spec, now, limit)
@@ -98,7 +99,7 @@ class Previews:
                                 self.service.quota_defaults)
         now = datetime.now(UTC)
         await validate_new_task(new_spec, TenantUsage(quota), self.service.rules, now=now,
-                                body_size=body_size, before=spec)
+                                body_size=body_size, before=spec, caller=who.tenant_id)
         await self.service.calendars.check_refs(row.tenant_id, new_spec, before=spec)
         # The caller's budget pays (an admin key's look at another tenant's task is its own).
         tenant = who.tenant_id

@@ -127,7 +127,7 @@ class TaskService:
         now = datetime.now(UTC)
         usage = usage or await self._usage(who.tenant_id)
         await validate_new_task(spec, usage, self.rules, now=now, body_size=body_size,
-                                recurring_only=recurring_only)
+                                recurring_only=recurring_only, caller=who.tenant_id)
         await self.calendars.check_refs(who.tenant_id, spec)
         await self.calendars.check_runs(who.tenant_id, spec, now)
         task_id = uuid.uuid4().hex
@@ -268,7 +268,7 @@ class TaskService:
         # The task's own tenant: an admin's key may change another tenant's task.
         quota = await in_thread(quota_for, self.engine, row.tenant_id, self.quota_defaults)
         await validate_new_task(new_spec, TenantUsage(quota), self.rules, now=datetime.now(UTC),
-                                body_size=body_size, before=spec)
+                                body_size=body_size, before=spec, caller=who.tenant_id)
         await self.calendars.check_refs(row.tenant_id, new_spec, before=spec)
         if judged_again(spec, new_spec):  # on the workflow's plan, as the preview shows it
             self.fire_math.refuse_if_spent(row.tenant_id)  # before asking the workflow

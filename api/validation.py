@@ -61,8 +61,10 @@ async def validate_new_task(
     body_size: int = 0,
     recurring_only: bool = False,
     before: TaskSpec | None = None,
+    caller: str = "",
 ) -> None:
-    """Pass if ``spec`` may be the tenant's task at ``now``; else raise the first rule's 4xx."""
+    """Pass if ``spec`` may be the tenant's task at ``now``; else raise the first rule's 4xx.
+    ``caller``: the tenant whose share of the lookup threads resolves the URLs' hosts."""
     # ``before``: the task as it is, when ``spec`` is a change of it. The 4xx is InvalidTask (422),
     # PayloadTooLarge (413) or QuotaExceeded (403), naming the field or limit at fault. Nothing is
     # saved or changed (only the URLs' host names are resolved), so a dry run may call it too.
@@ -76,7 +78,7 @@ async def validate_new_task(
     _check_durations(spec, before)
     if before is None:
         _check_first_fire(spec, now)  # a change: its workflow checks the schedule it leaves
-    await _check_targets(spec, rules)
+    await _check_targets(spec, rules, caller)
     _check_quota(spec, usage, rules.gaps, now=now, body_size=body_size, before=before)
     _check_workflow_job(spec, usage.quota, rules.workflow_jobs)
 
@@ -106,13 +108,13 @@ def _check_first_fire(spec: TaskSpec, now: datetime) -> None:
         raise InvalidTask(message, field=name)
 
 
-async def _check_targets(spec: TaskSpec, rules: TaskRules) -> None:
+async def _check_targets(spec: TaskSpec, rules: TaskRules, caller: str) -> None:
     """Refuse a URL the egress guard blocks, or a handler this deployment does not have."""
     job = spec.job_details
     if isinstance(job, HttpJob):
-        await _check_url(rules.egress, job.url, "job_details.url")
+        await _check_url(rules.egress, job.url, "job_details.url", caller)
     if spec.notify is not None:
-        await _check_url(rules.egress, spec.notify.url, "notify.url")
+        await _check_url(rules.egress, spec.notify.url, "notify.url", caller)
     if isinstance(job, HandlerJob) and job.name not in rules.handlers:
         known = ", ".join(sorted(rules.handlers))
         raise InvalidTask(
@@ -121,9 +123,9 @@ async def _check_targets(spec: TaskSpec, rules: TaskRules) -> None:
         )
 
 
-async def _check_url(egress: EgressPolicy, url: str, name: str) -> None:
+async def _check_url(egress: EgressPolicy, url: str, name: str, caller: str) -> None:
     try:
-        await egress.check_url(url)
+        await egress.check_url(url, tenant=caller)
     except EgressRefused as exc:
         raise InvalidTask(f"{name}: {exc}", field=name) from exc
 

@@ -20,6 +20,7 @@ from typing import Protocol
 import httpx
 
 from config.settings import Settings
+from outbound.lookups import charged_to as lookups_charged_to
 
 _DEFAULTS = Settings.model_fields
 
@@ -151,17 +152,19 @@ class Outbound:
         timestamp must be fresh when it is sent)."""
         # The deadline starts once the tenant's slot is held: a tenant's own backlog delays its
         # calls rather than failing them (the run's run_timeout_seconds bounds that wait).
+        # Its connections' host name lookups use the tenant's share of the lookup threads.
         async with self._tenants.hold(tenant, wait_at_most):
-            if sign is not None:
-                headers = {**(headers or {}), **await sign()}
-            deadline = asyncio.timeout(timeout)
-            try:
-                async with deadline:
-                    return await self._follow(method, url, tenant, timeout, headers, content)
-            except TimeoutError as exc:
-                if not deadline.expired():
-                    raise
-                raise DeadlineExceeded(f"no complete answer within {timeout:g}s") from exc
+            with lookups_charged_to(tenant):
+                if sign is not None:
+                    headers = {**(headers or {}), **await sign()}
+                deadline = asyncio.timeout(timeout)
+                try:
+                    async with deadline:
+                        return await self._follow(method, url, tenant, timeout, headers, content)
+                except TimeoutError as exc:
+                    if not deadline.expired():
+                        raise
+                    raise DeadlineExceeded(f"no complete answer within {timeout:g}s") from exc
 
     async def _follow(self, method: str, url: str, tenant: str, timeout: float,
                       headers: Mapping[str, str] | None, content: bytes | None) -> Answer:

@@ -31,6 +31,7 @@ import httpcore
 import httpx
 
 from config.settings import Settings
+from outbound import lookups
 from outbound.special_addresses import Address, Network, non_public
 
 Resolver = Callable[[str, int], Awaitable[list[str]]]
@@ -84,9 +85,9 @@ def target_host(host: str) -> str:
 
 
 async def system_resolver(host: str, port: int) -> list[str]:
-    """Resolve with the system resolver (getaddrinfo)."""
-    infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    return list(dict.fromkeys(str(info[4][0]) for info in infos))
+    """Resolve with the system resolver (getaddrinfo), on the lookup threads, within the
+    calling tenant's share of them (``outbound.lookups``)."""
+    return await lookups.SYSTEM.resolve(host, port)
 
 
 def static_resolver(table: Mapping[str, list[str]]) -> Resolver:
@@ -182,10 +183,10 @@ class EgressPolicy:
             self.check_address(name, address, port)
         return addresses
 
-    async def check_url(self, url: str) -> None:
+    async def check_url(self, url: str, *, tenant: str = "") -> None:
         """Refuse a URL no job or webhook may call (raises EgressRefused, never anything
         else); a name that does not resolve yet passes (it is checked again at every
-        connect)."""
+        connect). Its lookup counts against ``tenant``'s share of the lookup threads."""
         try:
             parsed = httpx.URL(url)
             raw_host, host = parsed.raw_host.decode("ascii"), parsed.host
@@ -207,8 +208,9 @@ class EgressPolicy:
         if not 0 < port < 65536:
             raise EgressRefused(f"port {port} is not a TCP port (1 to 65535)")
         try:
-            async with asyncio.timeout(RESOLVE_TIMEOUT_SECONDS):
-                await self.resolve_checked(raw_host, port)
+            with lookups.charged_to(tenant):
+                async with asyncio.timeout(RESOLVE_TIMEOUT_SECONDS):
+                    await self.resolve_checked(raw_host, port)
         except (OSError, UnicodeError):
             return  # not resolvable now (TimeoutError is an OSError)
 
