@@ -245,10 +245,10 @@ class CalendarService:
                           lambda skip: upcoming_of_new(spec, now, CHECKED_FIRES, skip=skip))
 
     async def check_change(self, tenant_id: str, changes: TaskChanges, state: TaskState,
-                           now: datetime) -> None:
+                           now: datetime, *, payer: str | None = None) -> None:
         """422 when the calendars exclude every fire ``changes`` leave the task, as the
         workflow applies them to its spec and re-plans it, and nothing of it is in flight or
-        queued."""
+        queued. ``payer``: whose CPU budget lists the fires (the task's tenant by default)."""
         if state.running or state.queue:
             return
         try:
@@ -258,15 +258,16 @@ class CalendarService:
         change = policy.change_schedule(state.position(), policy.Flight(), spec, now)
         await self._check(tenant_id, spec, change.anchor, lambda skip: upcoming(
             spec, task_id=state.task_id, first=change.next_fire_at, anchor=change.anchor,
-            limit=CHECKED_FIRES, runs_left=state.runs_left(spec), skip=skip))
+            limit=CHECKED_FIRES, runs_left=state.runs_left(spec), skip=skip), payer=payer)
 
     async def _check(self, tenant_id: str, spec: TaskSpec, anchor: datetime,
-                     fires_of: FiresOf) -> None:
+                     fires_of: FiresOf, *, payer: str | None = None) -> None:
         """A schedule without a last fire, or with more than CHECKED_FIRES, is not judged. The
         fires are worked out off the event loop, on the tenant's CPU budget (429 once spent)."""
         if not judged(spec):
             return
-        fires = await self._fire_math.charged(tenant_id, fires_of, None)
+        payer = payer or tenant_id
+        fires = await self._fire_math.charged(payer, fires_of, None)
         if not fires or len(fires) >= CHECKED_FIRES:
             return
         plan = await calendar_plan(self._engine, tenant_id, spec, [f.scheduled_at for f in fires])
@@ -274,7 +275,7 @@ class CalendarService:
             return
         position = policy.Position(spec=spec, task_id="", anchor=anchor, next_fire_at=None,
                                    calendar=plan)
-        fires = await self._fire_math.charged(tenant_id, fires_of, by_calendar(position))
+        fires = await self._fire_math.charged(payer, fires_of, by_calendar(position))
         if len(fires) >= CHECKED_FIRES or any(f.skipped is None for f in fires):
             return
         first = fires[0].scheduled_at.astimezone(spec.zone()).date()

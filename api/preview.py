@@ -113,7 +113,8 @@ class Previews:
             name, message = policy.why_no_run(new_spec, state.executed)  # as the update answers
             raise InvalidTask(message, field=name)
         if judged_again(spec, new_spec):
-            await self.service.calendars.check_change(row.tenant_id, changes, state, now)
+            await self.service.calendars.check_change(row.tenant_id, changes, state, now,
+                                                      payer=tenant)
         def after_change(skip: SkipRule | None = None) -> list[PreviewFire]:
             return upcoming(new_spec, task_id=task_id, first=change.next_fire_at,
                             anchor=change.anchor, limit=limit, runs_left=state.runs_left(new_spec),

@@ -126,3 +126,29 @@ async def test_an_admin_keys_look_at_another_tenants_task_spends_its_own_budget(
         assert answers[-1].status_code == 429, [a.status_code for a in answers]
         mine = await owner.get(f"/tasks/{task_id}/upcoming", params={"limit": 1000})
         assert mine.status_code == 200, mine.text
+
+
+async def test_an_admin_keys_preview_of_a_calendar_change_spends_its_own_budget(
+    stack: Stack
+) -> None:
+    # The calendar check of a previewed change listed the task's fires on its tenant's budget.
+    _, admin_key = create_key(stack.engine, f"ops-{uuid.uuid4().hex[:8]}", admin=True)
+    admin = httpx.AsyncClient(base_url=stack.base_url, timeout=60,
+                              headers={"Authorization": f"Bearer {admin_key}"})
+    async with _client(stack) as owner, admin:
+        created = await owner.post("/task/recurring", json={**SPARSE, "max_runs": 30})
+        assert created.status_code == 201, created.text
+        task_id = created.json()["task_id"]
+        calendar = await owner.post("/calendars", json={"name": "one", "dates": ["2030-01-01"]})
+        assert calendar.status_code == 201, calendar.text
+        change = {"task_id": task_id,
+                  "exclude_calendars": [{"calendar_id": calendar.json()["calendar_id"]}]}
+        answers = []
+        for _ in range(60):  # refused long before the 60th
+            answers.append(await admin.post("/task/preview", params={"limit": 1}, json=change))
+            if answers[-1].status_code != 200:
+                break
+        assert answers[0].status_code == 200, answers[0].text
+        assert answers[-1].status_code == 429, [a.status_code for a in answers]
+        mine = await owner.post("/task/preview", params={"limit": 1}, json=change)
+        assert mine.status_code == 200, mine.text
