@@ -24,6 +24,19 @@ def pace(spec: TaskSpec) -> tuple[object, ...]:
             spec.dst_policy.repeated, spec.interval_seconds, tuple(spec.dates or ()))
 
 
+def may_come_closer(before: TaskSpec, spec: TaskSpec) -> bool:
+    """Whether ``spec``, a change of ``before``, may have runs closer together than it: its
+    pace changed, or its window (start_date, end_date) takes in more time, where runs the
+    old window left out may lie (a window with one run has no gap to judge at all)."""
+    if pace(spec) != pace(before):
+        return True
+    starts_earlier = before.start_date is not None and (
+        spec.start_date is None or spec.start_date < before.start_date)
+    ends_later = before.end_date is not None and (
+        spec.end_date is None or spec.end_date > before.end_date)
+    return starts_earlier or ends_later
+
+
 @dataclass(frozen=True)
 class _Walk:
     """Every fire of one cron schedule after ``origin``, in order, as far as walked."""

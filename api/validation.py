@@ -15,7 +15,7 @@ from datetime import datetime
 
 from activities.workflow_jobs import WorkflowJobRules, refusal
 from api.errors import InvalidTask, PayloadTooLarge, QuotaExceeded
-from api.pace import ShortestGaps, pace
+from api.pace import ShortestGaps, may_come_closer
 from outbound.egress import EgressPolicy, EgressRefused
 from scheduling import policy
 from scheduling.fire import first_fire
@@ -159,8 +159,8 @@ def _check_quota(
             "(allow_seconds_cron=false)",
             field="cron",
         )
-    # On an update that keeps the pace the dates only bound the runs: the gaps stay as they were.
-    if before is None or pace(spec) != pace(before):
+    # An update that keeps the pace and narrows the window (or keeps it) keeps the gaps.
+    if before is None or may_come_closer(before, spec):
         gap = gaps.shortest_gap(spec, now)
         if gap is not None and gap < quota.min_interval_seconds:
             name = ("interval_seconds" if spec.interval_seconds is not None

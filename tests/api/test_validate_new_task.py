@@ -114,3 +114,26 @@ async def test_a_change_of_what_sets_the_runs_gaps_is_held_to_the_minimum_interv
                 timezone="America/New_York", dst_policy={"repeated": "both"})
     refused = await refusal(both, limited, before=daily)
     assert refused.field == "cron" and "3600s apart" in refused.detail
+
+
+async def test_a_window_widened_past_its_runs_is_held_to_the_minimum_interval() -> None:
+    # A window that held one run of a 5-minute cron had no gap to judge; opening it up kept
+    # the pace, so it was not checked again and the task ran every 5 minutes.
+    limited = TenantUsage(Quota(min_interval_seconds=600))
+    cron: dict[str, Any] = {"schedule_type": "cron", "interval_seconds": None, "cron": "*/5 * * * *"}
+    one_run = spec(**cron, end_date=NOW + timedelta(minutes=7))
+    await validate_new_task(one_run, limited, RULES, now=NOW)
+    for wider in (spec(**cron), spec(**cron, end_date=NOW + timedelta(days=1))):
+        refused = await refusal(wider, limited, before=one_run)
+        assert refused.field == "cron" and "300s apart" in refused.detail
+    later = spec(**cron, start_date=NOW + timedelta(days=1, minutes=1),
+                 end_date=NOW + timedelta(days=1, minutes=7))
+    await validate_new_task(later, limited, RULES, now=NOW)
+    refused = await refusal(spec(**cron, end_date=NOW + timedelta(days=1, minutes=7)), limited,
+                            before=later)
+    assert refused.field == "cron"
+    # Narrowing the window, or keeping it, is not judged again (a quota lowered since stays out).
+    hourly = spec(**{**cron, "cron": "0 * * * *"}, end_date=NOW + timedelta(days=2))
+    await validate_new_task(spec(**{**cron, "cron": "0 * * * *"}, end_date=NOW + timedelta(days=1)),
+                            TenantUsage(Quota(min_interval_seconds=7200)), RULES, now=NOW,
+                            before=hourly)
