@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, RetryState
 from temporalio.exceptions import TimeoutError as TimeoutFailure
 
 with workflow.unsafe.imports_passed_through():
@@ -85,6 +85,7 @@ class _Flying:
     send: Callable[..., workflow.ActivityHandle[JobResult]]  # again: _send(refusable, ...)
     withdrawn: str | None = None
     started: bool = False  # its jobs worker reported that the job started
+    attempt_started: int = 0  # the run's last attempt a jobs worker reported started
     claimed: datetime | None = None  # when a late attempt was let start (it reports its start next)
     released: bool = False  # a ghost whose activity was cancelled
     outdated: bool = False  # sent for a schedule since re-timed
@@ -219,6 +220,7 @@ class RunsInFlight:
     def report_started(self, report: RunStart) -> bool:
         """A jobs worker reported that the run's job started; True if that is news."""
         for flying in self._reported(report):
+            flying.attempt_started = max(flying.attempt_started, report.attempt)
             if not flying.started:
                 flying.started = True
                 if flying.ghost:
@@ -481,10 +483,19 @@ class RunsInFlight:
             if details:
                 details.fill(record)
             else:
-                record.attempts = flying.attempts_made or max_attempts
+                record.attempts = _attempts(err, flying, max_attempts)
         flying = self._flying.pop(key)
         if not (flying.ghost and ended.record is None):  # a ghost's fire was decided already
             self.ended.append(ended)
+
+
+def _attempts(err: ActivityError, flying: _Flying, max_attempts: int) -> int:
+    """The attempts of a run that ended with no attempt's word on them (timed out, cancelled):
+    every one its retry policy allowed if they ran out, else the last its workers reported
+    started, counting those made before it was sent again."""
+    if err.retry_state is RetryState.MAXIMUM_ATTEMPTS_REACHED:
+        return max(max_attempts, flying.attempts_made + 1)  # the last send made at least one
+    return max(flying.attempt_started, flying.attempts_made, 1)
 
 
 def _had_started(cause: BaseException | None) -> bool:

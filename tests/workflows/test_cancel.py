@@ -63,12 +63,26 @@ async def test_cancel_while_sleeping(
     )
 
 
-@pytest.mark.parametrize("via", ["update", "signal"])
+class FailFirst(Blocker):
+    """Fails its first ``failures`` attempts, then blocks as Blocker does."""
+
+    def __init__(self, failures: int) -> None:
+        super().__init__()
+        self.failures = failures
+
+    async def __call__(self, ctx: HandlerContext) -> None:
+        if self.failures:
+            self.failures -= 1
+            raise RuntimeError("not yet")
+        await super().__call__(ctx)
+
+
+@pytest.mark.parametrize(("via", "failures"), [("update", 0), ("signal", 0), ("update", 1)])
 async def test_cancel_while_running_cancels_the_job_through_its_heartbeats(
-    time_env: WorkflowEnvironment, sqlite_engine: Engine, via: str
+    time_env: WorkflowEnvironment, sqlite_engine: Engine, via: str, failures: int
 ) -> None:
     now = await time_env.get_current_time()
-    blocker = Blocker()
+    blocker = FailFirst(failures)
     task = spec(
         schedule_type="once",
         run_at=now + timedelta(hours=1),
@@ -93,6 +107,8 @@ async def test_cancel_while_running_cancels_the_job_through_its_heartbeats(
     assert state.status is TaskStatus.CANCELLED and state.cancelled_count == 1
     [run] = executions(sqlite_engine, state.task_id)
     assert run.status == "CANCELLED" and run.finished_at is not None
+    # The attempt that was cancelled is its last, not the last its retry policy allows (3).
+    assert run.attempts == failures + 1
     assert run.scheduled_at == now + timedelta(hours=1)
     row = read_task(sqlite_engine, state.task_id, "t1")
     assert row is not None and (row.status, row.status_reason) == ("CANCELLED", "stop it")
