@@ -656,7 +656,9 @@ def change_schedule(pos: Position, flight: Flight, new_spec: TaskSpec, now: date
     ``give_back``); any other schedule change starts over from now."""
     changed = schedule_changes(pos.spec, new_spec)
     moved = replace(pos, spec=new_spec)
-    asked = [run for run in pos.queue if not run.trigger.scheduled]
+    # Runs held by a drain came due before the change and were decided to start: they go on,
+    # as they would have had the workflow run not been draining.
+    asked = [run for run in pos.queue if not run.trigger.scheduled or run.held]
     if not changed:
         return Change(pos.next_fire_at, pos.anchor, retimed=False, queue=list(pos.queue))
     if changed <= BOUND_FIELDS:
@@ -664,8 +666,12 @@ def change_schedule(pos: Position, flight: Flight, new_spec: TaskSpec, now: date
         kept: list[Run] = []
         dropped: list[Run] = []
         room = None if new_spec.max_runs is None else max(
-            0, new_spec.max_runs - pos.executed - flight.scheduled)
+            0, new_spec.max_runs - pos.executed - flight.scheduled
+            - sum(1 for run in pos.queue if run.held))
         for run in pos.queue:
+            if run.held:
+                kept.append(run)
+                continue
             past_end = new_spec.end_date is not None and run.scheduled_at > new_spec.end_date
             if run.trigger.scheduled and (past_end or room is not None and room <= 0):
                 dropped.append(run)
@@ -685,7 +691,7 @@ def change_schedule(pos: Position, flight: Flight, new_spec: TaskSpec, now: date
     unqueued = Position(spec=new_spec, task_id=pos.task_id, anchor=now, next_fire_at=None,
                         executed=pos.executed, queue=tuple(asked))
     return Change(bounded(first_fire(new_spec, now), unqueued, flight), now, retimed=True,
-                  queue=asked, dropped=[run for run in pos.queue if run.trigger.scheduled])
+                  queue=asked, dropped=[run for run in pos.queue if run not in asked])
 
 
 def schedule_done(pos: Position, flight: Flight) -> bool:
