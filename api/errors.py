@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import structlog
@@ -100,6 +101,9 @@ UNION_TAGS = {
 }
 
 
+# How pydantic names the member of a plain union an error is about: str-enum[TaskStatus].
+_MEMBER_TYPE = re.compile(r"[\w-]+\[.+\]")
+
 METHODS = ("DELETE", "GET", "HEAD", "PATCH", "POST", "PUT")
 
 
@@ -119,14 +123,25 @@ def _schedule_tag(loc: tuple[Any, ...]) -> str | None:
 
 
 def _field_path(loc: tuple[Any, ...]) -> str:
-    # Discriminated unions add the tag to the path (job_details.http.url): drop it.
     # Only the first element says where (a field may itself be named "body", as an HTTP job's).
     parts = [
         str(p) for i, p in enumerate(loc)
         if not (i == 0 and p in ("body", "query", "path", "header"))
-        and not (i > 0 and p in UNION_TAGS.get(str(loc[i - 1]), ()))
+        and not _union_label(loc, i)
     ]
     return ".".join(parts) or "body"
+
+
+def _union_label(loc: tuple[Any, ...], i: int) -> bool:
+    """Whether ``loc[i]`` names a member of a union rather than a field: the tag of a
+    discriminated union, followed by the member's field (job_details.http.url), or a plain
+    union's member type (status.str-enum[TaskStatus]). A field named as a tag (an update's
+    ``cron``, ``dates``) is a field."""
+    part = loc[i]
+    if isinstance(part, str) and _MEMBER_TYPE.fullmatch(part):
+        return True
+    return (0 < i < len(loc) - 1 and part in UNION_TAGS.get(str(loc[i - 1]), ())
+            and isinstance(loc[i + 1], str))
 
 
 def _tag_field(error: dict[str, Any]) -> str:

@@ -29,7 +29,8 @@ class PreviewFire(BaseModel):
     instant: datetime | None = Field(description="when it runs: the fire time plus the task's jitter, "
                                      "UTC; null when the jitter is only known once the task has an id")
     local: str = Field(description="the fire time in the task's time zone, ISO 8601 with its offset")
-    note: str | None = Field(default=None, description="what daylight saving time did to it")
+    note: str | None = Field(default=None, description="what daylight saving time, or a "
+                             "calendar that moves it, did to it")
     skipped: str | None = Field(default=None, description="why it will not run, when it will not "
                                 "(it is then recorded SKIPPED with this reason)")
 
@@ -62,16 +63,20 @@ def upcoming_of_new(spec: TaskSpec, now: datetime, limit: int, *, task_id: str |
                     runs_left=spec.max_runs, skip=skip)
 
 
+def _dst_note(spec: TaskSpec, fire: datetime) -> str | None:
+    """What daylight saving time does to a fire of a cron schedule."""
+    if spec.schedule_type is ScheduleType.CRON and spec.cron is not None:
+        return dst_note(spec.cron, spec.zone(), fire, spec.dst_policy)
+    return None
+
+
 def _entry(spec: TaskSpec, task_id: str | None, fire: datetime) -> PreviewFire:
     if task_id is not None:
         instant: datetime | None = instant_of(spec, task_id, fire, spec.jitter_seconds)
     else:
         instant = fire if spec.jitter_seconds <= 0 else None
-    note = None
-    if spec.schedule_type is ScheduleType.CRON and spec.cron is not None:
-        note = dst_note(spec.cron, spec.zone(), fire, spec.dst_policy)
     return PreviewFire(scheduled_at=fire, instant=instant,
-                       local=fire.astimezone(spec.zone()).isoformat(), note=note)
+                       local=fire.astimezone(spec.zone()).isoformat(), note=_dst_note(spec, fire))
 
 
 def describe_stored(spec: dict[str, Any]) -> str | None:
@@ -136,7 +141,8 @@ def schedule_warnings(spec: TaskSpec, fires: list[PreviewFire]) -> list[str]:
         bound = (f"before end_date {spec.end_date.isoformat()}" if spec.end_date is not None
                  else "at all")
         warnings.append(f"the schedule never fires {bound}")
-    noted = [fire for fire in fires if fire.note is not None]
+    # A note may also say that a calendar moves the fire (api/preview.py): only DST's count.
+    noted = [fire for fire in fires if fire.note is not None and _dst_note(spec, fire.scheduled_at)]
     if noted:
         warnings.append(f"{len(noted)} of these fires fall in a daylight saving change "
                         f"(see their note; dst_policy decides what runs)")

@@ -175,6 +175,31 @@ async def test_bad_update_changes_nothing(stack: Stack) -> None:
         assert (await api.get(f"/tasks/{task['task_id']}")).json()["status"] == "PENDING"
 
 
+async def test_a_bad_field_is_named_where_its_name_is_also_a_schedule_type_or_a_union(
+    stack: Stack
+) -> None:
+    # An update's cron and dates were taken for the tags of the create body's schedule types,
+    # and a plain union's member type was left in the path.
+    async with stack.client("t1") as api:
+        task = (await api.post("/task/recurring", json=GOOD)).json()
+        for change, field in (({"cron": 123}, "cron"), ({"dates": ["x"]}, "dates.0"),
+                              ({"interval": 5}, "interval"), ({"once": {}}, "once")):
+            for path in ("/task/update", "/task/preview"):
+                response = await api.post(path, json={"task_id": task["task_id"], **change})
+                assert response.status_code == 422, response.text
+                assert response.json()["field"] == field, (path, response.json())
+                assert response.json()["detail"].startswith(f"{field}: "), response.json()
+        calendar = await api.post("/calendars", json={"name": "c", "dates": ["2031-02-30"]})
+        assert calendar.status_code == 422 and calendar.json()["field"] == "dates.0", calendar.text
+        listing = await api.get("/tasks", params={"status": "paused"})
+        assert listing.status_code == 422 and listing.json()["field"] == "status", listing.text
+        assert "[" not in listing.json()["detail"].split(":")[0], listing.json()
+        # Inside a create body the tags still go: job_details.url, not job_details.http.url.
+        bad_url = await api.post("/task/create", json={
+            **GOOD, "job_details": {"type": "http", "url": "not a url"}})
+        assert bad_url.status_code == 422 and bad_url.json()["field"] == "job_details.url", bad_url.text
+
+
 async def test_an_update_that_would_leave_the_task_no_run_is_refused_and_changes_nothing(
     stack: Stack,
 ) -> None:
