@@ -5,8 +5,10 @@ can take tens of seconds, and a caller's timeout does not stop the thread. On th
 default executor (a handful of threads, shared with row reads and commits), one tenant whose
 targets' name servers never answer could hold every thread and stall every other tenant's runs.
 Here a tenant holds at most ``PER_TENANT`` lookup threads, counted until each thread is free
-again, so the others always find threads. The tenant is whoever the calling context names
-(``charged_to``): an outbound call's tenant, or the caller of an API check.
+again, so the others find threads while fewer than ``THREADS / PER_TENANT`` tenants are stuck
+at once (as the connection pool outlasts a number of tenants' hanging calls). The tenant is
+whoever the calling context names (``charged_to``): an outbound call's tenant, or the caller
+of an API check.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
-THREADS = 16
+THREADS = 64  # idle ones cost nothing: they are started as lookups need them
 PER_TENANT = 4
 
 _tenant: ContextVar[str] = ContextVar("lookup_tenant", default="")
@@ -72,8 +74,10 @@ class Lookups:
         def free(_: Future[list[tuple[Any, ...]]]) -> None:
             # When the thread is done, not when the caller stops waiting (a timeout or a
             # cancel leaves the lookup running, and it still holds its tenant's thread).
-            with contextlib.suppress(RuntimeError):  # the loop is closed: nothing to free
+            try:
                 loop.call_soon_threadsafe(self._free, tenant, share)
+            except RuntimeError:  # its loop has closed: nothing waits there any more
+                self._free(tenant, share)
 
         work.add_done_callback(free)
         infos = await asyncio.wrap_future(work)
