@@ -650,15 +650,16 @@ def retimes(old: TaskSpec, new: TaskSpec) -> bool:
     return not schedule_changes(old, new) <= BOUND_FIELDS
 
 
-def change_schedule(pos: Position, flight: Flight, new_spec: TaskSpec, now: datetime) -> Change:
+def change_schedule(pos: Position, flight: Flight, new_spec: TaskSpec, now: datetime, *,
+                    keep_held: bool = True) -> Change:
     """The schedule after an update. Changing only end_date or max_runs keeps the timing (a
     fixed-rate grid is not re-anchored; runs withdrawn for it give their fires back, see
-    ``give_back``); any other schedule change starts over from now."""
+    ``give_back``); any other schedule change starts over from now, and keeps of the queue
+    the runs someone asked for and those a drain holds (``keep_held``; workflows before it
+    dropped them)."""
     changed = schedule_changes(pos.spec, new_spec)
     moved = replace(pos, spec=new_spec)
-    # Runs held by a drain came due before the change and were decided to start: they go on,
-    # as they would have had the workflow run not been draining.
-    asked = [run for run in pos.queue if not run.trigger.scheduled or run.held]
+    asked = [run for run in pos.queue if not run.trigger.scheduled]
     if not changed:
         return Change(pos.next_fire_at, pos.anchor, retimed=False, queue=list(pos.queue))
     if changed <= BOUND_FIELDS:
@@ -666,12 +667,8 @@ def change_schedule(pos: Position, flight: Flight, new_spec: TaskSpec, now: date
         kept: list[Run] = []
         dropped: list[Run] = []
         room = None if new_spec.max_runs is None else max(
-            0, new_spec.max_runs - pos.executed - flight.scheduled
-            - sum(1 for run in pos.queue if run.held))
+            0, new_spec.max_runs - pos.executed - flight.scheduled)
         for run in pos.queue:
-            if run.held:
-                kept.append(run)
-                continue
             past_end = new_spec.end_date is not None and run.scheduled_at > new_spec.end_date
             if run.trigger.scheduled and (past_end or room is not None and room <= 0):
                 dropped.append(run)
@@ -688,6 +685,10 @@ def change_schedule(pos: Position, flight: Flight, new_spec: TaskSpec, now: date
             upcoming = next_fire(new_spec, anchor=pos.anchor, after=after)
         return Change(bounded(upcoming, moved, flight), pos.anchor, retimed=False,
                       queue=kept, dropped=dropped)
+    if keep_held:
+        # Runs held by a drain came due before the change and were decided to start: they go
+        # on, as they would have had the workflow run not been draining.
+        asked = [run for run in pos.queue if not run.trigger.scheduled or run.held]
     unqueued = Position(spec=new_spec, task_id=pos.task_id, anchor=now, next_fire_at=None,
                         executed=pos.executed, queue=tuple(asked))
     return Change(bounded(first_fire(new_spec, now), unqueued, flight), now, retimed=True,

@@ -24,6 +24,7 @@ with workflow.unsafe.imports_passed_through():
     from activities.options import (
         CANCEL_FIRST,
         DELAY_GOES_ON,
+        HELD_KEPT,
         HERD_BEAT,
         REFUSED_WITHDRAWN,
         RELEASE,
@@ -567,6 +568,9 @@ class TaskWorkflow:
         extra = (instant - workflow.now()).total_seconds() - self._options.lead_seconds
         return timedelta(seconds=near_beat(extra))
 
+    def _keeps_held(self) -> bool:
+        return self._options.release >= HELD_KEPT
+
     def _draining(self) -> bool:
         """The history is long: no new run starts here; the next workflow run starts them.
         A run first adds half the limit to what its start cost, so a limit near that cost never
@@ -784,7 +788,7 @@ class TaskWorkflow:
             if retimed and self._runs.reported:
                 self._runs.outdate()
         change = policy.change_schedule(state.position(), self._runs.flight(workflow.now()),
-                                        new_spec, workflow.now())
+                                        new_spec, workflow.now(), keep_held=self._keeps_held())
         spec_changed = new_spec != state.spec
         cool_down = new_spec.auto_resume_after_seconds
         healing_changed = cool_down != state.spec.auto_resume_after_seconds
@@ -867,7 +871,8 @@ class TaskWorkflow:
         # A schedule change that would leave the task nothing to run is refused, not applied
         # to end it at once (a validator: it writes no history, replays never run it).
         flight = self._runs.flight(now)
-        change = policy.change_schedule(state.position(), flight, new_spec, now)
+        change = policy.change_schedule(state.position(), flight, new_spec, now,
+                                        keep_held=self._keeps_held())
         if policy.leaves_nothing(change, flight):
             name, message = policy.why_no_run(new_spec, state.executed)
             raise ApplicationError(message, {"field": name}, type=NEVER_RUNS, non_retryable=True)

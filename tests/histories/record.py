@@ -59,7 +59,7 @@ from workflows.state import BackfillItem, BackfillRequest, ReplayRequest, TaskSt
 from workflows.task import TaskWorkflow
 
 HERE = Path(__file__).parent
-STAMP = "20261207-release7"  # the release in the run options and start input (activities/options.py)
+STAMP = "20261207-release8"  # the release in the run options and start input (activities/options.py)
 MINUTE = timedelta(minutes=1)
 
 Scenario = Callable[[WorkflowEnvironment, Engine], Awaitable[TaskHandle]]
@@ -175,6 +175,28 @@ async def continue_as_new_in_flight(env: WorkflowEnvironment, engine: Engine) ->
     handle = await to_the_end(env, engine, every_second("allow", 5), history_limit=40,
                               handlers={"slow": SlowFirst(2.5)})
     # Record the first run of the chain: its history ends in the continue-as-new.
+    first = env.client.get_workflow_handle(handle.id, run_id=handle.first_execution_run_id,
+                                           result_type=TaskState)
+    events = [e.event_type async for e in first.fetch_history_events()]
+    assert events[-1] == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW
+    return first
+
+
+@scenario
+async def retimed_while_draining(env: WorkflowEnvironment, engine: Engine) -> TaskHandle:
+    # As continue_as_new_in_flight, with the first job long enough for the drain to hold fires;
+    # a retime then keeps them (release 8), and the next workflow run starts them.
+    slow = SlowFirst(6)
+    options = RunOptions(history_limit=40)
+    async with new_worker(env.client, engine, handlers={"slow": slow}, run_options=options) as worker:
+        handle = await start_task(env, worker.task_queue, every_second("allow", 12))
+
+        async def holding() -> bool:
+            return any(run.held for run in (await task_state(handle)).queue)
+
+        await until(holding)
+        await handle.execute_update(TaskWorkflow.update_task, TaskChanges(interval_seconds=2))
+        await handle.result()
     first = env.client.get_workflow_handle(handle.id, run_id=handle.first_execution_run_id,
                                            result_type=TaskState)
     events = [e.event_type async for e in first.fetch_history_events()]
