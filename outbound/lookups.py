@@ -77,7 +77,8 @@ class Lookups:
             try:
                 loop.call_soon_threadsafe(self._free, tenant, share)
             except RuntimeError:  # its loop has closed: nothing waits there any more
-                self._free(tenant, share)
+                with contextlib.suppress(RuntimeError):
+                    self._free(tenant, share)
 
         work.add_done_callback(free)
         infos = await asyncio.wrap_future(work)
@@ -89,8 +90,8 @@ class Lookups:
         return 0 if share is None else share.users
 
     def _free(self, tenant: str, share: _Share) -> None:
-        share.slots.release()
         self._leave(tenant, share)
+        share.slots.release()
 
     def _leave(self, tenant: str, share: _Share) -> None:
         share.users -= 1

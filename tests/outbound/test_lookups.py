@@ -137,3 +137,23 @@ async def test_an_api_check_of_a_url_resolves_within_its_callers_share(
         servers.released.set()
     await asyncio.gather(*checks_of_a)  # a name that does not resolve yet passes
     assert pool.busy("a") == 0 and pool.busy("b") == 0
+
+
+def test_a_lookup_that_outlives_its_event_loop_still_frees_its_tenants_share() -> None:
+    # The pool is the process's: a thread that ends after its loop closed freed nothing, and
+    # its tenant's share stayed taken for good.
+    servers = NameServers()
+    pool = Lookups(lookup=servers)
+
+    async def give_up() -> None:
+        with lookups.charged_to("z"), pytest.raises(TimeoutError):
+            async with asyncio.timeout(0.2):
+                await pool.resolve("h.stuck.test", 443)
+
+    asyncio.run(give_up())
+    assert pool.busy("z") == 1
+    servers.released.set()
+    deadline = time.monotonic() + 10
+    while pool.busy("z") and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert pool.busy("z") == 0
