@@ -16,9 +16,10 @@ SPARSE = {"task_name": "leap Mondays", "job_details": {"type": "handler", "name"
           "schedule_type": "cron", "cron": "0 0 29 2 1#5", "timezone": "UTC"}
 
 
-def _client(stack: Stack) -> httpx.AsyncClient:
-    """A client of a tenant of its own: the budget it spends is no other test's."""
-    _, key = create_key(stack.engine, f"fm-{uuid.uuid4().hex[:8]}")
+def _client(stack: Stack, *, admin: bool = False) -> httpx.AsyncClient:
+    """A client of a tenant of its own (with an admin key: one that may act on any tenant's
+    tasks): the budget it spends is no other test's."""
+    _, key = create_key(stack.engine, f"fm-{uuid.uuid4().hex[:8]}", admin=admin)
     return httpx.AsyncClient(base_url=stack.base_url, headers={"Authorization": f"Bearer {key}"},
                              timeout=60)
 
@@ -115,10 +116,7 @@ async def test_an_admin_keys_look_at_another_tenants_task_spends_its_own_budget(
     stack: Stack
 ) -> None:
     # The task's tenant paid: an operator's polling left the tenant's own previews refused.
-    _, admin_key = create_key(stack.engine, f"ops-{uuid.uuid4().hex[:8]}", admin=True)
-    admin = httpx.AsyncClient(base_url=stack.base_url, timeout=60,
-                              headers={"Authorization": f"Bearer {admin_key}"})
-    async with _client(stack) as owner, admin:
+    async with _client(stack) as owner, _client(stack, admin=True) as admin:
         created = await owner.post("/task/recurring", json=SPARSE)
         assert created.status_code == 201, created.text
         task_id = created.json()["task_id"]
@@ -132,10 +130,7 @@ async def test_an_admin_keys_preview_of_a_calendar_change_spends_its_own_budget(
     stack: Stack
 ) -> None:
     # The calendar check of a previewed change listed the task's fires on its tenant's budget.
-    _, admin_key = create_key(stack.engine, f"ops-{uuid.uuid4().hex[:8]}", admin=True)
-    admin = httpx.AsyncClient(base_url=stack.base_url, timeout=60,
-                              headers={"Authorization": f"Bearer {admin_key}"})
-    async with _client(stack) as owner, admin:
+    async with _client(stack) as owner, _client(stack, admin=True) as admin:
         created = await owner.post("/task/recurring", json={**SPARSE, "max_runs": 30})
         assert created.status_code == 201, created.text
         task_id = created.json()["task_id"]

@@ -10,7 +10,7 @@ import asyncio
 import socket
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -48,14 +48,6 @@ class NameServers:
                     self.stuck_now -= 1
             raise socket.gaierror(f"{host}: the name servers did not answer")
         return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("127.0.0.1", port))]
-
-
-@pytest.fixture
-async def hostile() -> AsyncIterator[HostileTarget]:
-    server = HostileTarget()
-    await server.start()
-    yield server
-    await server.stop()
 
 
 @pytest.fixture

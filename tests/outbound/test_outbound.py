@@ -9,7 +9,7 @@ import re
 import resource
 import socket
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 import httpx
@@ -38,14 +38,6 @@ NAMES = EgressPolicy.from_list(
     ["hang.test", "ok.test"],
     resolver=static_resolver({"hang.test": ["127.0.0.1"], "ok.test": ["127.0.0.1"]}),
 )
-
-
-@pytest.fixture
-async def hostile() -> AsyncIterator[HostileTarget]:
-    server = HostileTarget()
-    await server.start()
-    yield server
-    await server.stop()
 
 
 def _job(url: str, *, tenant: str = "a", timeout: float = 10.0, run: str = "1") -> JobInput:
