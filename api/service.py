@@ -28,6 +28,7 @@ from api.errors import (
     TaskNotFound,
 )
 from api.idempotency import claim_create, create_request, once, task_of_key
+from api.rendering import Rendering
 from api.schemas import (
     BackfillIn,
     BackfillOut,
@@ -98,6 +99,7 @@ class TaskService:
         # No linger: rows that arrive while a commit runs go together into the next one.
         self.writer = BatchWriter(engine, linger=0)
         self.fire_math = fire_math
+        self.rendering = Rendering()
         self.calendars = CalendarService(engine, fire_math)
 
     async def aclose(self) -> None:
@@ -216,7 +218,8 @@ class TaskService:
             )
         except ValueError as exc:
             raise InvalidTask(f"cursor: {exc}", field="cursor") from exc
-        return TaskPage(items=[TaskOut.of(r) for r in rows], next_cursor=next_cursor)
+        return await self.rendering.run(who.tenant_id, lambda: TaskPage(
+            items=[TaskOut.of(r) for r in rows], next_cursor=next_cursor))
 
     async def executions(self, who: Principal, task_id: str, *, limit: int, cursor: str | None) -> ExecutionPage:
         """A task's run history, newest first."""
