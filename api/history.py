@@ -24,7 +24,8 @@ async def task_events(service: TaskService, who: Principal, task_id: str, *, lim
     """Every change of a task of the caller's tenant, newest first (404 for anyone else's)."""
     task = await service.get(who, task_id)
     rows, next_cursor = await _page(service, task, limit, cursor, versions_only=False)
-    return EventPage(items=[EventOut.from_row(r) for r in rows], next_cursor=next_cursor)
+    return await service.rendering.run(who.tenant_id, lambda: EventPage(
+        items=[EventOut.from_row(r) for r in rows], next_cursor=next_cursor))
 
 
 async def task_versions(service: TaskService, who: Principal, task_id: str, *, limit: int,
@@ -32,7 +33,8 @@ async def task_versions(service: TaskService, who: Principal, task_id: str, *, l
     """The versions of a task's spec, newest first."""
     task = await service.get(who, task_id)
     rows, next_cursor = await _page(service, task, limit, cursor, versions_only=True)
-    return VersionPage(items=[VersionOut.from_row(r) for r in rows], next_cursor=next_cursor)
+    return await service.rendering.run(who.tenant_id, lambda: VersionPage(
+        items=[VersionOut.from_row(r) for r in rows], next_cursor=next_cursor))
 
 
 async def rollback(service: TaskService, who: Principal, task_id: str, version: int, *,

@@ -14,6 +14,8 @@ from typing import Any, TypeVar
 
 import anyio
 from anyio import to_thread
+from fastapi import Response
+from pydantic import BaseModel
 
 T = TypeVar("T")
 
@@ -49,3 +51,7 @@ class Rendering:
             turn.users -= 1
             if turn.users == 0:
                 del self._turns[tenant_id]
+
+    async def json(self, tenant_id: str, page: BaseModel) -> Response:
+        """The page as a JSON answer, its JSON made by ``run``."""
+        return Response(await self.run(tenant_id, page.model_dump_json), media_type="application/json")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Body, Query, status
+from fastapi import APIRouter, Body, Query, Response, status
 
 from api.cursors import CursorQuery
 from api.deps import ServiceDep
@@ -23,22 +23,25 @@ ROLLBACK_RESPONSES = {
 }
 
 
-@router.get("/tasks/{task_id}/events", responses=ERRORS)
+# A page of events or versions may hold hundreds of specs: its JSON is made off the event loop.
+@router.get("/tasks/{task_id}/events", responses=ERRORS, response_model=EventPage)
 async def list_task_events(
     task_id: TaskIdPath, who: ReaderDep, service: ServiceDep, limit: Limit = 50,
     cursor: CursorQuery = None,
-) -> EventPage:
+) -> Response:
     """Every change of a task (who, when, what), newest first."""
-    return await task_events(service, who, task_id, limit=limit, cursor=cursor)
+    page = await task_events(service, who, task_id, limit=limit, cursor=cursor)
+    return await service.rendering.json(who.tenant_id, page)
 
 
-@router.get("/tasks/{task_id}/versions", responses=ERRORS)
+@router.get("/tasks/{task_id}/versions", responses=ERRORS, response_model=VersionPage)
 async def list_task_versions(
     task_id: TaskIdPath, who: ReaderDep, service: ServiceDep, limit: Limit = 50,
     cursor: CursorQuery = None,
-) -> VersionPage:
+) -> Response:
     """The versions of a task's spec (create, updates, rollbacks), newest first."""
-    return await task_versions(service, who, task_id, limit=limit, cursor=cursor)
+    page = await task_versions(service, who, task_id, limit=limit, cursor=cursor)
+    return await service.rendering.json(who.tenant_id, page)
 
 
 @router.post("/tasks/{task_id}/rollback", status_code=status.HTTP_202_ACCEPTED,

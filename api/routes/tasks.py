@@ -160,9 +160,7 @@ async def list_tasks(
         who, limit=limit, cursor=cursor, status=None if overdue or status is None else str(status),
         name=name, all_tenants=all_tenants, overdue=overdue,
     )
-    # Its JSON is made off the event loop too (api/rendering.py): a page can be megabytes.
-    body = await service.rendering.run(who.tenant_id, page.model_dump_json)
-    return Response(body, media_type="application/json")
+    return await service.rendering.json(who.tenant_id, page)  # megabytes: off the event loop
 
 
 @router.get("/tasks/{task_id}/executions", responses=ERRORS)
