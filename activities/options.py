@@ -29,6 +29,7 @@ DELAY_GOES_ON = 5  # a fixed_delay fire skipped as missed plans the next fire (p
 ROWS_CARRIED = 6  # a run continues as new while its rows wait for the database, carrying them
 REFUSED_WITHDRAWN = 7  # a refused run waiting to be sent again is withdrawn however near its instant
 HELD_KEPT = 8  # a schedule change while a workflow run drains keeps the runs the drain holds
+SPARED_UNTAKEN = 8  # a run a pause spared, found untaken, goes back to the pause, not the policy
 
 
 class RunOptions(BaseModel):

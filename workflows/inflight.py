@@ -129,6 +129,9 @@ class RunsInFlight:
         # Whether a run a worker gave back is withdrawn however near its instant (set by the
         # workflow from its release: older runs sent it again, and replay so).
         self.withdraws_refused = False
+        # Whether a run a withdrawal spared, found untaken, goes back as that withdrawal's
+        # (set from the release as well: older runs gave its fire to the missed-run policy).
+        self.untaken_spared = False
         self._cancelled_in: int | None = None  # the history length when a cancel was last sent
         self._sending: asyncio.Task[None] | None = None  # the timer that sends them
 
@@ -248,8 +251,12 @@ class RunsInFlight:
         for flying in self._waiting():
             if untaken(flying.claimed or flying.instant, now):
                 flying.withdrawn = UNTAKEN
+                # Spared by a withdrawal (a pause) as too near its instant, and no worker took
+                # it: that withdrawal takes its fire, as when a worker gives a run back.
+                reason = (flying.spared_for if self.untaken_spared and flying.spared_for
+                          else UNTAKEN)
                 found.append(Ended(run=flying.run, run_id=flying.run_id, record=None,
-                                   refused=JobFailure.LATE, reason=flying.unrun(UNTAKEN)))
+                                   refused=JobFailure.LATE, reason=flying.unrun(reason)))
         return found
 
     def release_ghosts(self) -> None:

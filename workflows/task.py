@@ -31,6 +31,7 @@ with workflow.unsafe.imports_passed_through():
         ROWS_CARRIED,
         RUN_OPTIONS,
         RUN_OPTIONS_TIMEOUT,
+        SPARED_UNTAKEN,
         START_RELEASE,
         RunOptions,
     )
@@ -169,6 +170,7 @@ class TaskWorkflow:
                 RUN_OPTIONS, result_type=RunOptions, start_to_close_timeout=RUN_OPTIONS_TIMEOUT)
         self._record.release = self._options.release
         self._runs.withdraws_refused = self._options.release >= REFUSED_WITHDRAWN
+        self._runs.untaken_spared = self._options.release >= SPARED_UNTAKEN
         if self._options.release >= CANCEL_FIRST:
             self._runs.cancels_first = True
             self._runs.held = self._record.holding

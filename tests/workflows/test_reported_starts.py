@@ -8,7 +8,7 @@ import asyncio
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 import httpx
 from sqlalchemy import Engine
@@ -150,6 +150,34 @@ async def test_a_fixed_delay_run_no_jobs_worker_took_is_skipped_and_the_schedule
     assert sorted((r.status, r.reason) for r in rows) == [
         ("COMPLETED", None), ("COMPLETED", None), ("COMPLETED", None), ("SKIPPED", "missed")]
     assert sorted(job.started) == sorted(r.id for r in rows if r.status == "COMPLETED")
+
+
+async def test_a_run_a_pause_spared_that_no_jobs_worker_took_is_skipped_paused(
+    dev_env: WorkflowEnvironment, sqlite_engine: Engine
+) -> None:
+    # Paused too near its instant, the run was spared; no worker took it, and once found
+    # untaken during the pause its fire went to the missed-run policy as missed: the catch-up
+    # queued then ran as soon as the task was resumed (skip), a fire of the pause run after it.
+    job = Counting()
+    async with split_workers(dev_env, sqlite_engine, job, lead=4) as (queue, up, _):
+        fire = (datetime.now(UTC) + timedelta(seconds=7)).replace(microsecond=0)
+        task = spec(schedule_type="interval", interval_seconds=3600, start_date=fire,
+                    missed_run_policy="single_catchup", job_details=handler_job("count"))
+        handle = await start_ahead(dev_env, queue, task)
+        await until_dispatched(handle)
+        await asyncio.sleep(max(0.0, (fire - datetime.now(UTC)).total_seconds() - 1.5))
+        await handle.execute_update(TaskWorkflow.pause_update, "maintenance")
+        await asyncio.sleep((fire + UNTAKEN_AFTER - datetime.now(UTC)).total_seconds() + 2)
+        paused = await task_state(handle)
+        assert paused.status is TaskStatus.PAUSED and not paused.queue, paused.queue
+        up.set()
+        await handle.execute_update(TaskWorkflow.resume_update)
+        await asyncio.sleep(3)
+        await handle.execute_update(TaskWorkflow.cancel_update, "done")
+        final = await handle.result()
+    rows = executions(sqlite_engine, final.task_id)
+    assert [(r.scheduled_at, r.status, r.reason) for r in rows] == [(fire, "SKIPPED", "paused")], rows
+    assert job.started == []
 
 
 async def test_cancel_just_before_a_dispatched_instant_starts_no_run(
