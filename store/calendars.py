@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from datetime import date, datetime
 
@@ -127,15 +129,56 @@ def calendar_dates(engine: Engine, tenant_id: str, calendar_ids: Sequence[str],
                    years: Iterable[int]) -> list[CalendarDates]:
     """The excluded dates of the tenant's calendars in ``years``: their own and their public
     holidays, deleted ones' too (delete_calendar). A calendar that is not there (or is another
-    tenant's) excludes nothing."""
-    wanted = list(years)
+    tenant's) excludes nothing.
+
+    A task's workflow asks before every fire, and calendars change seldom: each calendar's
+    dates are worked out once per version (``updated_at``) and years, then read from memory,
+    and only the dates of the years asked go back (a calendar holds up to 2,000)."""
+    wanted = tuple(sorted(set(years)))
     with Session(engine) as session:
+        heads = list(session.execute(select(Calendar.id, Calendar.updated_at).where(
+            Calendar.tenant_id == tenant_id, col(Calendar.id).in_(list(calendar_ids)))).all())
+        keys = {calendar_id: (calendar_id, updated_at, wanted) for calendar_id, updated_at in heads}
+        missing = [calendar_id for calendar_id, key in keys.items() if _DATES.get(key) is None]
         rows = list(session.scalars(select(Calendar).where(
-            Calendar.tenant_id == tenant_id, col(Calendar.id).in_(list(calendar_ids)))))
-    found: list[CalendarDates] = []
+            Calendar.tenant_id == tenant_id, col(Calendar.id).in_(missing)))) if missing else []
     for row in rows:
-        days = {date.fromisoformat(text) for text in row.dates}
+        days = {day for day in map(date.fromisoformat, row.dates) if day.year in wanted}
         if row.holidays:
             days |= holiday_dates(HolidaySource.model_validate(row.holidays), wanted)
-        found.append(CalendarDates(calendar_id=row.id, dates=sorted(days)))
+        _DATES.put(keys[row.id], sorted(days))
+    found = []
+    for calendar_id, key in keys.items():
+        dates = _DATES.get(key)
+        if dates is None:  # gone since the first read: it excludes nothing
+            continue
+        found.append(CalendarDates(calendar_id=calendar_id, dates=dates))
     return found
+
+
+class _Kept:
+    """The dates of the calendars read last, by calendar, version and years (LRU, threadsafe:
+    the reads run on threads)."""
+
+    def __init__(self, size: int) -> None:
+        self._size = size
+        self._kept: OrderedDict[tuple[str, datetime, tuple[int, ...]], list[date]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: tuple[str, datetime, tuple[int, ...]]) -> list[date] | None:
+        with self._lock:
+            found = self._kept.get(key)
+            if found is not None:
+                self._kept.move_to_end(key)
+            return found
+
+    def put(self, key: tuple[str, datetime, tuple[int, ...]], dates: list[date]) -> None:
+        with self._lock:
+            self._kept[key] = dates
+            self._kept.move_to_end(key)
+            while len(self._kept) > self._size:
+                self._kept.popitem(last=False)
+
+
+# A few hundred calendars' dates: at most 2,000 own dates and the holidays of the years each.
+_DATES = _Kept(512)
