@@ -127,33 +127,30 @@ def delete_calendar(engine: Engine, tenant_id: str, calendar_id: str, *, now: da
 
 def calendar_dates(engine: Engine, tenant_id: str, calendar_ids: Sequence[str],
                    years: Iterable[int]) -> list[CalendarDates]:
-    """The excluded dates of the tenant's calendars in ``years``: their own and their public
-    holidays, deleted ones' too (delete_calendar). A calendar that is not there (or is another
-    tenant's) excludes nothing.
+    """The excluded dates of the tenant's calendars: their own, and their public holidays in
+    ``years``, deleted ones' too (delete_calendar). A calendar that is not there (or is
+    another tenant's) excludes nothing.
 
     A task's workflow asks before every fire, and calendars change seldom: each calendar's
-    dates are worked out once per version (``updated_at``) and years, then read from memory,
-    and only the dates of the years asked go back (a calendar holds up to 2,000)."""
+    dates are worked out once per version (``updated_at``) and years, then read from memory."""
     wanted = tuple(sorted(set(years)))
     with Session(engine) as session:
         heads = list(session.execute(select(Calendar.id, Calendar.updated_at).where(
             Calendar.tenant_id == tenant_id, col(Calendar.id).in_(list(calendar_ids)))).all())
         keys = {calendar_id: (calendar_id, updated_at, wanted) for calendar_id, updated_at in heads}
-        missing = [calendar_id for calendar_id, key in keys.items() if _DATES.get(key) is None]
+        # This read's answer, whatever the shared memory drops meanwhile.
+        known = {calendar_id: _DATES.get(key) for calendar_id, key in keys.items()}
+        missing = [calendar_id for calendar_id, dates in known.items() if dates is None]
         rows = list(session.scalars(select(Calendar).where(
             Calendar.tenant_id == tenant_id, col(Calendar.id).in_(missing)))) if missing else []
     for row in rows:
-        days = {day for day in map(date.fromisoformat, row.dates) if day.year in wanted}
+        days = {date.fromisoformat(text) for text in row.dates}
         if row.holidays:
             days |= holiday_dates(HolidaySource.model_validate(row.holidays), wanted)
-        _DATES.put(keys[row.id], sorted(days))
-    found = []
-    for calendar_id, key in keys.items():
-        dates = _DATES.get(key)
-        if dates is None:  # gone since the first read: it excludes nothing
-            continue
-        found.append(CalendarDates(calendar_id=calendar_id, dates=dates))
-    return found
+        known[row.id] = worked_out = sorted(days)
+        _DATES.put(keys[row.id], worked_out)
+    return [CalendarDates(calendar_id=calendar_id, dates=dates)
+            for calendar_id, dates in known.items() if dates is not None]
 
 
 class _Kept:

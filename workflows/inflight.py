@@ -51,6 +51,8 @@ ATTEMPT_SLACK = timedelta(seconds=15)
 UNTAKEN = "untaken"
 # Why a run sent for a schedule since re-timed did not run (withdrawn, or back unrun).
 RESCHEDULED = "rescheduled"
+# The withdrawal of a pause.
+PAUSED = "paused"
 # A run a jobs worker refused (its tenant held its share of the slots) is sent again after
 # this, doubled each time it is refused again, up to the most, but never past its instant.
 # Refused this many times, it is sent as one that no worker refuses: it waits in the queue, as
@@ -251,10 +253,10 @@ class RunsInFlight:
         for flying in self._waiting():
             if untaken(flying.claimed or flying.instant, now):
                 flying.withdrawn = UNTAKEN
-                # Spared by a withdrawal (a pause) as too near its instant, and no worker took
-                # it: that withdrawal takes its fire, as when a worker gives a run back.
-                reason = (flying.spared_for if self.untaken_spared and flying.spared_for
-                          else UNTAKEN)
+                # Spared by a pause as too near its instant, and no worker took it: the pause
+                # takes its fire (one in the pause), as when a worker gives a run back.
+                paused = self.untaken_spared and flying.spared_for == PAUSED
+                reason = PAUSED if paused else UNTAKEN
                 found.append(Ended(run=flying.run, run_id=flying.run_id, record=None,
                                    refused=JobFailure.LATE, reason=flying.unrun(reason)))
         return found

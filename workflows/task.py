@@ -76,7 +76,7 @@ with workflow.unsafe.imports_passed_through():
         Origin,
         SpecChange,
     )
-    from workflows.inflight import RESCHEDULED, UNTAKEN, Ended, RunsInFlight
+    from workflows.inflight import PAUSED, RESCHEDULED, UNTAKEN, Ended, RunsInFlight
     from workflows.record import WRITE_HOLDS_COMMANDS, TaskRecord
     from workflows.state import (
         Backfill,
@@ -90,7 +90,7 @@ with workflow.unsafe.imports_passed_through():
 # from costing a second, tiny timer before the dispatch.
 DISPATCH_SLACK = timedelta(seconds=1)
 # Withdrawn for these reasons, a run's fire goes back to the schedule and is decided again.
-GIVE_BACK = frozenset({"paused", "rebound", "asked", UNTAKEN})
+GIVE_BACK = frozenset({PAUSED, "rebound", "asked", UNTAKEN})
 # The type of an update refused because the task would be left nothing to run; its details
 # name the field at fault.
 NEVER_RUNS = "NeverRuns"
@@ -901,7 +901,7 @@ class TaskWorkflow:
         if self._state.pause(reason, workflow.now() if self._runs.reported else None):
             self._stop_backfill("paused")
             self._record.event(PAUSE, actor, detail={"reason": self._state.status_reason})
-            self._runs.withdraw("paused")
+            self._runs.withdraw(PAUSED)
             self._refresh_status()
             self._wake = True
         elif self._current and actor != SCHEDULER and self._healing.stop():
@@ -913,7 +913,7 @@ class TaskWorkflow:
     def _resume(self, missed: ResumeMissed, actor: str | None = None) -> None:
         missed = ResumeMissed(missed)  # a union's member arrives decoded as its plain value
         if self._state.resume(workflow.now(), missed):
-            self._runs.unspare("paused")
+            self._runs.unspare(PAUSED)
             self._record.event(RESUME, actor,
                                detail=None if missed is ResumeMissed.SKIP else {"missed": missed.value})
             self._refresh_status()

@@ -173,8 +173,8 @@ async def test_preview_and_upcoming_show_what_the_calendars_make_of_each_fire(st
 
 async def test_a_task_whose_calendars_exclude_every_fire_is_a_422_and_stores_nothing(stack: Stack) -> None:
     async with stack.client("t1") as http:
-        cid = (await http.post("/calendars", json={"name": "closed", "dates": ["2030-01-01", "2030-01-02"]})
-               ).json()["calendar_id"]
+        cid = (await http.post("/calendars", json={
+            "name": "closed", "dates": ["2030-01-01", "2030-01-02", "2033-03-01"]})).json()["calendar_id"]
         skip = [{"calendar_id": cid}]
         async def ids() -> set[str]:  # the newest first: a task made here would be among them
             return {t["task_id"] for t in (await http.get("/tasks", params={"limit": 100})).json()["items"]}
@@ -185,6 +185,9 @@ async def test_a_task_whose_calendars_exclude_every_fire_is_a_422_and_stores_not
              "schedule_type": "once", "run_at": "2030-01-01T09:00:00Z", "exclude_calendars": skip},
             cron_task(cron="0 10 * * *", start_date="2030-01-01T00:00:00Z",
                       end_date="2030-01-02T23:00:00Z", exclude_calendars=skip),
+            # One run, the calendars skipping fires years apart: the check reads every year.
+            dates_task(["2030-01-01T09:00:00Z", "2033-03-01T09:00:00Z"], exclude_calendars=skip,
+                       max_runs=1),
         )
         for body in never:
             for path in ("/task/create", "/task/preview"):
