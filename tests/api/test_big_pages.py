@@ -44,8 +44,13 @@ async def test_a_tenants_pages_of_big_tasks_hold_up_no_other_tenants_reads(stack
     _seed(stack, tenant)
     heavy = httpx.AsyncClient(base_url=stack.base_url, timeout=120,
                               headers={"Authorization": f"Bearer {key}"})
+    async def timed_page() -> tuple[httpx.Response, float]:
+        started = time.monotonic()
+        answer = await heavy.get("/tasks", params={"limit": 500})
+        return answer, time.monotonic() - started
+
     async with heavy, stack.client("t1") as other:
-        pages = [asyncio.create_task(heavy.get("/tasks", params={"limit": 500})) for _ in range(3)]
+        pages = [asyncio.create_task(timed_page()) for _ in range(3)]
         waits = []
         while not all(page.done() for page in pages):
             started = time.monotonic()
@@ -53,9 +58,12 @@ async def test_a_tenants_pages_of_big_tasks_hold_up_no_other_tenants_reads(stack
             waits.append(time.monotonic() - started)
             assert answer.status_code == 200, answer.text
             await asyncio.sleep(0.05)
-        answers = [page.result() for page in pages]
-    # Built on the loop, each page held it for seconds, and the other tenant's reads with it.
-    assert len(waits) > 3 and max(waits) < 1.0, [round(w, 2) for w in waits]
+        answers, took = zip(*(page.result() for page in pages), strict=True)
+    # Built on the loop, a page held it, and the other tenant's reads with it, for nearly as
+    # long as the quickest of the three took whole (11.1 s of 12.7 s in one run); now for a
+    # fraction of that (the load of the machine moves both alike).
+    assert len(waits) > 3 and max(waits) < 0.5 * min(took), (
+        [round(w, 2) for w in waits], [round(t, 2) for t in took])
     for answer in answers:
         assert answer.status_code == 200 and answer.headers["content-type"] == "application/json"
         page = answer.json()
