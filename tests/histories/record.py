@@ -24,8 +24,9 @@ import contextlib
 import sys
 import tempfile
 import uuid
-from collections.abc import Awaitable, Callable
-from datetime import datetime, timedelta
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 
 from sqlalchemy import Engine
@@ -364,38 +365,47 @@ async def herd_retimed(env: WorkflowEnvironment, engine: Engine) -> TaskHandle:
     return handle
 
 
-async def slot_held(env: WorkflowEnvironment, queue: str, slow: SlowFirst) -> tuple[TaskHandle, datetime]:
-    """A run of the ``slow`` handler holding the tenant's one job slot (of two): its task, and
-    the server's time when it was created."""
-    now = await env.get_current_time()
-    holder = await start_task(env, queue, spec(schedule_type="once", run_at=now,
-                                               job_details=handler_job("slow")))
+@dataclass
+class Refused:
+    """A tenant's second run, refused while its first holds the tenant's one job slot (of two)."""
 
-    async def holding() -> bool:
-        return len(slow.calls) == 1
-    await until(holding)
-    return holder, now
+    slow: SlowFirst  # the handler both runs call; the first call takes 3 s of real time
+    holder: TaskHandle  # the first run's task
+    handle: TaskHandle  # the second run's task, due a second after the first
+
+
+@contextlib.asynccontextmanager
+async def second_run_refused(env: WorkflowEnvironment, engine: Engine) -> AsyncIterator[Refused]:
+    """Two job slots: a tenant alone may hold one. A run holds it; another run of the tenant
+    comes due a second later and is refused while the first holds the slot."""
+    slow = SlowFirst(3)
+    async with new_worker(env.client, engine, handlers={"slow": slow},
+                          max_concurrent_activities=2) as worker:
+        now = await env.get_current_time()
+        job = handler_job("slow")
+        holder = await start_task(env, worker.task_queue, spec(schedule_type="once", run_at=now,
+                                                               job_details=job))
+
+        async def holding() -> bool:
+            return len(slow.calls) == 1
+        await until(holding)
+        handle = await start_task(env, worker.task_queue, spec(
+            schedule_type="once", run_at=now + timedelta(seconds=1), job_details=job))
+        yield Refused(slow, holder, handle)
 
 
 @scenario
 async def tenant_share(env: WorkflowEnvironment, engine: Engine) -> TaskHandle:
-    # Two job slots: a tenant alone may hold one. Its second run is refused while the first
-    # holds the slot (3 s of real time), sent again, and runs once the first has ended.
-    slow = SlowFirst(3)
-    async with new_worker(env.client, engine, handlers={"slow": slow},
-                          max_concurrent_activities=2) as worker:
-        holder, now = await slot_held(env, worker.task_queue, slow)
-        job = handler_job("slow")
-        handle = await start_task(env, worker.task_queue, spec(
-            schedule_type="once", run_at=now + timedelta(seconds=1), job_details=job))
-        state = await handle.result()
-        await holder.result()
-    history = await handle.fetch_history()
-    refused = [e for e in history.events if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED
-               and e.activity_task_failed_event_attributes.failure.application_failure_info.type
-               == "TenantBusy"]
-    assert refused and state.success_count == 1 and len(slow.calls) == 2, (state, slow.calls)
-    return handle
+    # The second run is sent again and runs once the first has ended.
+    async with second_run_refused(env, engine) as refused:
+        state = await refused.handle.result()
+        await refused.holder.result()
+    history = await refused.handle.fetch_history()
+    busy = [e for e in history.events if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED
+            and e.activity_task_failed_event_attributes.failure.application_failure_info.type
+            == "TenantBusy"]
+    assert busy and state.success_count == 1 and len(refused.slow.calls) == 2, (state, refused.slow.calls)
+    return refused.handle
 
 
 @scenario
@@ -429,26 +439,20 @@ async def retry_refused(env: WorkflowEnvironment, engine: Engine) -> TaskHandle:
 
 @scenario
 async def refused_paused(env: WorkflowEnvironment, engine: Engine) -> TaskHandle:
-    # Two job slots: a tenant alone may hold one. Its second run is refused while the first
-    # holds the slot (3 s of real time); the task is paused while the run waits to be sent
-    # again, which withdraws it (release 7), and resumed: its fire runs once after the resume.
-    slow = SlowFirst(3)
-    async with new_worker(env.client, engine, handlers={"slow": slow},
-                          max_concurrent_activities=2) as worker:
-        holder, now = await slot_held(env, worker.task_queue, slow)
-        job = handler_job("slow")
-        handle = await start_task(env, worker.task_queue, spec(
-            schedule_type="once", run_at=now + timedelta(seconds=1), job_details=job))
+    # The task of the refused run is paused while the run waits to be sent again, which
+    # withdraws it (release 7), and resumed: its fire runs once after the resume.
+    async with second_run_refused(env, engine) as refused:
+        handle = refused.handle
 
-        async def refused() -> bool:
+        async def was_refused() -> bool:
             history = await handle.fetch_history()
             return any(e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED for e in history.events)
-        await until(refused)
+        await until(was_refused)
         await handle.signal(TaskWorkflow.pause_signal, "while refused")
-        await holder.result()
+        await refused.holder.result()
         await handle.execute_update(TaskWorkflow.resume_update)
         state = await handle.result()
-    assert state.success_count == 1 and len(slow.calls) == 2, (state, slow.calls)
+    assert state.success_count == 1 and len(refused.slow.calls) == 2, (state, refused.slow.calls)
     return handle
 
 
