@@ -10,10 +10,11 @@ from pydantic import BaseModel, Field
 from sqlalchemy import Engine
 from temporalio import activity
 
-from scheduling.calendars import CalendarDates
-from store.calendars import calendar_dates
+from scheduling.calendars import CalendarChanges, CalendarDates
+from store.calendars import calendar_changes, calendar_dates
 
-CALENDAR_DATES = "calendar_dates"
+CALENDAR_DATES = "calendar_dates"  # workflow runs of releases before CALENDARS_CHANGED
+CALENDAR_CHANGES = "calendar_changes"
 # A pass waits for the answer; past this it goes on with the dates it read last.
 CALENDAR_DATES_TIMEOUT = timedelta(seconds=5)
 
@@ -24,6 +25,12 @@ class CalendarDatesRequest(BaseModel):
     tenant_id: str
     calendar_ids: list[str]
     years: list[int] = Field(default_factory=list)
+
+
+class CalendarChangesRequest(CalendarDatesRequest):
+    """The same, with the version of each calendar whose dates the workflow holds."""
+
+    have: dict[str, str] = Field(default_factory=dict)
 
 
 class CalendarActivities:
@@ -38,3 +45,10 @@ class CalendarActivities:
         of another tenant excludes nothing."""
         return await asyncio.to_thread(calendar_dates, self._engine, request.tenant_id,
                                        request.calendar_ids, request.years)
+
+    @activity.defn(name=CALENDAR_CHANGES)
+    async def calendar_changes(self, request: CalendarChangesRequest) -> CalendarChanges:
+        """The dates of the calendars changed since the versions the workflow holds, and the
+        ids of those unchanged: a history records the dates of a version once."""
+        return await asyncio.to_thread(calendar_changes, self._engine, request.tenant_id,
+                                       request.calendar_ids, request.years, request.have)

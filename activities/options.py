@@ -18,7 +18,7 @@ RUN_OPTIONS_TIMEOUT = timedelta(seconds=10)
 # The workflow code's release, recorded with each workflow run's options: a change that may
 # only apply to runs started on it checks it instead of asking a patch, which would cost every
 # new workflow a marker and a search-attribute upsert (docs/upgrades.md lists each release).
-RELEASE = 8
+RELEASE = 9
 # The first release of each change that checks it:
 QUIET_STATUS = 1  # TaskStatus never shows RUNNING; a run sent ahead alone writes no row
 START_RELEASE = 2  # a start input carries its starter's release; from it on, no patch is asked
@@ -30,6 +30,7 @@ ROWS_CARRIED = 6  # a run continues as new while its rows wait for the database,
 REFUSED_WITHDRAWN = 7  # a refused run waiting to be sent again is withdrawn however near its instant
 HELD_KEPT = 8  # a schedule change while a workflow run drains keeps the runs the drain holds
 SPARED_UNTAKEN = 8  # a run a pause spared, found untaken, goes back to the pause, not the policy
+CALENDARS_CHANGED = 9  # a calendar read records only the calendars changed since the last one
 
 
 class RunOptions(BaseModel):

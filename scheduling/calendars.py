@@ -50,6 +50,24 @@ class CalendarDates(BaseModel):
 
     calendar_id: str
     dates: list[date] = Field(default_factory=list)
+    version: str | None = Field(default=None, description="the calendar's version and the years "
+                                "its dates cover (None: read before versions were kept)")
+
+
+class CalendarChanges(BaseModel):
+    """A read of a task's calendars that sends only what changed since the versions its
+    workflow holds: a workflow asks before every fire, and calendars change seldom."""
+
+    changed: list[CalendarDates] = Field(default_factory=list,
+                                         description="the calendars whose version differs")
+    kept: list[str] = Field(default_factory=list,
+                            description="the ids of the calendars held at their current version")
+
+    def applied_to(self, held: Sequence[CalendarDates]) -> list[CalendarDates]:
+        """The dates of every calendar there now: a kept one's as held, a changed one's as
+        read (a calendar in neither list is not there and excludes nothing)."""
+        kept = set(self.kept)
+        return [c for c in held if c.calendar_id in kept] + self.changed
 
 
 def check_holidays(source: HolidaySource) -> None:

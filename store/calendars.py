@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import date, datetime
 
 from sqlalchemy import Engine, String, cast, delete, func, or_, tuple_
 from sqlalchemy.orm import Session
 from sqlmodel import col, select
 
-from scheduling.calendars import CalendarDates, HolidaySource, holiday_dates
+from scheduling.calendars import CalendarChanges, CalendarDates, HolidaySource, holiday_dates
 from scheduling.status import FINAL_STATUSES
 from store.cursors import decode_cursor, encode_cursor
 from store.models import Calendar, Task
@@ -129,17 +129,27 @@ def calendar_dates(engine: Engine, tenant_id: str, calendar_ids: Sequence[str],
                    years: Iterable[int]) -> list[CalendarDates]:
     """The excluded dates of the tenant's calendars: their own, and their public holidays in
     ``years``, deleted ones' too (delete_calendar). A calendar that is not there (or is
-    another tenant's) excludes nothing.
+    another tenant's) excludes nothing."""
+    return calendar_changes(engine, tenant_id, calendar_ids, years, {}).changed
+
+
+def calendar_changes(engine: Engine, tenant_id: str, calendar_ids: Sequence[str],
+                     years: Iterable[int], have: Mapping[str, str]) -> CalendarChanges:
+    """As calendar_dates, but a calendar whose version is the one in ``have`` comes back as
+    kept, without its dates.
 
     A task's workflow asks before every fire, and calendars change seldom: each calendar's
-    dates are worked out once per version (``updated_at``) and years, then read from memory."""
+    dates are worked out once per version, then read from memory."""
     wanted = tuple(sorted(set(years)))
     with Session(engine) as session:
-        heads = list(session.execute(select(Calendar.id, Calendar.updated_at).where(
-            Calendar.tenant_id == tenant_id, col(Calendar.id).in_(list(calendar_ids)))).all())
-        keys = {calendar_id: (calendar_id, updated_at, wanted) for calendar_id, updated_at in heads}
+        heads = session.execute(select(Calendar.id, Calendar.updated_at).where(
+            Calendar.tenant_id == tenant_id, col(Calendar.id).in_(list(calendar_ids)))).all()
+        versions = {calendar_id: _version(updated_at, wanted) for calendar_id, updated_at in heads}
+        kept = [calendar_id for calendar_id, version in versions.items()
+                if have.get(calendar_id) == version]
         # This read's answer, whatever the shared memory drops meanwhile.
-        known = {calendar_id: _DATES.get(key) for calendar_id, key in keys.items()}
+        known = {calendar_id: _DATES.get((calendar_id, version))
+                 for calendar_id, version in versions.items() if calendar_id not in kept}
         missing = [calendar_id for calendar_id, dates in known.items() if dates is None]
         rows = list(session.scalars(select(Calendar).where(
             Calendar.tenant_id == tenant_id, col(Calendar.id).in_(missing)))) if missing else []
@@ -148,28 +158,34 @@ def calendar_dates(engine: Engine, tenant_id: str, calendar_ids: Sequence[str],
         if row.holidays:
             days |= holiday_dates(HolidaySource.model_validate(row.holidays), wanted)
         known[row.id] = worked_out = sorted(days)
-        _DATES.put(keys[row.id], worked_out)
-    return [CalendarDates(calendar_id=calendar_id, dates=dates)
-            for calendar_id, dates in known.items() if dates is not None]
+        _DATES.put((row.id, versions[row.id]), worked_out)
+    changed = [CalendarDates(calendar_id=calendar_id, dates=dates, version=versions[calendar_id])
+               for calendar_id, dates in known.items() if dates is not None]
+    return CalendarChanges(changed=changed, kept=kept)
+
+
+def _version(updated_at: datetime, years: tuple[int, ...]) -> str:
+    """A calendar's version with the years its dates cover (holidays differ by year)."""
+    return f"{updated_at.isoformat()} {','.join(map(str, years))}"
 
 
 class _Kept:
-    """The dates of the calendars read last, by calendar, version and years (LRU, threadsafe:
+    """The dates of the calendars read last, by calendar and version (LRU, threadsafe:
     the reads run on threads)."""
 
     def __init__(self, size: int) -> None:
         self._size = size
-        self._kept: OrderedDict[tuple[str, datetime, tuple[int, ...]], list[date]] = OrderedDict()
+        self._kept: OrderedDict[tuple[str, str], list[date]] = OrderedDict()
         self._lock = threading.Lock()
 
-    def get(self, key: tuple[str, datetime, tuple[int, ...]]) -> list[date] | None:
+    def get(self, key: tuple[str, str]) -> list[date] | None:
         with self._lock:
             found = self._kept.get(key)
             if found is not None:
                 self._kept.move_to_end(key)
             return found
 
-    def put(self, key: tuple[str, datetime, tuple[int, ...]], dates: list[date]) -> None:
+    def put(self, key: tuple[str, str], dates: list[date]) -> None:
         with self._lock:
             self._kept[key] = dates
             self._kept.move_to_end(key)

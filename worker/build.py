@@ -90,7 +90,8 @@ def build_activities(
     options = RunOptionsActivities(run_options or RunOptions())
     calendars = CalendarActivities(engine)
     return ActivitySet(
-        workflow_side=[books.record, notes.notify, options.run_options, calendars.calendar_dates],
+        workflow_side=[books.record, notes.notify, options.run_options, calendars.calendar_dates,
+                       calendars.calendar_changes],
         jobs=[jobs.run_job],
         job_slots=job_slots,
     )

@@ -19,9 +19,16 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from activities.calendars import CALENDAR_DATES, CALENDAR_DATES_TIMEOUT, CalendarDatesRequest
+    from activities.calendars import (
+        CALENDAR_CHANGES,
+        CALENDAR_DATES,
+        CALENDAR_DATES_TIMEOUT,
+        CalendarChangesRequest,
+        CalendarDatesRequest,
+    )
     from activities.heartbeats import MAX_BEAT_SECONDS, MIN_BEAT_SECONDS, near_beat
     from activities.options import (
+        CALENDARS_CHANGED,
         CANCEL_FIRST,
         DELAY_GOES_ON,
         HELD_KEPT,
@@ -37,7 +44,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from activities.payloads import CLAIM_RUN, RUN_STARTED, RunStart
     from scheduling import policy
-    from scheduling.calendars import CalendarDates
+    from scheduling.calendars import CalendarChanges, CalendarDates
     from scheduling.fire import next_fire
     from scheduling.policy import Run
     from scheduling.spec import (
@@ -546,14 +553,23 @@ class TaskWorkflow:
         assert state.next_fire_at is not None
         years = sorted({now.year - 1, now.year, now.year + 1, state.next_fire_at.year,
                         state.next_fire_at.year + 1})
-        request = CalendarDatesRequest(
-            tenant_id=state.tenant_id, years=years,
-            calendar_ids=[ref.calendar_id for ref in state.spec.exclude_calendars])
+        ids = [ref.calendar_id for ref in state.spec.exclude_calendars]
         await self._runs.send_cancels()
         try:
-            state.calendar_dates = await workflow.execute_local_activity(
-                CALENDAR_DATES, request, result_type=list[CalendarDates],
-                schedule_to_close_timeout=CALENDAR_DATES_TIMEOUT, summary="read calendars")
+            if self._options.release >= CALENDARS_CHANGED:
+                held = {c.calendar_id: c.version for c in state.calendar_dates if c.version}
+                changes = await workflow.execute_local_activity(
+                    CALENDAR_CHANGES, CalendarChangesRequest(
+                        tenant_id=state.tenant_id, calendar_ids=ids, years=years, have=held),
+                    result_type=CalendarChanges,
+                    schedule_to_close_timeout=CALENDAR_DATES_TIMEOUT, summary="read calendars")
+                state.calendar_dates = changes.applied_to(state.calendar_dates)
+            else:
+                state.calendar_dates = await workflow.execute_local_activity(
+                    CALENDAR_DATES, CalendarDatesRequest(
+                        tenant_id=state.tenant_id, calendar_ids=ids, years=years),
+                    result_type=list[CalendarDates],
+                    schedule_to_close_timeout=CALENDAR_DATES_TIMEOUT, summary="read calendars")
         except ActivityError:
             workflow.logger.warning("calendars not read; the dates read last stand")
 

@@ -12,7 +12,13 @@ import pytest
 from sqlalchemy import Engine
 
 from store import calendars
-from store.calendars import add_calendar, calendar_dates, delete_calendar, replace_calendar
+from store.calendars import (
+    add_calendar,
+    calendar_changes,
+    calendar_dates,
+    delete_calendar,
+    replace_calendar,
+)
 from store.models import Calendar
 
 T0 = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
@@ -62,3 +68,35 @@ def test_no_calendar_is_left_out_however_full_the_memory_of_dates_is(
     for _ in range(2):  # the second read finds one of the three in memory
         assert _dates(any_engine, "t1", ids, [2026]) == {
             cid: [date(2026, n + 1, 1)] for n, cid in enumerate(ids)}
+
+
+def test_a_read_sends_the_dates_only_of_calendars_changed_since_the_versions_held(
+    any_engine: Engine
+) -> None:
+    ids = [f"cal-{uuid.uuid4().hex[:8]}" for _ in range(3)]
+    for n, cid in enumerate(ids):
+        add_calendar(any_engine, Calendar(id=cid, tenant_id="t1", name=cid,
+                                          dates=[f"2026-0{n + 1}-01"], created_at=T0, updated_at=T0))
+    first = calendar_changes(any_engine, "t1", ids, [2026], {})
+    assert first.kept == [] and {c.calendar_id for c in first.changed} == set(ids)
+    held = first.applied_to([])
+    have = {c.calendar_id: c.version or "" for c in held}
+
+    again = calendar_changes(any_engine, "t1", ids, [2026], have)
+    assert again.changed == [] and sorted(again.kept) == sorted(ids)
+    assert again.applied_to(held) == held
+
+    # An edit, other years, a calendar gone: each comes back as it is now.
+    replace_calendar(any_engine, "t1", ids[0], name="c", dates=["2026-07-01"], holidays=None,
+                     now=T0 + timedelta(minutes=1))
+    edited = calendar_changes(any_engine, "t1", ids, [2026], have)
+    assert [(c.calendar_id, c.dates) for c in edited.changed] == [(ids[0], [date(2026, 7, 1)])]
+    assert sorted(edited.kept) == sorted(ids[1:])
+    assert {c.calendar_id: c.dates for c in edited.applied_to(held)} == {
+        ids[0]: [date(2026, 7, 1)], ids[1]: [date(2026, 2, 1)], ids[2]: [date(2026, 3, 1)]}
+    assert {c.calendar_id for c in calendar_changes(any_engine, "t1", ids, [2026, 2027],
+                                                    have).changed} == set(ids)
+    # Another tenant holding the versions learns nothing of the calendars, and a calendar
+    # no longer there excludes nothing, whatever version the workflow held.
+    theirs = calendar_changes(any_engine, "t2", ids, [2026], have)
+    assert theirs.changed == [] and theirs.kept == [] and theirs.applied_to(held) == []
