@@ -75,6 +75,10 @@ def check_holidays(source: HolidaySource) -> None:
     holiday_dates(source, [2000])
 
 
+# The holiday data holiday_dates answers from: a calendar's dates change with it.
+HOLIDAYS_RELEASE: str = holidays.__version__
+
+
 def holiday_dates(source: HolidaySource, years: Iterable[int]) -> set[date]:
     """The public holidays of ``source`` in ``years`` (ValueError for an unknown place)."""
     try:

@@ -11,7 +11,13 @@ from sqlalchemy import Engine, String, cast, delete, func, or_, tuple_
 from sqlalchemy.orm import Session
 from sqlmodel import col, select
 
-from scheduling.calendars import CalendarChanges, CalendarDates, HolidaySource, holiday_dates
+from scheduling.calendars import (
+    HOLIDAYS_RELEASE,
+    CalendarChanges,
+    CalendarDates,
+    HolidaySource,
+    holiday_dates,
+)
 from scheduling.status import FINAL_STATUSES
 from store.cursors import decode_cursor, encode_cursor
 from store.models import Calendar, Task
@@ -165,8 +171,9 @@ def calendar_changes(engine: Engine, tenant_id: str, calendar_ids: Sequence[str]
 
 
 def _version(updated_at: datetime, years: tuple[int, ...]) -> str:
-    """A calendar's version with the years its dates cover (holidays differ by year)."""
-    return f"{updated_at.isoformat()} {','.join(map(str, years))}"
+    """A calendar's version with what its holidays come from: the years its dates cover and
+    the holiday data (a worker with newer data sends the dates again)."""
+    return f"{updated_at.isoformat()} {','.join(map(str, years))} {HOLIDAYS_RELEASE}"
 
 
 class _Kept:

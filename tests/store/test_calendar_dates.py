@@ -100,3 +100,23 @@ def test_a_read_sends_the_dates_only_of_calendars_changed_since_the_versions_hel
     # no longer there excludes nothing, whatever version the workflow held.
     theirs = calendar_changes(any_engine, "t2", ids, [2026], have)
     assert theirs.changed == [] and theirs.kept == [] and theirs.applied_to(held) == []
+
+
+def test_a_worker_with_other_holiday_data_sends_the_dates_again(
+    any_engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The versions a workflow held named only the calendar's edit and the years: a worker
+    # upgraded to newer holiday data kept the old holidays in every running task, while the
+    # preview, reading in full, showed the new ones.
+    cid = f"cal-{uuid.uuid4().hex[:8]}"
+    add_calendar(any_engine, Calendar(id=cid, tenant_id="t1", name="de", dates=[],
+                                      holidays={"country": "DE"}, created_at=T0, updated_at=T0))
+    held = calendar_changes(any_engine, "t1", [cid], [2026], {}).applied_to([])
+    have = {c.calendar_id: c.version or "" for c in held}
+    real = calendars.holiday_dates
+    monkeypatch.setattr(calendars, "HOLIDAYS_RELEASE", "newer")
+    monkeypatch.setattr(calendars, "holiday_dates", lambda source, years: real(source, years) | {date(2026, 12, 28)})
+    full = calendar_dates(any_engine, "t1", [cid], [2026])
+    merged = calendar_changes(any_engine, "t1", [cid], [2026], have).applied_to(held)
+    assert [c.dates for c in merged] == [c.dates for c in full]
+    assert date(2026, 12, 28) in full[0].dates
