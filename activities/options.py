@@ -31,6 +31,7 @@ REFUSED_WITHDRAWN = 7  # a refused run waiting to be sent again is withdrawn how
 HELD_KEPT = 8  # a schedule change while a workflow run drains keeps the runs the drain holds
 SPARED_UNTAKEN = 8  # a run a pause spared, found untaken, goes back to the pause, not the policy
 CALENDARS_CHANGED = 9  # a calendar read records only the calendars changed since the last one
+PAUSE_KEEPS_SPARE = 9  # a run a pause spared stays the pause's when a later withdrawal spares it
 
 
 class RunOptions(BaseModel):

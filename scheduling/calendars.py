@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
+from importlib import metadata
 from zoneinfo import ZoneInfo
 
 import holidays
@@ -76,7 +77,7 @@ def check_holidays(source: HolidaySource) -> None:
 
 
 # The holiday data holiday_dates answers from: a calendar's dates change with it.
-HOLIDAYS_RELEASE: str = holidays.__version__
+HOLIDAYS_RELEASE = metadata.version("holidays")
 
 
 def holiday_dates(source: HolidaySource, years: Iterable[int]) -> set[date]:

@@ -134,6 +134,8 @@ class RunsInFlight:
         # Whether a run a withdrawal spared, found untaken, goes back as that withdrawal's
         # (set from the release as well: older runs gave its fire to the missed-run policy).
         self.untaken_spared = False
+        # Whether a pause keeps what it spared until the resume (from the release too).
+        self.pause_keeps_spare = False
         self._cancelled_in: int | None = None  # the history length when a cancel was last sent
         self._sending: asyncio.Task[None] | None = None  # the timer that sends them
 
@@ -353,7 +355,9 @@ class RunsInFlight:
             if self._withdrawable(flying, now) or (self.withdraws_refused and self._given_back(flying)):
                 flying.withdrawn = reason
                 self._cancel(flying)
-            else:
+            elif not (self.pause_keeps_spare and flying.spared_for == PAUSED):
+                # A pause keeps what it spared until the resume: a later withdrawal (a run
+                # asked for meanwhile) does not take it over.
                 flying.spared, flying.spared_for = True, reason
 
     @staticmethod

@@ -33,6 +33,7 @@ with workflow.unsafe.imports_passed_through():
         DELAY_GOES_ON,
         HELD_KEPT,
         HERD_BEAT,
+        PAUSE_KEEPS_SPARE,
         REFUSED_WITHDRAWN,
         RELEASE,
         ROWS_CARRIED,
@@ -178,6 +179,7 @@ class TaskWorkflow:
         self._record.release = self._options.release
         self._runs.withdraws_refused = self._options.release >= REFUSED_WITHDRAWN
         self._runs.untaken_spared = self._options.release >= SPARED_UNTAKEN
+        self._runs.pause_keeps_spare = self._options.release >= PAUSE_KEEPS_SPARE
         if self._options.release >= CANCEL_FIRST:
             self._runs.cancels_first = True
             self._runs.held = self._record.holding

@@ -11,6 +11,7 @@ from datetime import UTC, date, datetime, timedelta
 import pytest
 from sqlalchemy import Engine
 
+from scheduling.calendars import holiday_dates
 from store import calendars
 from store.calendars import (
     add_calendar,
@@ -113,7 +114,7 @@ def test_a_worker_with_other_holiday_data_sends_the_dates_again(
                                       holidays={"country": "DE"}, created_at=T0, updated_at=T0))
     held = calendar_changes(any_engine, "t1", [cid], [2026], {}).applied_to([])
     have = {c.calendar_id: c.version or "" for c in held}
-    real = calendars.holiday_dates
+    real = holiday_dates
     monkeypatch.setattr(calendars, "HOLIDAYS_RELEASE", "newer")
     monkeypatch.setattr(calendars, "holiday_dates", lambda source, years: real(source, years) | {date(2026, 12, 28)})
     full = calendar_dates(any_engine, "t1", [cid], [2026])

@@ -180,6 +180,34 @@ async def test_a_run_a_pause_spared_that_no_jobs_worker_took_is_skipped_paused(
     assert job.started == []
 
 
+async def test_a_run_a_pause_spared_stays_the_pauses_when_a_run_is_asked_for_meanwhile(
+    dev_env: WorkflowEnvironment, sqlite_engine: Engine
+) -> None:
+    # A run asked for while paused withdrew the spared run again, for itself: that withdrawal
+    # took the spare over from the pause, and the untaken run went to the missed-run policy,
+    # whose catch-up ran at the resume, a fire of the pause run after all.
+    job = Counting()
+    async with split_workers(dev_env, sqlite_engine, job, lead=4) as (queue, up, _):
+        fire = (datetime.now(UTC) + timedelta(seconds=7)).replace(microsecond=0)
+        task = spec(schedule_type="interval", interval_seconds=3600, start_date=fire,
+                    missed_run_policy="single_catchup", job_details=handler_job("count"))
+        handle = await start_ahead(dev_env, queue, task)
+        await until_dispatched(handle)
+        await asyncio.sleep(max(0.0, (fire - datetime.now(UTC)).total_seconds() - 1.5))
+        await handle.execute_update(TaskWorkflow.pause_update, "maintenance")
+        await handle.execute_update(TaskWorkflow.trigger_update)
+        await asyncio.sleep((fire + UNTAKEN_AFTER - datetime.now(UTC)).total_seconds() + 2)
+        up.set()
+        await handle.execute_update(TaskWorkflow.resume_update)
+        await asyncio.sleep(3)
+        await handle.execute_update(TaskWorkflow.cancel_update, "done")
+        final = await handle.result()
+    rows = executions(sqlite_engine, final.task_id)
+    assert [(r.trigger, r.status, r.reason) for r in rows] == [
+        ("manual", "COMPLETED", None), ("schedule", "SKIPPED", "paused")], rows
+    assert rows[1].scheduled_at == fire and job.started == [rows[0].id]
+
+
 async def test_cancel_just_before_a_dispatched_instant_starts_no_run(
     dev_env: WorkflowEnvironment, sqlite_engine: Engine
 ) -> None:
