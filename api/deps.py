@@ -10,7 +10,7 @@ from fastapi import Depends, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from api.database import in_thread
+from api.database import charge_to, in_thread
 from api.errors import Unauthorized
 from api.service import Principal, TaskService
 from api.validation import TenantUsage
@@ -94,6 +94,7 @@ async def admitted(request: Request, key: str, lookup: Callable[..., T | None], 
         await failures.failed(address)
         return None
     failures.succeeded(address, key)
+    charge_to(key_of(found).tenant_id)
     return found
 
 
