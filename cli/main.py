@@ -30,11 +30,14 @@ class ServerOptions(TypedDict):
 
     http: Literal["httptools"]
     loop: Literal["asyncio"]
+    reset_contextvars: bool
 
 
 # httptools parses HTTP in C, where h11 (uvicorn's fallback) parses it in Python; the loop is
 # named too, so that an installed uvloop is not taken up (measured: docs/capacity.md, "API").
-SERVER_OPTIONS: ServerOptions = {"http": "httptools", "loop": "asyncio"}
+# Each request starts from a fresh context: the tenant a request's store calls are charged to
+# (api/database.py) does not carry over to the next request on its connection.
+SERVER_OPTIONS: ServerOptions = {"http": "httptools", "loop": "asyncio", "reset_contextvars": True}
 
 
 def _api(settings: Settings, args: argparse.Namespace) -> int:
