@@ -99,6 +99,7 @@ class _Flying:
     aimed: datetime | None = None  # the run's own instant (a late or caught-up run's is past)
     spared: bool = False  # too near its instant when a withdrawal came: it runs
     spared_for: str | None = None  # that withdrawal's reason, kept for a refusal to come
+    spared_next: str | None = None  # a later withdrawal's, kept while a pause holds spared_for
     refused: bool = False  # a worker gave it back: none holds it until it is sent again
 
     @property
@@ -355,9 +356,11 @@ class RunsInFlight:
             if self._withdrawable(flying, now) or (self.withdraws_refused and self._given_back(flying)):
                 flying.withdrawn = reason
                 self._cancel(flying)
-            elif not (self.pause_keeps_spare and flying.spared_for == PAUSED):
-                # A pause keeps what it spared until the resume: a later withdrawal (a run
-                # asked for meanwhile) does not take it over.
+            elif self.pause_keeps_spare and flying.spared_for == PAUSED:
+                # A pause keeps what it spared until the resume; a later withdrawal (a run
+                # asked for, a schedule change) takes it over then.
+                flying.spared_next = reason
+            else:
                 flying.spared, flying.spared_for = True, reason
 
     @staticmethod
@@ -369,10 +372,10 @@ class RunsInFlight:
 
     def unspare(self, reason: str) -> None:
         """The withdrawal of ``reason`` is over (a resume): a run it spared is no longer to be
-        withdrawn if a worker gives it back."""
+        withdrawn for it if a worker gives it back (but for a later one, if any came)."""
         for flying in self._flying.values():
             if flying.spared_for == reason:
-                flying.spared_for = None
+                flying.spared_for, flying.spared_next = flying.spared_next, None
 
     def outdate(self) -> None:
         """The schedule was re-timed: a run sent for the old one that ends unrun is not given
