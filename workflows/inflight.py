@@ -361,6 +361,8 @@ class RunsInFlight:
                 # asked for, a schedule change) takes it over then.
                 flying.spared_next = reason
             else:
+                if self.pause_keeps_spare and reason == PAUSED:
+                    flying.spared_next = flying.spared_for  # an earlier one's, back at the resume
                 flying.spared, flying.spared_for = True, reason
 
     @staticmethod

@@ -53,6 +53,22 @@ def test_a_pause_keeps_its_spared_run_and_a_later_withdrawal_takes_it_at_the_res
     assert flying.spared_for == later and flying.withdrawn is None
 
 
+@pytest.mark.parametrize("later", ["asked", RESCHEDULED])
+def test_a_withdrawal_before_the_pause_takes_its_spared_run_back_at_the_resume(
+    monkeypatch: pytest.MonkeyPatch, later: str
+) -> None:
+    runs, flying = _spared_by_a_pause(monkeypatch, keeps=True)
+    runs.unspare(PAUSED)
+    runs.withdraw(later)  # spared first by this one, then by a pause
+    runs.withdraw(PAUSED)
+    assert flying.spared_for == PAUSED
+    runs.unspare(PAUSED)
+    assert flying.spared_for == later
+    runs.withdraw(PAUSED)  # and again, by a second pause
+    runs.unspare(PAUSED)
+    assert flying.spared_for == later
+
+
 def test_before_the_release_a_later_withdrawal_took_the_spare_over(monkeypatch: pytest.MonkeyPatch) -> None:
     runs, flying = _spared_by_a_pause(monkeypatch, keeps=False)
     runs.withdraw("asked")
