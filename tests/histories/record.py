@@ -11,8 +11,9 @@ real dev server. It is the history of the scenario of
 that continued as new with rows unwritten in `tests/faults/test_database_down_at_continue_as_new.py`.
 `untaken_paused-*.json` is the scenario of `tests/workflows/test_reported_starts.py` whose
 paused run no jobs worker took (with `max_runs` 2), saved the same way.
-`asked_while_paused-*.json` is its scenario where a run is asked for during the pause, saved
-the same way.
+`asked_while_paused-*.json` is its scenario where a run is asked for during the pause, and
+`given_back_after_resume-*.json` the one where the schedule changes during the pause and a
+stopping jobs worker gives the run back after the resume, both saved the same way.
 
 Each scenario gets a fresh time-skipping server. A run dispatched ahead waits for its instant
 on the worker's (real) clock, and the server's clock is ahead of it by every skip so far: so

@@ -20,7 +20,7 @@ from temporalio.worker import Replayer, Worker
 from activities.handlers import HandlerContext
 from activities.options import RunOptions
 from scheduling.policy import CLAIM_AFTER, UNTAKEN_AFTER
-from scheduling.spec import TaskSpec
+from scheduling.spec import TaskChanges, TaskSpec
 from scheduling.status import TaskStatus, workflow_id
 from tests.workflows.helpers import TaskHandle, executions, handler_job, spec, task_state, until
 from worker.build import ActivitySet, build_activities, build_jobs_worker, build_workflow_worker
@@ -206,6 +206,45 @@ async def test_a_run_a_pause_spared_stays_the_pauses_when_a_run_is_asked_for_mea
     assert [(r.trigger, r.status, r.reason) for r in rows] == [
         ("manual", "COMPLETED", None), ("schedule", "SKIPPED", "paused")], rows
     assert rows[1].scheduled_at == fire and job.started == [rows[0].id]
+
+
+async def test_a_run_spared_by_a_pause_and_a_retime_given_back_after_the_resume_is_not_sent_again(
+    dev_env: WorkflowEnvironment, sqlite_engine: Engine
+) -> None:
+    # The pause kept the run it spared (too near its instant) from the retime that came next;
+    # the resume then cleared the pause's claim, and nobody's was left: a jobs worker stopping
+    # before the instant gave the run back, and it was sent again to run the old schedule's fire.
+    job = Counting()
+    async with split_workers(dev_env, sqlite_engine, job, lead=5) as (queue, up, down):
+        up.set()
+        fire = (datetime.now(UTC) + timedelta(seconds=8)).replace(microsecond=0)
+        task = spec(schedule_type="interval", interval_seconds=3600, start_date=fire,
+                    job_details=handler_job("count"))
+        handle = await start_ahead(dev_env, queue, task)
+        await until_dispatched(handle)
+        await asyncio.sleep(max(0.0, (fire - datetime.now(UTC)).total_seconds() - 2.5))
+        await handle.execute_update(TaskWorkflow.pause_update, "maintenance")
+        changes = TaskChanges.model_validate({"start_date": fire + timedelta(minutes=30)})
+        await handle.execute_update(TaskWorkflow.update_task, changes)
+        await handle.execute_update(TaskWorkflow.resume_update)
+        down.set()  # the jobs worker stops and gives the waiting run back
+        assert datetime.now(UTC) < fire, "too slow: the run's instant passed before the stop"
+        async with httpx.AsyncClient() as http:  # another jobs worker, to run it if sent again
+            activities = build_activities(engine=sqlite_engine, http=http, client=dev_env.client,
+                                          extra_handlers={"count": job})
+            for _ in range(100):  # once the stopped one has let go of the queue
+                try:
+                    again = build_jobs_worker(dev_env.client, task_queue=queue, activities=activities)
+                    break
+                except RuntimeError:
+                    await asyncio.sleep(0.1)
+            async with again:
+                await asyncio.sleep(max(0.0, (fire - datetime.now(UTC)).total_seconds()) + 4)
+        await handle.execute_update(TaskWorkflow.cancel_update, "done")
+        final = await handle.result()
+    rows = executions(sqlite_engine, final.task_id)
+    assert [(r.scheduled_at, r.status, r.reason) for r in rows] == [(fire, "SKIPPED", "rescheduled")], rows
+    assert job.started == []
 
 
 async def test_cancel_just_before_a_dispatched_instant_starts_no_run(
