@@ -25,6 +25,7 @@ from scheduling.status import TaskStatus, workflow_id
 from tests.workflows.helpers import TaskHandle, executions, handler_job, spec, task_state, until
 from worker.build import ActivitySet, build_activities, build_jobs_worker, build_workflow_worker
 from workflows.starter import start_task_workflow
+from workflows.state import TaskState
 from workflows.task import TaskWorkflow
 
 
@@ -152,6 +153,28 @@ async def test_a_fixed_delay_run_no_jobs_worker_took_is_skipped_and_the_schedule
     assert sorted(job.started) == sorted(r.id for r in rows if r.status == "COMPLETED")
 
 
+async def paused_near_its_instant(env: WorkflowEnvironment, queue: str, *, ahead: float,
+                                  before: float, **fields: object) -> tuple[TaskHandle, datetime]:
+    """An hourly task whose first fire, ``ahead`` seconds away, is sent ahead, then paused
+    ``before`` seconds from that instant (too near to withdraw the run): its handle and fire."""
+    fire = (datetime.now(UTC) + timedelta(seconds=ahead)).replace(microsecond=0)
+    task = spec(schedule_type="interval", interval_seconds=3600, start_date=fire,
+                job_details=handler_job("count"), **fields)
+    handle = await start_ahead(env, queue, task)
+    await until_dispatched(handle)
+    await asyncio.sleep(max(0.0, (fire - datetime.now(UTC)).total_seconds() - before))
+    await handle.execute_update(TaskWorkflow.pause_update, "maintenance")
+    return handle, fire
+
+
+async def resumed_then_cancelled(handle: TaskHandle) -> TaskState:
+    """Resume the task, let a few seconds pass, cancel it: its final state."""
+    await handle.execute_update(TaskWorkflow.resume_update)
+    await asyncio.sleep(3)
+    await handle.execute_update(TaskWorkflow.cancel_update, "done")
+    return await handle.result()
+
+
 async def test_a_run_a_pause_spared_that_no_jobs_worker_took_is_skipped_paused(
     dev_env: WorkflowEnvironment, sqlite_engine: Engine
 ) -> None:
@@ -160,21 +183,13 @@ async def test_a_run_a_pause_spared_that_no_jobs_worker_took_is_skipped_paused(
     # queued then ran as soon as the task was resumed (skip), a fire of the pause run after it.
     job = Counting()
     async with split_workers(dev_env, sqlite_engine, job, lead=4) as (queue, up, _):
-        fire = (datetime.now(UTC) + timedelta(seconds=7)).replace(microsecond=0)
-        task = spec(schedule_type="interval", interval_seconds=3600, start_date=fire,
-                    missed_run_policy="single_catchup", job_details=handler_job("count"))
-        handle = await start_ahead(dev_env, queue, task)
-        await until_dispatched(handle)
-        await asyncio.sleep(max(0.0, (fire - datetime.now(UTC)).total_seconds() - 1.5))
-        await handle.execute_update(TaskWorkflow.pause_update, "maintenance")
+        handle, fire = await paused_near_its_instant(dev_env, queue, ahead=7, before=1.5,
+                                                     missed_run_policy="single_catchup")
         await asyncio.sleep((fire + UNTAKEN_AFTER - datetime.now(UTC)).total_seconds() + 2)
         paused = await task_state(handle)
         assert paused.status is TaskStatus.PAUSED and not paused.queue, paused.queue
         up.set()
-        await handle.execute_update(TaskWorkflow.resume_update)
-        await asyncio.sleep(3)
-        await handle.execute_update(TaskWorkflow.cancel_update, "done")
-        final = await handle.result()
+        final = await resumed_then_cancelled(handle)
     rows = executions(sqlite_engine, final.task_id)
     assert [(r.scheduled_at, r.status, r.reason) for r in rows] == [(fire, "SKIPPED", "paused")], rows
     assert job.started == []
@@ -188,20 +203,12 @@ async def test_a_run_a_pause_spared_stays_the_pauses_when_a_run_is_asked_for_mea
     # whose catch-up ran at the resume, a fire of the pause run after all.
     job = Counting()
     async with split_workers(dev_env, sqlite_engine, job, lead=4) as (queue, up, _):
-        fire = (datetime.now(UTC) + timedelta(seconds=7)).replace(microsecond=0)
-        task = spec(schedule_type="interval", interval_seconds=3600, start_date=fire,
-                    missed_run_policy="single_catchup", job_details=handler_job("count"))
-        handle = await start_ahead(dev_env, queue, task)
-        await until_dispatched(handle)
-        await asyncio.sleep(max(0.0, (fire - datetime.now(UTC)).total_seconds() - 1.5))
-        await handle.execute_update(TaskWorkflow.pause_update, "maintenance")
+        handle, fire = await paused_near_its_instant(dev_env, queue, ahead=7, before=1.5,
+                                                     missed_run_policy="single_catchup")
         await handle.execute_update(TaskWorkflow.trigger_update)
         await asyncio.sleep((fire + UNTAKEN_AFTER - datetime.now(UTC)).total_seconds() + 2)
         up.set()
-        await handle.execute_update(TaskWorkflow.resume_update)
-        await asyncio.sleep(3)
-        await handle.execute_update(TaskWorkflow.cancel_update, "done")
-        final = await handle.result()
+        final = await resumed_then_cancelled(handle)
     rows = executions(sqlite_engine, final.task_id)
     assert [(r.trigger, r.status, r.reason) for r in rows] == [
         ("manual", "COMPLETED", None), ("schedule", "SKIPPED", "paused")], rows
@@ -217,13 +224,7 @@ async def test_a_run_spared_by_a_pause_and_a_retime_given_back_after_the_resume_
     job = Counting()
     async with split_workers(dev_env, sqlite_engine, job, lead=5) as (queue, up, down):
         up.set()
-        fire = (datetime.now(UTC) + timedelta(seconds=8)).replace(microsecond=0)
-        task = spec(schedule_type="interval", interval_seconds=3600, start_date=fire,
-                    job_details=handler_job("count"))
-        handle = await start_ahead(dev_env, queue, task)
-        await until_dispatched(handle)
-        await asyncio.sleep(max(0.0, (fire - datetime.now(UTC)).total_seconds() - 2.5))
-        await handle.execute_update(TaskWorkflow.pause_update, "maintenance")
+        handle, fire = await paused_near_its_instant(dev_env, queue, ahead=8, before=2.5)
         changes = TaskChanges.model_validate({"start_date": fire + timedelta(minutes=30)})
         await handle.execute_update(TaskWorkflow.update_task, changes)
         await handle.execute_update(TaskWorkflow.resume_update)
