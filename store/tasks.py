@@ -183,18 +183,26 @@ def _snapshot_upsert(engine: Engine, snapshot: TaskSnapshot) -> Upsert:
 def _execution_upsert(engine: Engine, record: ExecutionRecord, *, reopen: bool = False,
                       early: bool = False) -> Upsert:
     values = _storable(EXECUTION_TABLE, record.model_dump())
-    # Only fields that are known overwrite: a late RUNNING write keeps the final outcome, and a
-    # final write keeps the start time the job recorded. A backfill's run replaces the earlier
-    # run's outcome whole (its reason says what the row held before).
+    # Only fields that are known overwrite: a final write keeps the start time the job recorded.
+    # But a run's write replaces the row's outcome whole, so a run keeps nothing of a skip it
+    # replaces (given back, then sent again) nor of the failure a replay reopens; a RUNNING row
+    # has no finish yet. A backfill's run also replaces the earlier run's dead letter.
     rerun = record.trigger == Trigger.BACKFILL
+    replaced: frozenset[str] = frozenset()
+    if record.status != ExecutionStatus.SKIPPED:
+        replaced = RUN_REPLACES | (_RUNNING_REPLACES if record.status == ExecutionStatus.RUNNING
+                                   else frozenset()) | (BACKFILL_REPLACES if rerun else frozenset())
     known = tuple(k for k, v in values.items() if k not in ("id", "created_at")
-                  and (v is not None or (rerun and k in BACKFILL_REPLACES)))
+                  and (v is not None or k in replaced))
     return _execution_statement(engine.dialect.name, tuple(values), known, reopen, early,
                                 rerun), values
 
 
-# The outcome columns a backfill's run writes even when it has none (it clears the earlier's).
-BACKFILL_REPLACES = frozenset({"reason", "error", "http_status", "response_snippet", "dead_letter"})
+# The outcome columns a run's write writes even when it has none (it clears what the row held),
+# those a RUNNING write also clears, and a backfill's run.
+RUN_REPLACES = frozenset({"reason", "error", "http_status", "response_snippet"})
+_RUNNING_REPLACES = frozenset({"finished_at"})
+BACKFILL_REPLACES = frozenset({"dead_letter"})
 
 
 # The statements are built once per shape and executed with each write's parameters: building

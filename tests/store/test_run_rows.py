@@ -68,3 +68,39 @@ def test_a_replayed_dead_letter_keeps_its_trigger_and_counts_once_for_max_runs(
     assert row is not None
     assert (row.status, row.trigger, row.dead_letter) == ("COMPLETED", "schedule", "replayed")
     assert scheduled_runs_executed(any_engine, "a") == 1  # the reconciler's max_runs count
+
+
+def test_a_run_over_a_skipped_row_keeps_nothing_of_the_skip(any_engine: Engine) -> None:
+    # Given back and recorded SKIPPED, then sent again and run: the row is the run's alone.
+    workflow_rows(any_engine, run("SKIPPED", reason="rescheduled", finished_at=T0))
+    started = T0 + timedelta(seconds=1)
+    jobs_worker_started(any_engine, run("RUNNING", attempts=1, started_at=started))
+    row = get_execution(any_engine, "a:1")
+    assert row is not None
+    assert (row.status, row.reason, row.finished_at) == ("RUNNING", None, None)
+    done = run("COMPLETED", attempts=1, started_at=started, finished_at=started + timedelta(seconds=1),
+               http_status=200)
+    jobs_worker_completed(any_engine, done)
+    workflow_rows(any_engine, done)
+    row = get_execution(any_engine, "a:1")
+    assert row is not None and (row.status, row.reason, row.http_status) == ("COMPLETED", None, 200)
+
+
+def test_a_replay_that_completes_keeps_nothing_of_the_failure(any_engine: Engine) -> None:
+    workflow_rows(any_engine, run("FAILED", attempts=3, dead_letter="open", http_status=500,
+                                   response_snippet="down", finished_at=T0 + timedelta(seconds=3),
+                                   error="HTTP 500"))
+    assert set_dead_letter(any_engine, "a:1", state=DeadLetter.REPLAYED)
+    started = T0 + timedelta(hours=1)
+    jobs_worker_started(any_engine, run("RUNNING", trigger="replay", attempts=1, started_at=started))
+    row = get_execution(any_engine, "a:1")
+    assert row is not None and row.status == "RUNNING"
+    assert (row.error, row.http_status, row.response_snippet, row.finished_at) == (None, None, None, None)
+    # A handler's run has no HTTP answer: the row shows none, not the failed attempt's.
+    done = run("COMPLETED", trigger="replay", attempts=1, started_at=started,
+               finished_at=started + timedelta(seconds=1))
+    workflow_rows(any_engine, done)
+    row = get_execution(any_engine, "a:1")
+    assert row is not None
+    assert (row.status, row.error, row.http_status, row.response_snippet) == ("COMPLETED", None, None, None)
+    assert row.dead_letter == "replayed"
