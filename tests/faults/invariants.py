@@ -6,7 +6,8 @@
   for it (retries of the same key are allowed), and every key the target saw belongs to a
   run recorded as having run (COMPLETED, FAILED or CANCELLED, never SKIPPED);
 - no fire ran under two keys (*duplicated*), and nothing ran at an instant no schedule planned;
-- every execution row is final and no task is left RUNNING.
+- every execution row is final and no task is left RUNNING;
+- a run's row carries no skip reason (a run that replaced a skip keeps nothing of it).
 
 The checker reads only what a user can see: the database rows and the requests the target
 received. It is shared by the fault tests and by ``bench/soak.py``.
@@ -93,6 +94,7 @@ class Audit:
     unrecorded: list[str] = field(default_factory=list)
     without_effect: list[str] = field(default_factory=list)
     skipped_without_reason: list[str] = field(default_factory=list)
+    ran_with_skip_reason: list[str] = field(default_factory=list)
     requests: int = 0
     retried_keys: int = 0
     lateness_ms: list[float] = field(default_factory=list)
@@ -103,7 +105,7 @@ class Audit:
         """Every broken invariant, one line each (empty when all hold)."""
         found = []
         for name in ("lost", "duplicated", "unexpected", "not_final", "stuck_tasks", "unrecorded",
-                     "without_effect", "skipped_without_reason"):
+                     "without_effect", "skipped_without_reason", "ran_with_skip_reason"):
             items = getattr(self, name)
             if items:
                 found.append(f"{name}: {len(items)}: {sorted(items)[:8]}")
@@ -179,6 +181,8 @@ def audit(
             report.skipped[row.reason or "?"] += 1
             if not row.reason:
                 report.skipped_without_reason.append(row.id)
+        elif row.reason is not None:
+            report.ran_with_skip_reason.append(f"{row.id} ({row.status}, {row.reason})")
 
     # What the target saw, by key; only keys of these tasks count.
     prefixes = {f"{i}:": i for i in ids}
