@@ -183,14 +183,16 @@ def _snapshot_upsert(engine: Engine, snapshot: TaskSnapshot) -> Upsert:
 def _execution_upsert(engine: Engine, record: ExecutionRecord, *, reopen: bool = False,
                       early: bool = False) -> Upsert:
     values = _storable(EXECUTION_TABLE, record.model_dump())
-    # Only fields that are known overwrite: a final write keeps the start time the job recorded.
-    # But a run's write replaces the row's outcome whole, so a run keeps nothing of a skip it
-    # replaces (given back, then sent again) nor of the failure a replay reopens; a RUNNING row
-    # has no finish yet. A backfill's run also replaces the earlier run's dead letter.
+    # Only fields that are known overwrite: a final write keeps the start time the job recorded,
+    # and the target's answer the jobs worker wrote when the workflow's word on the attempt has
+    # none (it timed out). But a run keeps nothing of a skip it replaces (given back, then sent
+    # again) nor of the failure a replay reopens: a run's write clears the reason and the
+    # error, and its start the answer and the finish. A backfill's run also replaces the
+    # earlier run's dead letter.
     rerun = record.trigger == Trigger.BACKFILL
     replaced: frozenset[str] = frozenset()
     if record.status != ExecutionStatus.SKIPPED:
-        replaced = RUN_REPLACES | (_RUNNING_REPLACES if record.status == ExecutionStatus.RUNNING
+        replaced = RUN_REPLACES | (RUN_START_REPLACES if record.status == ExecutionStatus.RUNNING
                                    else frozenset()) | (BACKFILL_REPLACES if rerun else frozenset())
     known = tuple(k for k, v in values.items() if k not in ("id", "created_at")
                   and (v is not None or k in replaced))
@@ -198,11 +200,11 @@ def _execution_upsert(engine: Engine, record: ExecutionRecord, *, reopen: bool =
                                 rerun), values
 
 
-# The outcome columns a run's write writes even when it has none (it clears what the row held),
-# those a RUNNING write also clears, and a backfill's run.
-RUN_REPLACES = frozenset({"reason", "error", "http_status", "response_snippet"})
-_RUNNING_REPLACES = frozenset({"finished_at"})
-BACKFILL_REPLACES = frozenset({"dead_letter"})
+# The columns a run's write writes even when it has none (it clears what the row held), those
+# its RUNNING write also clears, and those a backfill's run also clears.
+RUN_REPLACES = frozenset({"reason", "error"})
+RUN_START_REPLACES = frozenset({"http_status", "response_snippet", "finished_at"})
+BACKFILL_REPLACES = frozenset({"http_status", "response_snippet", "dead_letter"})
 
 
 # The statements are built once per shape and executed with each write's parameters: building

@@ -104,3 +104,20 @@ def test_a_replay_that_completes_keeps_nothing_of_the_failure(any_engine: Engine
     assert row is not None
     assert (row.status, row.error, row.http_status, row.response_snippet) == ("COMPLETED", None, None, None)
     assert row.dead_letter == "replayed"
+
+
+def test_a_final_row_without_the_attempts_answer_keeps_the_one_the_jobs_worker_wrote(
+    any_engine: Engine,
+) -> None:
+    # The last attempt's job got its answer, but its completion never reached the server: the
+    # workflow's row (timed out, no attempt details) must not erase what the target said.
+    started = T0 + timedelta(seconds=1)
+    jobs_worker_started(any_engine, run("RUNNING", attempts=3))
+    jobs_worker_completed(any_engine, run("COMPLETED", attempts=3, started_at=started,
+                                          finished_at=started + timedelta(seconds=1),
+                                          http_status=200, response_snippet="booked"))
+    workflow_rows(any_engine, run("FAILED", attempts=3, finished_at=started + timedelta(seconds=40),
+                                   error="activity Heartbeat timeout", dead_letter="open"))
+    row = get_execution(any_engine, "a:1")
+    assert row is not None
+    assert (row.status, row.http_status, row.response_snippet) == ("FAILED", 200, "booked")
