@@ -173,10 +173,17 @@ class JobActivities:
             after_the_starts(self._ended, datetime.now(UTC) - started, labels, "cancelled", bound, None)
             # The start is reported before the cancelled end, however late it goes out: else
             # the workflow takes the run for withdrawn unstarted, while the job did start and
-            # its row says RUNNING. Past UNTAKEN_AFTER the workflow finds it untaken anyway.
+            # its row says RUNNING. A report that does not get through within UNTAKEN_AFTER is
+            # told by the end itself (a cancel carries no details).
+            reported = False
             with contextlib.suppress(TimeoutError, asyncio.CancelledError):
-                await asyncio.wait_for(asyncio.shield(self._starts.sent(job_input, attempt)),
-                                       UNTAKEN_AFTER.total_seconds())
+                reported = await asyncio.wait_for(
+                    asyncio.shield(self._start_reported(job_input, attempt)),
+                    UNTAKEN_AFTER.total_seconds())
+            cancel = activity.cancellation_details()
+            if not reported and cancel is not None and cancel.cancel_requested:
+                raise job_failure(JobFailure.CANCELLED_RUNNING, "cancelled while running",
+                                  attempt=attempt, retryable=False) from None
             raise
         except Exception as exc:
             error = exc if isinstance(exc, ApplicationError) else None
@@ -191,11 +198,12 @@ class JobActivities:
             await self._start_reported(job_input, attempt)
         return result
 
-    async def _start_reported(self, job_input: JobInput, attempt: int) -> None:
-        """Return once the start's queued bookkeeping has run and its start report is sent."""
+    async def _start_reported(self, job_input: JobInput, attempt: int) -> bool:
+        """Return once the start's queued bookkeeping has run and its start report is sent
+        (False: given up on)."""
         # The attempt's end, and the SDK's report of it, never reach the workflow before its start.
         await queued_bookkeeping_done()
-        await self._starts.sent(job_input, attempt)
+        return await self._starts.sent(job_input, attempt)
 
     async def _run(self, job_input: JobInput, attempt: int) -> JobResult:
         job = job_input.job

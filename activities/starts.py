@@ -44,7 +44,7 @@ class StartReports:
 
     def __init__(self, client: Client | None) -> None:
         self._client = client
-        self._sending: dict[tuple[str, int], asyncio.Task[None]] = {}
+        self._sending: dict[tuple[str, int], asyncio.Task[bool]] = {}
 
     def report(self, job_input: JobInput, workflow_id: str | None, attempt: int,
                at: datetime) -> None:
@@ -59,14 +59,24 @@ class StartReports:
             execution_id=job_input.execution_id, attempt=attempt, at=at,
             activity_id=info.activity_id)))
         self._sending[key] = task
-        task.add_done_callback(lambda _: self._sending.pop(key, None))
+        task.add_done_callback(lambda done: self._delivered(key, done))
 
-    async def sent(self, job_input: JobInput, attempt: int) -> None:
+    def _delivered(self, key: tuple[str, int], done: asyncio.Task[bool]) -> None:
+        # A report given up on stays until its attempt asks (``sent``).
+        if not done.cancelled() and done.exception() is None and done.result():
+            self._sending.pop(key, None)
+
+    async def sent(self, job_input: JobInput, attempt: int) -> bool:
         """Return once the attempt's start report is sent (or given up on): an attempt reports
-        its end only after its start, so the workflow never learns them the other way round."""
-        task = self._sending.get((job_input.execution_id, attempt))
-        if task is not None:
-            await asyncio.shield(task)
+        its end only after its start, so the workflow never learns them the other way round.
+        False if it was given up on."""
+        key = (job_input.execution_id, attempt)
+        task = self._sending.get(key)
+        if task is None:
+            return True
+        delivered = await asyncio.shield(task)
+        self._sending.pop(key, None)
+        return delivered
 
     async def claim(self, job_input: JobInput, workflow_id: str | None, attempt: int) -> None:
         """Ask the workflow whether the run may start now; raise Late if not."""
@@ -96,16 +106,17 @@ class StartReports:
                 retryable=False,
             )
 
-    async def _send(self, handle: WorkflowHandle[Any, Any], report: RunStart) -> None:
+    async def _send(self, handle: WorkflowHandle[Any, Any], report: RunStart) -> bool:
         tries = int(UNTAKEN_AFTER.total_seconds() / REPORT_RETRY_SECONDS)
         for _ in range(tries):
             try:
                 await handle.signal(RUN_STARTED, report)
-                return
+                return True
             except RPCError as exc:
                 last = exc
                 await asyncio.sleep(REPORT_RETRY_SECONDS)
         log.warning("job.start_unreported", execution_id=report.execution_id, error=str(last))
+        return False
 
 
 def claim_patience(job_input: JobInput, info: activity.Info, now: datetime) -> timedelta:

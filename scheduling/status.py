@@ -91,6 +91,9 @@ class JobFailure(StrEnum):
     # Not taken: its tenant held its share of the worker's slots, or the worker was stopping
     # before the run's instant. The workflow sends the run again.
     TENANT_BUSY = "TenantBusy"
+    # Cancelled while its job ran, the start report lost: the job started, and the run ends
+    # as one cancelled while running (not as withdrawn unstarted).
+    CANCELLED_RUNNING = "CancelledWhileRunning"
 
 
 def workflow_id(task_id: str) -> str:

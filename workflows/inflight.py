@@ -474,7 +474,11 @@ class RunsInFlight:
             details = (JobFailureDetails.of(cause.details)
                        if isinstance(cause, ApplicationError) else None)
             unstarted = not flying.started if self.reported else workflow.now() < flying.instant
-            if kind == JobFailure.TENANT_BUSY and flying.attempts_made and (flying.ran or flying.started):
+            if kind == JobFailure.CANCELLED_RUNNING:
+                # Cancelled while its job ran, the start report lost on the way: it ran.
+                kind, unstarted = None, False
+                cause = CancelledError("cancelled while running")
+            elif kind == JobFailure.TENANT_BUSY and flying.attempts_made and (flying.ran or flying.started):
                 # A retry refused for its tenant's share, cancelled before it was sent again:
                 # the run ran, and ends as a run cancelled while it went on.
                 kind = None

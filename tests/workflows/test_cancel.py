@@ -15,6 +15,7 @@ from temporalio.testing import WorkflowEnvironment
 from activities.handlers import HandlerContext
 from activities.options import RunOptions
 from activities.starts import StartReports
+from scheduling.policy import UNTAKEN_AFTER
 from scheduling.status import TaskStatus, workflow_id
 from store.tasks import read_task
 from tests.conftest import new_worker
@@ -198,3 +199,29 @@ async def test_a_cancelled_run_whose_start_report_is_late_is_recorded_cancelled(
     [row] = executions(sqlite_engine, final.task_id)
     assert (row.status, row.error, final.status, final.run_count, final.cancelled_count) == (
         "CANCELLED", "cancelled while running", TaskStatus.CANCELLED, 1, 1), row
+
+
+async def test_a_cancelled_run_whose_start_report_never_gets_through_is_recorded_cancelled(
+    dev_env: WorkflowEnvironment, sqlite_engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The "started" signal never reaches the server (given up on after UNTAKEN_AFTER), and the
+    # task is cancelled while the job runs: the cancelled end says the job started, so the run
+    # is recorded cancelled while running, not withdrawn unstarted with its row left RUNNING.
+    async def lost(self: StartReports, handle: Any, report: Any) -> bool:
+        await asyncio.sleep(UNTAKEN_AFTER.total_seconds())
+        return False
+
+    monkeypatch.setattr(StartReports, "_send", lost)
+    blocker = Blocker()
+    task = spec(schedule_type="once", run_at=datetime.now(UTC) + timedelta(seconds=2),
+                job_details=handler_job("block"), heartbeat_timeout_seconds=2)
+    async with new_worker(dev_env.client, sqlite_engine, handlers={"block": blocker}) as worker:
+        handle = await start_task(dev_env, worker.task_queue, task)
+        await asyncio.wait_for(blocker.started.wait(), timeout=30)
+        await asyncio.sleep(0.5)  # the job's RUNNING row is written; its report never goes out
+        await handle.execute_update(TaskWorkflow.cancel_update, "stop")
+        final = await asyncio.wait_for(handle.result(), timeout=30)
+    assert blocker.cancelled.is_set()
+    [row] = executions(sqlite_engine, final.task_id)
+    assert (row.status, row.error, row.finished_at is not None, final.run_count,
+            final.cancelled_count) == ("CANCELLED", "cancelled while running", True, 1, 1), row
