@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 from typing import Any
 
@@ -27,6 +28,23 @@ DEFINITIONS = {
 }
 
 
+# How much of a task's name ``TaskName`` holds: the server fails a workflow whose search attribute
+# value is over 2 KiB as the SDK sends it (JSON, so a character outside ASCII can take 12 bytes).
+NAME_BYTES = 1024
+
+
+def shown_name(name: str) -> str:
+    """What ``TaskName`` shows of ``name``: all of it, or its longest start that fits NAME_BYTES
+    (a name of 200 characters may not)."""
+    if len(json.dumps(name)) <= NAME_BYTES:
+        return name
+    low, high = 0, len(name)  # the longest prefix that fits: low fits, high does not
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (middle, high) if len(json.dumps(name[:middle])) <= NAME_BYTES else (low, middle)
+    return name[:low]
+
+
 def shown_status(status: str, *, with_runs: bool) -> str:
     """What ``TaskStatus`` shows for a task of ``status``: PENDING while a run is in progress
     (its RUNNING is on the task row), which spares two visibility writes a fire; ``with_runs``
@@ -41,7 +59,7 @@ def initial(
     pairs: list[SearchAttributePair[Any]] = [
         SearchAttributePair(TASK_ID, task_id),
         SearchAttributePair(TENANT_ID, tenant_id),
-        SearchAttributePair(TASK_NAME, name),
+        SearchAttributePair(TASK_NAME, shown_name(name)),
         SearchAttributePair(TASK_STATUS, TaskStatus.PENDING.value),
         SearchAttributePair(SCHEDULE_TYPE, schedule_type),
     ]

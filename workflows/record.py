@@ -283,8 +283,9 @@ class TaskRecord:
         status = attributes.shown_status(now.status, with_runs=self.release < QUIET_STATUS)
         if current.get(attributes.TASK_STATUS) != status:
             updates.append(attributes.TASK_STATUS.value_set(status))
-        if current.get(attributes.TASK_NAME) != now.name:
-            updates.append(attributes.TASK_NAME.value_set(now.name))
+        name = attributes.shown_name(now.name)
+        if current.get(attributes.TASK_NAME) != name:
+            updates.append(attributes.TASK_NAME.value_set(name))
         if current.get(attributes.SCHEDULE_TYPE) != now.schedule_type:
             updates.append(attributes.SCHEDULE_TYPE.value_set(now.schedule_type))
         if now.next_run_at is not None:

@@ -13,6 +13,7 @@ from temporalio.worker import Worker
 from activities.handlers import ENTRY_POINT_GROUP, load_handlers
 from tests.api.conftest import Stack
 from tests.api.test_e2e import wait_for_status
+from workflows import attributes
 
 BERLIN = ZoneInfo("Europe/Berlin")
 
@@ -109,3 +110,27 @@ def test_handler_registry_comes_from_entry_points() -> None:
         return "x"
     handlers = load_handlers({"extra": extra})
     assert {"noop", "log", "sleep", "extra"} <= set(handlers)
+
+
+async def test_a_name_too_big_for_a_search_attribute_is_shown_in_part_and_the_task_lives(
+    stack: Stack,
+) -> None:
+    # 200 characters, within task_name's bound, but 2,402 bytes as Temporal's TaskName value
+    # (over its 2 KiB): the create, a rename to it and the task's later operations all work.
+    long_name, other = "\U0001F600" * 200, "\U0001F680" * 200
+    async with stack.client() as api:
+        created = await api.post("/task/create", json={
+            "task_name": long_name, "job_details": {"type": "handler", "name": "noop"},
+            "schedule_type": "interval", "interval_seconds": 3600})
+        assert created.status_code == 201, created.text
+        task_id = created.json()["task_id"]
+        renamed = await api.post("/task/update", json={"task_id": task_id, "task_name": other})
+        assert renamed.status_code == 202, renamed.text
+        paused = await api.post(f"/tasks/{task_id}/pause")
+        assert paused.status_code == 202, paused.text
+        shown = (await api.get(f"/tasks/{task_id}")).json()
+        assert (shown["task_name"], shown["status"]) == (other, "PAUSED")
+    described = await stack.env.client.get_workflow_handle(f"task-{task_id}").describe()
+    name = described.typed_search_attributes.get(attributes.TASK_NAME)
+    assert name is not None and 0 < len(name) < 200 and other.startswith(name)
+    assert name == attributes.shown_name(other)

@@ -5,6 +5,7 @@ change of what it shows is one upsert, and a one-time task upserts once in its l
 from __future__ import annotations
 
 import asyncio
+import json
 from datetime import timedelta
 from typing import Any
 
@@ -152,3 +153,12 @@ async def test_a_start_from_an_older_api_asks_the_patches_and_runs_the_same(
     assert patches == [REPORTED_STARTS, PLANNING_AND_TRUST]
     assert upserts == [{"TemporalChangeVersion"}, {"TemporalChangeVersion"},
                        {"TaskStatus", "NextRunAt"}]
+
+
+def test_task_name_shows_the_longest_start_of_the_name_that_fits() -> None:
+    assert attributes.shown_name("ui-visible") == "ui-visible"
+    assert attributes.shown_name("a" * 200) == "a" * 200
+    for name in ("\U0001F600" * 200, "é" * 200, "a" * 100 + "\U0001F600" * 100):
+        shown = attributes.shown_name(name)
+        assert name.startswith(shown) and len(json.dumps(shown)) <= attributes.NAME_BYTES
+        assert len(json.dumps(name[:len(shown) + 1])) > attributes.NAME_BYTES
