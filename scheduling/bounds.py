@@ -104,11 +104,19 @@ JsonValue = Annotated[Any, AfterValidator(_storable_json)]
 JSON_DEPTH = f"any JSON, nested at most {MAX_JSON_DEPTH} levels, without NUL characters"
 
 # RFC 9110: a header name is a token; a value is visible ASCII, spaces and tabs (no CR, LF or
-# NUL, which would end the header early, and no byte the HTTP client cannot encode).
+# NUL, which would end the header early, and no byte the HTTP client cannot encode), without
+# the spaces and tabs around it, which are not part of it (the HTTP client refuses to send
+# them): they are taken off, also from a value stored before.
 HEADER_NAME_PATTERN = r"^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,256}$"
 HEADER_VALUE_PATTERN = r"^[\t\x20-\x7e]{0,8192}$"
 HeaderName = Annotated[str, StringConstraints(pattern=HEADER_NAME_PATTERN)]
-HeaderValue = Annotated[str, StringConstraints(pattern=HEADER_VALUE_PATTERN)]
+
+
+def _trimmed(value: str) -> str:
+    return value.strip(" \t")
+
+
+HeaderValue = Annotated[str, StringConstraints(pattern=HEADER_VALUE_PATTERN), AfterValidator(_trimmed)]
 PATTERN_MESSAGES = {
     TEXT_PATTERN: TEXT_MESSAGE,
     HEADER_NAME_PATTERN: "a header name is 1 to 256 token characters (letters, digits, !#$%&'*+-.^_`|~)",

@@ -38,13 +38,16 @@ async def test_once_http_task_fires_once_with_idempotency_key(stack: Stack, targ
         created = await api.post("/task/create", json={
             "task_name": "ping-target",
             "job_details": {"type": "http", "url": target.url("/hook"), "method": "POST",
-                            "body": {"hello": "world"}, "headers": {"X-Team": "growth"}},
+                            "body": {"hello": "world"},
+                            # The blanks around a value are not part of it (RFC 9110): taken off.
+                            "headers": {"X-Team": "growth", "X-Padded": " padded\t"}},
             "schedule_type": "once",
             "run_at": iso(run_at),
         })
         assert created.status_code == 201, created.text
         task = created.json()
         assert task["status"] == "PENDING"
+        assert task["job_details"]["headers"]["X-Padded"] == "padded"
         assert datetime.fromisoformat(task["next_run_at"]) == run_at.replace(microsecond=run_at.microsecond)
         task_id = task["task_id"]
 
@@ -66,7 +69,7 @@ async def test_once_http_task_fires_once_with_idempotency_key(stack: Stack, targ
     assert len(target.received) == 1
     request = requests[0]
     assert request.headers["Idempotency-Key"] == run["id"]
-    assert request.headers["X-Team"] == "growth"
+    assert (request.headers["X-Team"], request.headers["X-Padded"]) == ("growth", "padded")
     assert request.json() == {"hello": "world"}
 
 
