@@ -118,11 +118,13 @@ class TaskRecord:
         run_id = run_id or execution_id(state.task_id, fire)
         spans.decided(state.spec, "skip", task_id=state.task_id, fire=fire, run_id=run_id,
                       reason=reason.value, trigger=trigger)
+        # Its instant, as a run's: the overdue check finds the fire decided by it.
+        instant = policy.aimed_instant(state.spec, state.task_id, fire, trigger)
         self.add(ExecutionRecord(
             id=run_id, task_id=state.task_id,
-            tenant_id=state.tenant_id, scheduled_at=fire, status=ExecutionStatus.SKIPPED,
-            reason=reason.value, finished_at=workflow.now(), trigger=trigger,
-            spec_version=state.spec_version))
+            tenant_id=state.tenant_id, scheduled_at=fire, instant=instant,
+            status=ExecutionStatus.SKIPPED, reason=reason.value, finished_at=workflow.now(),
+            trigger=trigger, spec_version=state.spec_version))
 
     def event(self, action: str, actor: str | None, *, detail: dict[str, Any] | None = None,
               spec: bool = False) -> None:

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import uuid
-from datetime import timedelta
+from datetime import UTC, timedelta
 
 import pytest
 from sqlalchemy import Engine
 from temporalio.testing import WorkflowEnvironment
 
-from scheduling.status import TaskStatus
+from scheduling.policy import aimed_instant
+from scheduling.status import TaskStatus, Trigger
 from tests.conftest import new_worker
 from tests.workflows.helpers import (
     SlowFirst,
@@ -163,3 +164,21 @@ async def test_a_one_time_task_in_the_past_that_asks_for_catch_up_runs_at_once(
     [run] = executions(sqlite_engine, state.task_id)
     assert (run.scheduled_at, run.status, run.trigger) == (run_at, "COMPLETED", "catchup")
     assert run.started_at is not None and run.started_at - state.created_at < timedelta(seconds=1)
+
+
+async def test_a_skipped_fire_of_a_jittered_task_records_the_instant_it_aimed_at(
+    time_env: WorkflowEnvironment, sqlite_engine: Engine
+) -> None:
+    # The overdue check finds a fire decided by its row's instant (a jittered one, here).
+    task = spec(schedule_type="interval", interval_seconds=1, jitter_seconds=0.4,
+                overlap_policy="skip", max_runs=2, job_details=handler_job("slow"),
+                heartbeat_timeout_seconds=1)
+    async with new_worker(time_env.client, sqlite_engine, handlers={"slow": SlowFirst(2.5)}) as worker:
+        handle = await start_task(time_env, worker.task_queue, task)
+        state = await handle.result()
+    rows = executions(sqlite_engine, state.task_id)
+    assert "SKIPPED" in {r.status for r in rows}
+    for row in rows:
+        aimed = aimed_instant(task, state.task_id, row.scheduled_at, Trigger.SCHEDULE)
+        assert row.instant is not None and row.instant.astimezone(UTC) == aimed, row
+        assert row.instant != row.scheduled_at  # jittered
