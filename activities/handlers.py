@@ -1,7 +1,9 @@
 """Python handlers a task can run by name; applications add their own via an entry point group.
 
-A handler is ``async def handler(ctx: HandlerContext) -> Any`` (a plain function works too).
-Register it in your package's metadata::
+A handler is ``async def handler(ctx: HandlerContext) -> Any``. A plain function works too: it
+runs on a thread of its own (PLAIN_THREADS of them), so a blocking one never holds the worker's
+event loop, which every tenant's runs share; a run that times out leaves it running there to its
+end, as nothing can stop a thread. Register it in your package's metadata::
 
     [project.entry-points."task_scheduler.handlers"]
     send_digest = "myapp.jobs:send_digest"
@@ -10,8 +12,11 @@ Register it in your package's metadata::
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import dataclasses
 import inspect
 from collections.abc import Awaitable, Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
 from importlib.metadata import entry_points
@@ -74,9 +79,35 @@ def load_handlers(extra: Mapping[str, Handler] | None = None) -> dict[str, Handl
     return found
 
 
+# Threads for plain-function handlers, shared by the worker's runs.
+PLAIN_THREADS = 16
+_plain: ThreadPoolExecutor | None = None
+
+
+def _is_async(handler: Handler) -> bool:
+    """An async function, or an object whose call is one."""
+    call = type(handler).__call__ if not inspect.isroutine(handler) else None
+    return inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(call)
+
+
 async def call_handler(handler: Handler, ctx: HandlerContext) -> Any:
-    """Call a handler, sync or async."""
-    result = handler(ctx)
+    """Call a handler: an async one on the event loop, a plain function on a handler thread,
+    its beats handed back to the loop."""
+    if _is_async(handler):
+        result = handler(ctx)
+    else:
+        global _plain
+        if _plain is None:
+            _plain = ThreadPoolExecutor(PLAIN_THREADS, thread_name_prefix="handler")
+        loop = asyncio.get_running_loop()
+        beat = ctx.heartbeat
+
+        def beat_on_the_loop(*details: Any) -> None:
+            loop.call_soon_threadsafe(beat, *details)
+
+        threaded = dataclasses.replace(ctx, heartbeat=beat_on_the_loop)
+        # The activity's context goes along: activity.info() works in the handler.
+        result = await loop.run_in_executor(_plain, contextvars.copy_context().run, handler, threaded)
     if inspect.isawaitable(result):
         result = await result
     return result

@@ -190,7 +190,7 @@ class JobActivities:
             after_the_starts(self._ended, datetime.now(UTC) - started, labels, "failed", bound, error)
             await self._start_reported(job_input, attempt)
             if error is not None:
-                raise _with_start(error, started) from exc.__cause__
+                raise _with_start(error, started, attempt) from exc.__cause__
             raise
         result = result.model_copy(update={"started_at": started})
         after_the_starts(self._finished, job_input, result, datetime.now(UTC) - started, labels, bound)
@@ -283,7 +283,8 @@ class JobActivities:
         content = None
         if job.body is not None:
             content = json.dumps(job.body).encode()
-            headers.setdefault("Content-Type", "application/json")
+            if not any(name.lower() == "content-type" for name in headers):  # names are any case
+                headers["Content-Type"] = "application/json"
         headers.update(self._delivery_headers(job_input, attempt))
         try:
             answer = await self._outbound.call(
@@ -325,7 +326,8 @@ class JobActivities:
             execution_id=job_input.execution_id,
             task_id=job_input.task_id,
             scheduled_at=job_input.scheduled_at,
-            heartbeat=activity.heartbeat,
+            # A handler's beats keep the mark that its job started (a retry after a crash reads it).
+            heartbeat=lambda *details: activity.heartbeat(STARTED, *details),
         )
         try:
             output = await call_handler(handler, ctx)
@@ -391,10 +393,12 @@ class JobActivities:
                               attempt=attempt, retryable=False)
 
 
-def _with_start(exc: ApplicationError, started: datetime) -> ApplicationError:
-    """The same failure, its details carrying when the attempt started."""
+def _with_start(exc: ApplicationError, started: datetime, attempt: int) -> ApplicationError:
+    """The same failure, its details carrying when the attempt started, and which attempt it
+    was where the error did not say (a handler's own error)."""
     details = dict(exc.details[0]) if exc.details and isinstance(exc.details[0], dict) else {}
     details["started_at"] = started.isoformat()
+    details.setdefault("attempt", attempt)
     return ApplicationError(str(exc.message), details, type=exc.type, non_retryable=exc.non_retryable)
 
 

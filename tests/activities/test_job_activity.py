@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import threading
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -14,9 +15,9 @@ from temporalio.testing import ActivityEnvironment
 
 from activities.handlers import HandlerContext
 from activities.jobs import JobActivities
-from activities.payloads import JobInput
+from activities.payloads import STARTED, JobFailureDetails, JobInput
 from scheduling.spec import HandlerJob
-from scheduling.status import ExecutionStatus, Trigger, execution_id
+from scheduling.status import ExecutionStatus, JobFailure, Trigger, execution_id
 from store.batch import BatchWriter, Write
 from store.models import ExecutionRecord
 from store.tasks import write_record
@@ -116,3 +117,81 @@ async def test_a_retried_replay_whose_completion_was_lost_does_not_run_its_job_a
     env.info = dataclasses.replace(env.info, attempt=2)
     result = await env.run(jobs.run_job, replay)
     assert calls == [] and result.attempt == 1 and result.http_status == 200
+
+
+async def test_a_handlers_own_beats_keep_the_mark_that_its_job_started() -> None:
+    # A retry after its worker died reads that mark from the last beat: without it, and
+    # without the run's row, the retry would be refused as a late first start.
+    async def working(ctx: HandlerContext) -> str:
+        for left in range(3):
+            ctx.heartbeat(left)
+            await asyncio.sleep(0.05)
+        return "done"
+
+    beats: list[tuple[object, ...]] = []
+    env = ActivityEnvironment()
+    env.on_heartbeat = lambda *details: beats.append(details)
+    jobs = JobActivities(http=None, handlers={"working": working}, client=None)  # type: ignore[arg-type]
+    await env.run(jobs.run_job, JobInput(execution_id="t:1", task_id="t", tenant_id="x",
+                                         scheduled_at=datetime.now(UTC),
+                                         job=HandlerJob(type="handler", name="working")))
+    handlers_beats = [b for b in beats if len(b) > 1]
+    assert len(handlers_beats) == 3 and all(b[0] == STARTED for b in beats), beats
+
+
+async def test_a_handlers_own_error_on_a_retry_says_which_attempt_failed() -> None:
+    async def refusing(ctx: HandlerContext) -> None:
+        raise ApplicationError("downstream refused")
+
+    env = ActivityEnvironment()
+    env.info = dataclasses.replace(env.info, attempt=3)
+    jobs = JobActivities(http=None, handlers={"refusing": refusing}, client=None)  # type: ignore[arg-type]
+    with pytest.raises(ApplicationError) as failed:
+        await env.run(jobs.run_job, JobInput(execution_id="t:1", task_id="t", tenant_id="x",
+                                             scheduled_at=datetime.now(UTC),
+                                             job=HandlerJob(type="handler", name="refusing")))
+    details = JobFailureDetails.of(failed.value.details)
+    assert details is not None and details.attempt == 3
+
+
+async def test_a_plain_function_handler_runs_off_the_event_loop_and_beats_through_it() -> None:
+    # It blocks until a coroutine on the loop lets it go: on the loop itself it never would.
+    release = threading.Event()
+
+    def blocking(ctx: HandlerContext) -> str:
+        ctx.heartbeat("working")
+        if not release.wait(timeout=10):
+            raise RuntimeError("the event loop stood still")
+        return "done"
+
+    async def let_go() -> None:
+        await asyncio.sleep(0.1)
+        release.set()
+
+    beats: list[tuple[object, ...]] = []
+    env = ActivityEnvironment()
+    env.on_heartbeat = lambda *details: beats.append(details)
+    jobs = JobActivities(http=None, handlers={"blocking": blocking}, client=None)  # type: ignore[arg-type]
+    job = JobInput(execution_id="t:1", task_id="t", tenant_id="x", scheduled_at=datetime.now(UTC),
+                   job=HandlerJob(type="handler", name="blocking"))
+    result, _ = await asyncio.gather(env.run(jobs.run_job, job), let_go())
+    assert result.output == "done"
+    assert (STARTED, "working") in beats
+
+
+async def test_a_plain_function_handler_past_its_run_timeout_ends_the_run_as_timed_out() -> None:
+    release, returned = threading.Event(), threading.Event()
+
+    def stuck(ctx: HandlerContext) -> None:
+        release.wait(timeout=10)
+        returned.set()
+
+    jobs = JobActivities(http=None, handlers={"stuck": stuck}, client=None)  # type: ignore[arg-type]
+    job = JobInput(execution_id="t:1", task_id="t", tenant_id="x", scheduled_at=datetime.now(UTC),
+                   job=HandlerJob(type="handler", name="stuck"), run_timeout_seconds=0.3)
+    try:
+        with pytest.raises(ApplicationError) as failed:
+            await ActivityEnvironment().run(jobs.run_job, job)
+        assert failed.value.type == JobFailure.RUN_TIMEOUT and not returned.is_set()
+    finally:
+        release.set()

@@ -28,6 +28,7 @@ from outbound.calls import Outbound, OutboundLimits
 from outbound.egress import EgressPolicy, guarded_client, static_resolver
 from scheduling.spec import HttpJob
 from tests.outbound.hostile_target import HostileTarget
+from tests.target import TargetServer
 from worker.build import http_waiting_gauge
 
 BIG = 500 * 1024 * 1024
@@ -236,3 +237,20 @@ def test_the_pool_must_outlast_what_one_tenant_may_hold() -> None:
     assert Settings().http_max_connections > Settings().http_max_calls_per_tenant
     with pytest.raises(ValidationError, match="SCHEDULER_HTTP_MAX_CONNECTIONS"):
         Settings(http_max_connections=50, http_max_calls_per_tenant=50)
+
+
+# ----------------------------------------------------------------- headers
+
+@pytest.mark.parametrize("name", ["content-type", "CONTENT-TYPE", "Content-Type"])
+async def test_a_jobs_own_content_type_in_any_case_is_the_only_one_sent(
+    target: TargetServer, name: str
+) -> None:
+    job = HttpJob(type="http", url=target.url(), headers={name: "application/vnd.api+json"},
+                  body={"a": 1})
+    async with guarded_client(LOOPBACK) as http:
+        jobs = JobActivities(http=http, handlers={}, client=None)
+        result = await _run(jobs, JobInput(execution_id="t:1", task_id="t", tenant_id="a",
+                                           scheduled_at=datetime.now(UTC), job=job))
+    assert result.http_status == 200
+    [request] = target.received
+    assert request.headers["Content-Type"] == "application/vnd.api+json"
