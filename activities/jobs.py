@@ -170,6 +170,8 @@ class JobActivities:
         try:
             result = await self._run(job_input, attempt)
         except asyncio.CancelledError:
+            # Why, before any wait: a later cancel (the worker stopping) tells another reason.
+            cancel = activity.cancellation_details()
             after_the_starts(self._ended, datetime.now(UTC) - started, labels, "cancelled", bound, None)
             # The start is reported before the cancelled end, however late it goes out: else
             # the workflow takes the run for withdrawn unstarted, while the job did start and
@@ -178,9 +180,7 @@ class JobActivities:
             reported = False
             with contextlib.suppress(TimeoutError, asyncio.CancelledError):
                 reported = await asyncio.wait_for(
-                    asyncio.shield(self._start_reported(job_input, attempt)),
-                    UNTAKEN_AFTER.total_seconds())
-            cancel = activity.cancellation_details()
+                    asyncio.shield(self._start_reported(attempt)), UNTAKEN_AFTER.total_seconds())
             if not reported and cancel is not None and cancel.cancel_requested:
                 raise job_failure(JobFailure.CANCELLED_RUNNING, "cancelled while running",
                                   attempt=attempt, retryable=False) from None
@@ -188,22 +188,25 @@ class JobActivities:
         except Exception as exc:
             error = exc if isinstance(exc, ApplicationError) else None
             after_the_starts(self._ended, datetime.now(UTC) - started, labels, "failed", bound, error)
-            await self._start_reported(job_input, attempt)
+            # A cancel meanwhile ends the wait, not the failure: the failure, whose details
+            # say the job started, is what the workflow records (a cancel carries no details).
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.shield(self._start_reported(attempt))
             if error is not None:
                 raise _with_start(error, started, attempt) from exc.__cause__
             raise
         result = result.model_copy(update={"started_at": started})
         after_the_starts(self._finished, job_input, result, datetime.now(UTC) - started, labels, bound)
         with contextlib.suppress(asyncio.CancelledError):  # the job has run: it reports its end
-            await self._start_reported(job_input, attempt)
+            await self._start_reported(attempt)
         return result
 
-    async def _start_reported(self, job_input: JobInput, attempt: int) -> bool:
+    async def _start_reported(self, attempt: int) -> bool:
         """Return once the start's queued bookkeeping has run and its start report is sent
         (False: given up on)."""
         # The attempt's end, and the SDK's report of it, never reach the workflow before its start.
         await queued_bookkeeping_done()
-        return await self._starts.sent(job_input, attempt)
+        return await self._starts.sent(attempt)
 
     async def _run(self, job_input: JobInput, attempt: int) -> JobResult:
         job = job_input.job

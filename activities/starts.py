@@ -51,8 +51,8 @@ class StartReports:
         """Tell the workflow that the run's job started; never waits for the answer."""
         if self._client is None or workflow_id is None:
             return
-        key = (job_input.execution_id, attempt)
         info = activity.info()
+        key = (info.activity_id, attempt)  # a ghost and its catch-up share the execution id
         # To the workflow run that sent it: never a later run after a continue-as-new.
         handle = self._client.get_workflow_handle(workflow_id, run_id=info.workflow_run_id)
         task = asyncio.create_task(self._send(handle, RunStart(
@@ -62,21 +62,26 @@ class StartReports:
         task.add_done_callback(lambda done: self._delivered(key, done))
 
     def _delivered(self, key: tuple[str, int], done: asyncio.Task[bool]) -> None:
-        # A report given up on stays until its attempt asks (``sent``).
+        # A report given up on stays until its attempt asks (``sent``), which every attempt does.
         if not done.cancelled() and done.exception() is None and done.result():
-            self._sending.pop(key, None)
+            self._forget(key, done)
 
-    async def sent(self, job_input: JobInput, attempt: int) -> bool:
+    def _forget(self, key: tuple[str, int], task: asyncio.Task[bool]) -> None:
+        if self._sending.get(key) is task:
+            del self._sending[key]
+
+    async def sent(self, attempt: int) -> bool:
         """Return once the attempt's start report is sent (or given up on): an attempt reports
         its end only after its start, so the workflow never learns them the other way round.
         False if it was given up on."""
-        key = (job_input.execution_id, attempt)
+        key = (activity.info().activity_id, attempt)
         task = self._sending.get(key)
         if task is None:
             return True
-        delivered = await asyncio.shield(task)
-        self._sending.pop(key, None)
-        return delivered
+        try:
+            return await asyncio.shield(task)
+        finally:  # asked once per attempt, even when its wait is cut short
+            self._forget(key, task)
 
     async def claim(self, job_input: JobInput, workflow_id: str | None, attempt: int) -> None:
         """Ask the workflow whether the run may start now; raise Late if not."""

@@ -225,3 +225,45 @@ async def test_a_cancelled_run_whose_start_report_never_gets_through_is_recorded
     [row] = executions(sqlite_engine, final.task_id)
     assert (row.status, row.error, row.finished_at is not None, final.run_count,
             final.cancelled_count) == ("CANCELLED", "cancelled while running", True, 1, 1), row
+
+
+async def test_a_failed_attempt_cancelled_while_its_lost_start_report_is_awaited_is_recorded_failed(
+    dev_env: WorkflowEnvironment, sqlite_engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The job fails, its start report is being given up on, and the task is cancelled
+    # meanwhile: the failure, which says the job started, is recorded, not a withdrawal that
+    # leaves the row RUNNING; and the worker keeps no report behind.
+    reporters: list[StartReports] = []
+    original_init = StartReports.__init__
+
+    def init(self: StartReports, client: Any) -> None:
+        original_init(self, client)
+        reporters.append(self)
+
+    async def lost(self: StartReports, handle: Any, report: Any) -> bool:
+        await asyncio.sleep(UNTAKEN_AFTER.total_seconds())
+        return False
+
+    monkeypatch.setattr(StartReports, "__init__", init)
+    monkeypatch.setattr(StartReports, "_send", lost)
+    failed = asyncio.Event()
+
+    async def fail(ctx: HandlerContext) -> None:
+        failed.set()
+        raise RuntimeError("boom")
+
+    task = spec(schedule_type="once", run_at=datetime.now(UTC) + timedelta(seconds=2),
+                job_details=handler_job("fail"), heartbeat_timeout_seconds=2)
+    async with new_worker(dev_env.client, sqlite_engine, handlers={"fail": fail}) as worker:
+        handle = await start_task(dev_env, worker.task_queue, task)
+        await asyncio.wait_for(failed.wait(), timeout=30)
+        await asyncio.sleep(0.5)  # the attempt failed and waits for its start report
+        await handle.execute_update(TaskWorkflow.cancel_update, "stop")
+        final = await asyncio.wait_for(handle.result(), timeout=30)
+        await asyncio.sleep(UNTAKEN_AFTER.total_seconds())  # the report is given up on
+        left = [dict(r._sending) for r in reporters]
+    [row] = executions(sqlite_engine, final.task_id)
+    assert (row.status, row.attempts, final.status, final.run_count) == (
+        "FAILED", 1, TaskStatus.CANCELLED, 1), row
+    assert row.error is not None and "boom" in row.error
+    assert reporters and all(not sending for sending in left), left
