@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from datetime import datetime
 from typing import Any
 
 from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
 
 from scheduling.status import TaskStatus
+from workflows.describe import fitted
 
 TASK_ID = SearchAttributeKey.for_keyword("TaskId")
 TENANT_ID = SearchAttributeKey.for_keyword("TenantId")
@@ -36,13 +36,7 @@ NAME_BYTES = 1024
 def shown_name(name: str) -> str:
     """What ``TaskName`` shows of ``name``: all of it, or its longest start that fits NAME_BYTES
     (a name of 200 characters may not)."""
-    if len(json.dumps(name)) <= NAME_BYTES:
-        return name
-    low, high = 0, len(name)  # the longest prefix that fits: low fits, high does not
-    while high - low > 1:
-        middle = (low + high) // 2
-        low, high = (middle, high) if len(json.dumps(name[:middle])) <= NAME_BYTES else (low, middle)
-    return name[:low]
+    return fitted(name, NAME_BYTES)
 
 
 def shown_status(status: str, *, with_runs: bool) -> str:

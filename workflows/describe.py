@@ -2,7 +2,30 @@
 
 from __future__ import annotations
 
+import json
+
 from scheduling.spec import HandlerJob, HttpJob, ScheduleType, TaskSpec, redact_url
+
+# What Temporal takes for a summary, as the SDK sends it (JSON, so a character outside ASCII can
+# take 12 bytes): its documented limit.
+SUMMARY_BYTES = 200
+
+
+def fitted(text: str, limit: int) -> str:
+    """``text``, or its longest start whose JSON (as the SDK sends a string) fits ``limit`` bytes."""
+    if len(json.dumps(text)) <= limit:
+        return text
+    low, high = 0, len(text)  # the longest start that fits: low fits, high does not
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (middle, high) if len(json.dumps(text[:middle])) <= limit else (low, middle)
+    return text[:low]
+
+
+def summary(head: str, tail: str = "") -> str:
+    """A timer's, an activity's or a workflow's summary within SUMMARY_BYTES: ``head`` cut
+    short where it must, then ``tail`` whole (a short one)."""
+    return fitted(head, SUMMARY_BYTES - len(json.dumps(tail)) + 2) + tail
 
 
 def describe_schedule(spec: TaskSpec) -> str:

@@ -42,7 +42,7 @@ with workflow.unsafe.imports_passed_through():
     from scheduling.spec import TaskSpec
     from scheduling.status import ExecutionStatus, JobFailure, Trigger
     from store.models import ExecutionRecord
-    from workflows.describe import describe_job
+    from workflows.describe import describe_job, summary
 
 # Room, past the job's own run timeout and the wait for its instant, before the server gives
 # up on an attempt whose worker went silent (the heartbeat timeout notices that sooner).
@@ -342,7 +342,7 @@ class RunsInFlight:
             cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
             activity_id=key,
             priority=task_priority(spec.priority, tenant_id),
-            summary=f"{describe_job(spec)} at {instant.isoformat()}",
+            summary=summary(describe_job(spec), f" at {instant.isoformat()}"),
         )
 
     def withdraw(self, reason: str) -> None:

@@ -20,6 +20,7 @@ from scheduling.status import TaskStatus, workflow_id
 from store.models import Task
 from workflows import attributes
 from workflows.breaker import PROBE_TOLD, told_cool_down
+from workflows.describe import summary
 from workflows.state import RESTARTED, Backfill, TaskState, TaskWorkflowInput
 from workflows.task import TaskWorkflow
 
@@ -89,7 +90,7 @@ def _start_options(*, task_queue: str, task_id: str, tenant_id: str, spec: TaskS
             next_run_at=shown,
         ),
         "priority": task_priority(spec.priority, tenant_id),
-        "static_summary": f"{spec.task_name} ({spec.schedule_type.value})",
+        "static_summary": summary(spec.task_name, f" ({spec.schedule_type.value})"),
     }
 
 

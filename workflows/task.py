@@ -66,7 +66,7 @@ with workflow.unsafe.imports_passed_through():
     from store.models import ExecutionRecord
     from workflows import arguments, spans
     from workflows.breaker import Healed, SelfHealing
-    from workflows.describe import describe_schedule
+    from workflows.describe import describe_schedule, summary
     from workflows.events import (
         BACKFILL,
         BACKFILL_DONE,
@@ -505,7 +505,7 @@ class TaskWorkflow:
             wakes = self._runs.deadlines()  # a start report wakes the loop; silence, this
         else:
             wakes = [i for i in self._runs.instants() if i > now]  # a run starts: show RUNNING
-        summary = None
+        sleep_summary = None
         if instant is not None:
             ahead = policy.may_dispatch_ahead(self._runs.flight(now), state.queue,
                                               paused=state.paused, draining=self._draining())
@@ -513,8 +513,8 @@ class TaskWorkflow:
             wakes.append(instant - self._lead() if ahead else instant)
             if (planned := self._planned_instant()) is not None and planned - self._lead() > now:
                 wakes.append(planned - self._lead())  # read the calendars before it comes
-            summary = (f"sleep until {instant.astimezone(state.spec.zone()).isoformat()} "
-                       f"({describe_schedule(state.spec)})")
+            sleep_summary = summary(f"sleep until {instant.astimezone(state.spec.zone()).isoformat()} "
+                                    f"({describe_schedule(state.spec)})")
         if self._runs.reported and (end := policy.pause_wake(state.position())) is not None:
             wakes.append(end)  # paused past its schedule's end: record the pause and end
         if (probe := self._healing.wake()) is not None:
@@ -522,7 +522,7 @@ class TaskWorkflow:
         timeout = max(min(wakes) - now, timedelta(milliseconds=1)) if wakes else None
         try:
             await workflow.wait_condition(lambda: self._wake or bool(self._runs.ended),
-                                          timeout=timeout, timeout_summary=summary)
+                                          timeout=timeout, timeout_summary=sleep_summary)
         except TimeoutError:
             # How late the timer fired is the backlog this task sees: lead further ahead.
             assert timeout is not None

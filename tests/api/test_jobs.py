@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
@@ -13,7 +14,7 @@ from temporalio.worker import Worker
 from activities.handlers import ENTRY_POINT_GROUP, load_handlers
 from tests.api.conftest import Stack
 from tests.api.test_e2e import wait_for_status
-from workflows import attributes
+from workflows import attributes, describe
 
 BERLIN = ZoneInfo("Europe/Berlin")
 
@@ -134,3 +135,6 @@ async def test_a_name_too_big_for_a_search_attribute_is_shown_in_part_and_the_ta
     name = described.typed_search_attributes.get(attributes.TASK_NAME)
     assert name is not None and 0 < len(name) < 200 and other.startswith(name)
     assert name == attributes.shown_name(other)
+    told = await described.static_summary()  # the name it started with, cut to fit
+    assert told is not None and told.endswith(" (interval)") and long_name.startswith(told[:-11])
+    assert len(json.dumps(told)) <= describe.SUMMARY_BYTES

@@ -18,7 +18,7 @@ from scheduling.status import TaskStatus
 from store.tasks import read_task
 from tests.conftest import new_worker
 from tests.workflows.helpers import Blocker, TaskHandle, handler_job, spec, start_task, until
-from workflows import attributes
+from workflows import attributes, describe
 from workflows.task import PLANNING_AND_TRUST, REPORTED_STARTS, TaskWorkflow
 
 
@@ -162,3 +162,12 @@ def test_task_name_shows_the_longest_start_of_the_name_that_fits() -> None:
         shown = attributes.shown_name(name)
         assert name.startswith(shown) and len(json.dumps(shown)) <= attributes.NAME_BYTES
         assert len(json.dumps(name[:len(shown) + 1])) > attributes.NAME_BYTES
+
+
+def test_a_summary_keeps_its_tail_and_cuts_its_head_to_fit() -> None:
+    tail = " at 2026-12-07T10:00:00+00:00"
+    assert describe.summary("POST https://example.com/hook", tail) == "POST https://example.com/hook" + tail
+    for head in ("POST https://example.com/" + "a" * 2000, "\U0001F600" * 200):
+        told = describe.summary(head, tail)
+        assert told.endswith(tail) and head.startswith(told.removesuffix(tail))
+        assert len(json.dumps(told)) <= describe.SUMMARY_BYTES
