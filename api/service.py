@@ -55,6 +55,7 @@ from store.tasks import (
     list_executions,
     list_tasks,
     read_task,
+    scheduled_runs_executed,
     set_dead_letter,
     write_snapshot,
 )
@@ -399,8 +400,9 @@ class TaskService:
             raise TaskConflict(f"dead letter {execution_id} is being replayed already")
         try:
             if task.status in (TaskStatus.COMPLETED, TaskStatus.FAILED):
+                executed = await in_thread(scheduled_runs_executed, self.engine, task.id)
                 await self.temporal.replay_ended(task, execution_id, row.scheduled_at, who.key_id,
-                                                 request_id=request_id)
+                                                 executed=executed, request_id=request_id)
             else:
                 await self.temporal.replay(row.task_id, execution_id, row.scheduled_at, who.key_id,
                                            request_id=request_id)

@@ -174,7 +174,7 @@ class TemporalGateway:
 
     async def replay_ended(
         self, row: Task, execution_id: str, scheduled_at: datetime, actor: str | None = None, *,
-        request_id: str | None = None,
+        executed: int, request_id: str | None = None,
     ) -> None:
         """Replay a dead letter of a task whose workflow has ended: a new run of the task's
         workflow does just that run, then ends by the same rules. The run is started with the
@@ -184,7 +184,9 @@ class TemporalGateway:
         replay = Run(scheduled_at=scheduled_at, trigger=Trigger.REPLAY, execution_id=execution_id)
         # The new run starts with the replay queued: whatever order its first task takes the
         # start and the update in, it runs it, and the update finds it there (state.add_replay).
-        state = state_from_row(row, next_fire_at=None, queue=[replay], reason="replaying a dead letter")
+        # ``executed``: the scheduled runs its rows say ran, so that max_runs still counts them.
+        state = state_from_row(row, next_fire_at=None, queue=[replay], executed=executed,
+                               reason="replaying a dead letter")
         start = start_with_update(task_queue=self.task_queue, task_id=row.id, tenant_id=row.tenant_id,
                                   spec=state.spec, created_at=row.created_at, state=state)
         request = ReplayRequest(execution_id=execution_id, scheduled_at=scheduled_at, actor=actor)

@@ -317,3 +317,30 @@ async def test_a_replay_whose_api_died_before_temporal_is_sent_by_the_retry(
         await _until(lambda: asyncio.sleep(0, calls() == 2))
         await _until(listed)  # the replay failed again: its letter is open again
         assert calls() == 2
+
+
+async def test_a_replay_of_a_task_that_ran_its_max_runs_keeps_them_counted(
+    stack: Stack, target: TargetServer
+) -> None:
+    # The task ran both runs max_runs allows and ended; the replay of its last run restarts its
+    # workflow from the row, and an update meanwhile must not find runs left to plan.
+    async with stack.client() as api:
+        created = await api.post("/task/recurring", json={
+            "task_name": "two runs", "schedule_type": "interval", "interval_seconds": 1, "max_runs": 2,
+            "job_details": {"type": "http", "url": target.url("/slow/5"), "timeout_seconds": 2},
+            "retry_policy": {"max_attempts": 1}, "max_consecutive_failures": 5,
+        })
+        assert created.status_code == 201, created.text
+        task_id = created.json()["task_id"]
+        final = await wait_for_status(api, task_id, {"FAILED", "COMPLETED"}, timeout=60)
+        assert final["run_count"] == 2, final
+        execution_id = final["last_run"]["execution_id"]
+        assert (await api.post(f"/dead-letters/{execution_id}/replay")).status_code == 202
+        later = iso(datetime.now(UTC) + timedelta(days=30))
+        updated = await api.post("/task/update", json={"task_id": task_id, "end_date": later})
+        assert updated.status_code == 202, updated.text
+        assert updated.json()["next_run_at"] is None, updated.json()
+        done = await wait_for_status(api, task_id, {"FAILED", "COMPLETED"}, timeout=60)
+        runs = (await api.get(f"/tasks/{task_id}/executions")).json()["items"]
+    ran = [r for r in runs if r["status"] != "SKIPPED"]  # a 2 s run skips the fire after it
+    assert done["next_run_at"] is None and len(ran) == 2, runs

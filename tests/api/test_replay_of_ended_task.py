@@ -50,11 +50,11 @@ async def test_replay_of_ended_task_carries_request_id(dev_env: WorkflowEnvironm
         assert dead.dead_letter == "open"
         gateway = TemporalGateway(dev_env.client, worker.task_queue)
 
-        await gateway.replay_ended(row, dead.id, dead.scheduled_at, request_id="req-1")
+        await gateway.replay_ended(row, dead.id, dead.scheduled_at, request_id="req-1", executed=1)
         await until(lambda: asyncio.sleep(0, handler.calls == 2))  # the replay is running
         # The same request again (a client's retry under its Idempotency-Key; the task row
         # still says FAILED): it reaches the same update of the same workflow run.
-        await gateway.replay_ended(row, dead.id, dead.scheduled_at, request_id="req-1")
+        await gateway.replay_ended(row, dead.id, dead.scheduled_at, request_id="req-1", executed=1)
         handler.release.set()
         latest = dev_env.client.get_workflow_handle(handle.id, result_type=TaskState)
         assert (await latest.result()).status is TaskStatus.COMPLETED
