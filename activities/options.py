@@ -18,7 +18,7 @@ RUN_OPTIONS_TIMEOUT = timedelta(seconds=10)
 # The workflow code's release, recorded with each workflow run's options: a change that may
 # only apply to runs started on it checks it instead of asking a patch, which would cost every
 # new workflow a marker and a search-attribute upsert (docs/upgrades.md lists each release).
-RELEASE = 9
+RELEASE = 10
 # The first release of each change that checks it:
 QUIET_STATUS = 1  # TaskStatus never shows RUNNING; a run sent ahead alone writes no row
 START_RELEASE = 2  # a start input carries its starter's release; from it on, no patch is asked
@@ -32,6 +32,7 @@ HELD_KEPT = 8  # a schedule change while a workflow run drains keeps the runs th
 SPARED_UNTAKEN = 8  # a run a pause spared, found untaken, goes back to the pause, not the policy
 CALENDARS_CHANGED = 9  # a calendar read records only the calendars changed since the last one
 PAUSE_KEEPS_SPARE = 9  # a run a pause spared stays the pause's when a later withdrawal spares it
+CANCEL_TRIPS_NOTHING = 10  # a run that fails as its task is cancelled trips no breaker
 
 
 class RunOptions(BaseModel):

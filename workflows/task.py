@@ -30,6 +30,7 @@ with workflow.unsafe.imports_passed_through():
     from activities.options import (
         CALENDARS_CHANGED,
         CANCEL_FIRST,
+        CANCEL_TRIPS_NOTHING,
         DELAY_GOES_ON,
         HELD_KEPT,
         HERD_BEAT,
@@ -428,7 +429,9 @@ class TaskWorkflow:
             self._probe_ended(ExecutionStatus(record.status))
             return
         tripped = policy.breaker_trips(state.spec, state.consecutive_failures)
-        if record.status == ExecutionStatus.FAILED and tripped and not state.paused:
+        # A task being cancelled is not paused by its breaker: it ends as cancelled.
+        ending = state.cancel_requested and self._options.release >= CANCEL_TRIPS_NOTHING
+        if record.status == ExecutionStatus.FAILED and tripped and not state.paused and not ending:
             reason = self._healing.tripped(tripped, now)
             self._pause(reason)
             self._record.notify(NotifyEvent.AUTO_PAUSED, record.id, reason)

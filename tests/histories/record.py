@@ -47,6 +47,7 @@ from tests.conftest import new_worker, start_time_skipping
 from tests.workflows.helpers import (
     Blocker,
     Failing,
+    FailsOnCancel,
     Flaky,
     SlowFirst,
     TaskHandle,
@@ -65,7 +66,7 @@ from workflows.state import BackfillItem, BackfillRequest, ReplayRequest, TaskSt
 from workflows.task import TaskWorkflow
 
 HERE = Path(__file__).parent
-STAMP = "20261207-release9"  # the release in the run options and start input (activities/options.py)
+STAMP = "20261207-release10"  # the release in the run options and start input (activities/options.py)
 MINUTE = timedelta(minutes=1)
 
 Scenario = Callable[[WorkflowEnvironment, Engine], Awaitable[TaskHandle]]
@@ -486,6 +487,25 @@ async def cancelled(env: WorkflowEnvironment, engine: Engine) -> TaskHandle:
         await handle.signal(TaskWorkflow.cancel_signal, "no longer needed")
         state = await handle.result()
     assert state.cancelled_count == 1 and blocker.cancelled.is_set(), state
+    return handle
+
+
+@scenario
+async def failed_at_cancel(env: WorkflowEnvironment, engine: Engine) -> TaskHandle:
+    # The run fails as the task is cancelled, with a breaker of one failure: it trips nothing,
+    # and tells the webhook of no auto-pause.
+    job = FailsOnCancel()
+    async with new_worker(env.client, engine, handlers={"fails": job}) as worker:
+        task = spec(schedule_type="interval", interval_seconds=60, job_details=handler_job("fails"),
+                    retry_policy={"max_attempts": 1}, max_consecutive_failures=1,
+                    auto_resume_after_seconds=300, heartbeat_timeout_seconds=2,
+                    notify={"url": "http://127.0.0.1:9/hook", "events": ["auto_paused"]})
+        handle = await start_task(env, worker.task_queue, task)
+        await env.sleep(MINUTE + timedelta(seconds=1))
+        await asyncio.wait_for(job.started.wait(), 30)
+        await handle.signal(TaskWorkflow.cancel_signal, "no longer needed")
+        state = await handle.result()
+    assert (state.failure_count, state.status_reason) == (1, "no longer needed"), state
     return handle
 
 

@@ -331,3 +331,18 @@ async def cancelled_and_counted(handle: TaskHandle, engine: Engine, calls: Seque
     row = read_task(engine, task_id, None)
     assert row is not None and (row.run_count, row.skipped_count) == (final.run_count, final.skipped_count)
 
+
+class FailsOnCancel:
+    """Runs until cancelled, then fails (its target answered 500 as the cancel came)."""
+
+    def __init__(self) -> None:
+        self.started = asyncio.Event()
+
+    async def __call__(self, ctx: HandlerContext) -> None:
+        self.started.set()
+        try:
+            while True:
+                ctx.heartbeat()
+                await asyncio.sleep(0.2)
+        except asyncio.CancelledError:
+            raise RuntimeError("the target answered 500 as the cancel came") from None

@@ -19,12 +19,14 @@ from store.tasks import read_task
 from tests.conftest import new_worker
 from tests.target import TargetServer
 from tests.workflows.helpers import (
+    FailsOnCancel,
     Flaky,
     TaskHandle,
     executions,
     handler_job,
     running_task,
     spec,
+    start_task,
     task_state,
 )
 from workflows.state import TaskState
@@ -243,3 +245,22 @@ async def test_a_new_cool_down_moves_the_planned_probe(
         assert moved.probe.at == paused.probe.at - timedelta(seconds=180)
         assert (moved.status_reason or "").endswith("(cool-down 120 s)")
         assert (moved.status_reason or "").count("probe run at") == 1
+
+
+async def test_a_run_that_fails_as_its_task_is_cancelled_trips_no_breaker(
+    time_env: WorkflowEnvironment, sqlite_engine: Engine
+) -> None:
+    job = FailsOnCancel()
+    task = spec(schedule_type="interval", interval_seconds=60, job_details=handler_job("fails"),
+                retry_policy={"max_attempts": 1}, max_consecutive_failures=1,
+                auto_resume_after_seconds=300, heartbeat_timeout_seconds=2)
+    async with new_worker(time_env.client, sqlite_engine, handlers={"fails": job}) as worker:
+        handle = await start_task(time_env, worker.task_queue, task)
+        await time_env.sleep(timedelta(seconds=61))
+        await asyncio.wait_for(job.started.wait(), 30)
+        await handle.signal(TaskWorkflow.cancel_signal, "no longer needed")
+        final = await handle.result()
+    events, _ = list_events(sqlite_engine, task_id=final.task_id, tenant_id="t1", limit=50)
+    assert (final.status, final.status_reason, final.failure_count, final.probe) == (
+        TaskStatus.CANCELLED, "no longer needed", 1, None)
+    assert [e.action for e in reversed(events)] == ["create", "cancel"]
