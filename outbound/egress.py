@@ -234,11 +234,20 @@ class GuardedBackend(httpcore.AsyncNetworkBackend):
             addresses = await self._policy.resolve_checked(host, port)
         except OSError as exc:
             raise httpcore.ConnectError(f"{host} does not resolve: {exc}") from exc
-        # TLS still verifies against the host name: only the TCP target is pinned.
-        return await self._inner.connect_tcp(
-            addresses[0], port, timeout=timeout, local_address=local_address,
-            socket_options=socket_options,
-        )
+        # TLS still verifies against the host name: only the TCP target is pinned. Each checked
+        # address in the resolver's order, as a client connecting by name does: one that is
+        # down does not take the host down (the call's deadline bounds them all).
+        failure: httpcore.ConnectError | httpcore.ConnectTimeout | None = None
+        for address in addresses:
+            try:
+                return await self._inner.connect_tcp(
+                    address, port, timeout=timeout, local_address=local_address,
+                    socket_options=socket_options,
+                )
+            except (httpcore.ConnectError, httpcore.ConnectTimeout) as exc:
+                failure = exc
+        assert failure is not None  # resolve_checked never returns no address
+        raise failure
 
     async def connect_unix_socket(self, path: str, timeout: float | None = None,
                                   socket_options: Iterable[Any] | None = None) -> httpcore.AsyncNetworkStream:

@@ -209,3 +209,11 @@ async def test_malformed_host_at_connect_is_refused_not_resolved(target: TargetS
         await _run(EgressPolicy.from_list(["allowed.test"], resolver=static_resolver(HOSTS)),
                    f"http://allowed.test:{target.port}/redirect?to=http://a..b/")
     assert failure.value.type == "EgressRefused"
+
+
+async def test_a_host_whose_first_address_is_down_is_reached_at_the_next(target: TargetServer) -> None:
+    # Nothing listens on 127.0.0.3: its refusal sends the call to the host's other address.
+    policy = EgressPolicy.from_list(
+        ["127.0.0.0/8"], resolver=static_resolver({"two.test": ["127.0.0.3", "127.0.0.1"]}))
+    await _run(policy, f"http://two.test:{target.port}/x")  # raises unless answered 2xx
+    assert [r.path for r in target.received] == ["/x"]
