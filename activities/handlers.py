@@ -54,11 +54,41 @@ async def log_message(ctx: HandlerContext) -> dict[str, Any]:
     return ctx.args
 
 
+# A handler may say which arguments it takes: ``check_args(args)``, an attribute set with
+# ``checks_args``, raises ValueError or TypeError for arguments it would fail on. The API runs
+# it when a task is created or changed (422), not only every run.
+ArgsCheck = Callable[[dict[str, Any]], object]
+
+
+def checks_args(check: ArgsCheck) -> Callable[[Handler], Handler]:
+    """Declare ``check`` as the handler's check of its arguments."""
+    def declare(handler: Handler) -> Handler:
+        setattr(handler, "check_args", check)  # noqa: B010 - a function's own attribute
+        return handler
+    return declare
+
+
+def args_check(handler: Handler) -> ArgsCheck | None:
+    """The handler's check of its arguments, if it declares one."""
+    check = getattr(handler, "check_args", None)
+    return check if callable(check) else None
+
+
+def _sleep_seconds(args: dict[str, Any]) -> float:
+    given = args.get("seconds", 1)
+    try:  # a number, or one written as a string (as it always was taken)
+        seconds = float(given) if isinstance(given, int | float | str) and not isinstance(given, bool) else None
+    except ValueError:
+        seconds = None
+    if seconds is None or not 0 <= seconds <= 86400:
+        raise ValueError(f"sleep: seconds must be a number from 0 to 86400, not {given!r}")
+    return seconds
+
+
+@checks_args(_sleep_seconds)
 async def sleep(ctx: HandlerContext) -> dict[str, float]:
     """Sleeps ``seconds`` (default 1), heartbeating every second so it can be cancelled."""
-    seconds = float(ctx.args.get("seconds", 1))
-    if seconds < 0 or seconds > 86400:
-        raise ValueError("sleep: seconds must be between 0 and 86400")
+    seconds = _sleep_seconds(ctx.args)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + seconds
     while (left := deadline - loop.time()) > 0:

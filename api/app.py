@@ -63,7 +63,7 @@ def create_app(
         app.state.service = TaskService(
             db,
             TemporalGateway(temporal, settings.temporal.task_queue),
-            load_handlers().keys(),
+            load_handlers(),
             egress,
             Quota.from_settings(settings.quota),
             workflow_jobs=workflow_job_rules(settings),

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Awaitable, Callable, Collection
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TypeVar
@@ -15,6 +15,7 @@ from pydantic import ValidationError
 from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
+from activities.handlers import Handler, args_check
 from activities.workflow_jobs import WorkflowJobRules
 from api.backfill import backfill
 from api.calendars import CalendarService, judged_again
@@ -83,7 +84,7 @@ class TaskService:
         self,
         engine: Engine,
         temporal: TemporalGateway,
-        handlers: Collection[str],
+        handlers: Collection[str] | Mapping[str, Handler],
         egress: EgressPolicy | None = None,
         quota_defaults: Quota | None = None,
         workflow_jobs: WorkflowJobRules | None = None,
@@ -93,8 +94,10 @@ class TaskService:
         self.engine = engine
         self.temporal = temporal
         # No egress policy: the guard's defaults; no workflow job rules: such jobs start nothing.
+        checks = {name: check for name, handler in handlers.items()
+                  if (check := args_check(handler)) is not None} if isinstance(handlers, Mapping) else {}
         self.rules = TaskRules(frozenset(handlers), egress or EgressPolicy(),
-                               workflow_jobs or WorkflowJobRules())
+                               workflow_jobs or WorkflowJobRules(), handler_args=checks)
         self.quota_defaults = quota_defaults or Quota()
         self.active_counts = ActiveCounts()
         # No linger: rows that arrive while a commit runs go together into the next one.

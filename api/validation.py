@@ -10,9 +10,11 @@ dry run of a create all call it, so a task is accepted on the same terms on ever
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from activities.handlers import ArgsCheck
 from activities.workflow_jobs import WorkflowJobRules, refusal
 from api.errors import InvalidTask, PayloadTooLarge, QuotaExceeded
 from api.pace import ShortestGaps, may_come_closer
@@ -50,6 +52,8 @@ class TaskRules:
     workflow_jobs: WorkflowJobRules = field(default_factory=WorkflowJobRules)
     # Remembers recent cron schedules' fires: one per API process, so that creates share it.
     gaps: ShortestGaps = field(default_factory=ShortestGaps)
+    # The checks of their arguments the handlers declare (activities.handlers.checks_args).
+    handler_args: Mapping[str, ArgsCheck] = field(default_factory=dict)
 
 
 async def validate_new_task(
@@ -121,6 +125,11 @@ async def _check_targets(spec: TaskSpec, rules: TaskRules, caller: str) -> None:
             f"job_details.name: no handler named {job.name!r} is registered (known: {known})",
             field="job_details.name",
         )
+    if isinstance(job, HandlerJob) and (check := rules.handler_args.get(job.name)) is not None:
+        try:
+            check(job.args)
+        except (ValueError, TypeError) as exc:
+            raise InvalidTask(f"job_details.args: {exc}", field="job_details.args") from exc
 
 
 async def _check_url(egress: EgressPolicy, url: str, name: str, caller: str) -> None:

@@ -100,6 +100,13 @@ BAD_BODIES = [
      with_(job_details={"type": "workflow", "workflow_type": "W", "execution_timeout_seconds": 1e-7}),
      "execution_timeout_seconds"),
     ("a hashed cron time", with_(cron="H 9 * * *"), "cron"),
+    # A handler's own check of its arguments (the built-in sleep's), run at create.
+    ("sleep for a word", with_(job_details={"type": "handler", "name": "sleep", "args": {"seconds": "soon"}}),
+     "job_details.args"),
+    ("sleep past a day", with_(job_details={"type": "handler", "name": "sleep", "args": {"seconds": 100000}}),
+     "job_details.args"),
+    ("sleep backwards", with_(job_details={"type": "handler", "name": "sleep", "args": {"seconds": -5}}),
+     "job_details.args"),
 ]
 
 
@@ -158,7 +165,9 @@ async def test_bad_update_changes_nothing(stack: Stack) -> None:
         task = (await api.post("/task/recurring", json=GOOD)).json()
         for change, field in (({"timezone": "Nowhere/Land"}, "timezone"), ({"cron": "x"}, "cron"), ({"cron": "0 0 31 4 *"}, "cron"),
                               ({"end_date": "2001-01-01T00:00:00Z"}, "end_date"), ({"bogus": 1}, "bogus"),
-                              ({"priority": None}, "priority"), ({"max_catchup_runs": "3"}, "max_catchup_runs")):
+                              ({"priority": None}, "priority"), ({"max_catchup_runs": "3"}, "max_catchup_runs"),
+                              ({"job_details": {"type": "handler", "name": "sleep", "args": {"seconds": True}}},
+                               "job_details.args")):
             response = await api.post("/task/update", json={"task_id": task["task_id"], **change})
             assert response.status_code == 422, response.text
             assert field in response.json()["detail"]
