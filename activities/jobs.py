@@ -172,7 +172,9 @@ class JobActivities:
         except asyncio.CancelledError:
             # Why, before any wait: a later cancel (the worker stopping) tells another reason.
             cancel = activity.cancellation_details()
-            after_the_starts(self._ended, datetime.now(UTC) - started, labels, "cancelled", bound, None)
+            # None: the run's own timeout cut it (run_timeout_seconds), which fails the attempt.
+            outcome = "cancelled" if cancel is not None else "failed"
+            after_the_starts(self._ended, datetime.now(UTC) - started, labels, outcome, bound, None)
             # The start is reported before the cancelled end, however late it goes out: else
             # the workflow takes the run for withdrawn unstarted, while the job did start and
             # its row says RUNNING. A report that does not get through within UNTAKEN_AFTER is

@@ -155,11 +155,11 @@ class Outbound:
         # Its connections' host name lookups use the tenant's share of the lookup threads.
         async with self._tenants.hold(tenant, wait_at_most):
             with lookups_charged_to(tenant):
-                if sign is not None:
-                    headers = {**(headers or {}), **await sign()}
                 deadline = asyncio.timeout(timeout)
                 try:
-                    async with deadline:
+                    async with deadline:  # the signing key's read too: it may be slow
+                        if sign is not None:
+                            headers = {**(headers or {}), **await sign()}
                         return await self._follow(method, url, tenant, timeout, headers, content)
                 except TimeoutError as exc:
                     if not deadline.expired():

@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from sqlalchemy import Engine
+from structlog.testing import capture_logs
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
@@ -190,8 +191,10 @@ async def test_a_plain_function_handler_past_its_run_timeout_ends_the_run_as_tim
     job = JobInput(execution_id="t:1", task_id="t", tenant_id="x", scheduled_at=datetime.now(UTC),
                    job=HandlerJob(type="handler", name="stuck"), run_timeout_seconds=0.3)
     try:
-        with pytest.raises(ApplicationError) as failed:
+        with capture_logs() as logs, pytest.raises(ApplicationError) as failed:
             await ActivityEnvironment().run(jobs.run_job, job)
         assert failed.value.type == JobFailure.RUN_TIMEOUT and not returned.is_set()
+        # Its end is a failed attempt's (the SDK logs it), not a cancelled one's.
+        assert "job.cancelled" not in [line["event"] for line in logs], logs
     finally:
         release.set()

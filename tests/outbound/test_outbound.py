@@ -24,7 +24,7 @@ from activities.notify import NotifyActivities
 from activities.payloads import JobInput, JobResult, Notification
 from config.settings import Settings
 from config.telemetry import make_runtime
-from outbound.calls import Outbound, OutboundLimits
+from outbound.calls import DeadlineExceeded, Outbound, OutboundLimits
 from outbound.egress import EgressPolicy, guarded_client, static_resolver
 from scheduling.spec import HttpJob
 from tests.outbound.hostile_target import HostileTarget
@@ -254,3 +254,18 @@ async def test_a_jobs_own_content_type_in_any_case_is_the_only_one_sent(
     assert result.http_status == 200
     [request] = target.received
     assert request.headers["Content-Type"] == "application/vnd.api+json"
+
+
+async def test_a_slow_signing_key_read_counts_against_the_calls_deadline(target: TargetServer) -> None:
+    # A delivery's attempt has a fixed time (activities/notify.py): its signature's read must
+    # not let the send start after it.
+    async def slow_signature() -> dict[str, str]:
+        await asyncio.sleep(30)
+        return {"webhook-signature": "v1,never"}
+
+    async with guarded_client(LOOPBACK) as http:
+        outbound = Outbound(http, OutboundLimits())
+        with pytest.raises(DeadlineExceeded):
+            await asyncio.wait_for(outbound.call("POST", target.url(), tenant="a", timeout=0.5,
+                                                 content=b"{}", sign=slow_signature), timeout=10)
+    assert target.received == []
