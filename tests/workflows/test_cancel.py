@@ -173,19 +173,25 @@ async def test_a_job_cancelled_the_moment_it_starts_is_recorded_cancelled_while_
           sum(1 for f in finals if blocker.event(f.task_id).is_set()), "of", len(finals))
 
 
-async def test_a_cancelled_run_whose_start_report_is_late_is_recorded_cancelled(
-    dev_env: WorkflowEnvironment, sqlite_engine: Engine, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("report", ["late", "lost"])
+async def test_a_cancelled_run_whose_start_report_is_late_or_lost_is_recorded_cancelled(
+    dev_env: WorkflowEnvironment, sqlite_engine: Engine, monkeypatch: pytest.MonkeyPatch, report: str
 ) -> None:
-    # The jobs worker's "started" signal reaches the server 4 s late (a slow frontend), and
-    # the task is cancelled while the job runs: the cancelled end waits for the report, so
-    # the workflow counts a cancelled run, not a withdrawn one whose row stays RUNNING.
+    # The jobs worker's "started" signal reaches the server 4 s late (a slow frontend), or never
+    # (given up on after UNTAKEN_AFTER), and the task is cancelled while the job runs: the
+    # cancelled end waits for the report, or says itself that the job started, so the workflow
+    # counts a cancelled run, not a withdrawn one whose row stays RUNNING.
     original = StartReports._send
 
-    async def late(self: StartReports, handle: Any, report: Any) -> None:
+    async def late(self: StartReports, handle: Any, start: Any) -> bool:
         await asyncio.sleep(4)
-        await original(self, handle, report)
+        return await original(self, handle, start)
 
-    monkeypatch.setattr(StartReports, "_send", late)
+    async def lost(self: StartReports, handle: Any, start: Any) -> bool:
+        await asyncio.sleep(UNTAKEN_AFTER.total_seconds())
+        return False
+
+    monkeypatch.setattr(StartReports, "_send", late if report == "late" else lost)
     blocker = Blocker()
     task = spec(schedule_type="once", run_at=datetime.now(UTC) + timedelta(seconds=2),
                 job_details=handler_job("block"), heartbeat_timeout_seconds=2)
@@ -197,34 +203,9 @@ async def test_a_cancelled_run_whose_start_report_is_late_is_recorded_cancelled(
         final = await asyncio.wait_for(handle.result(), timeout=30)
     assert blocker.cancelled.is_set()
     [row] = executions(sqlite_engine, final.task_id)
-    assert (row.status, row.error, final.status, final.run_count, final.cancelled_count) == (
-        "CANCELLED", "cancelled while running", TaskStatus.CANCELLED, 1, 1), row
-
-
-async def test_a_cancelled_run_whose_start_report_never_gets_through_is_recorded_cancelled(
-    dev_env: WorkflowEnvironment, sqlite_engine: Engine, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # The "started" signal never reaches the server (given up on after UNTAKEN_AFTER), and the
-    # task is cancelled while the job runs: the cancelled end says the job started, so the run
-    # is recorded cancelled while running, not withdrawn unstarted with its row left RUNNING.
-    async def lost(self: StartReports, handle: Any, report: Any) -> bool:
-        await asyncio.sleep(UNTAKEN_AFTER.total_seconds())
-        return False
-
-    monkeypatch.setattr(StartReports, "_send", lost)
-    blocker = Blocker()
-    task = spec(schedule_type="once", run_at=datetime.now(UTC) + timedelta(seconds=2),
-                job_details=handler_job("block"), heartbeat_timeout_seconds=2)
-    async with new_worker(dev_env.client, sqlite_engine, handlers={"block": blocker}) as worker:
-        handle = await start_task(dev_env, worker.task_queue, task)
-        await asyncio.wait_for(blocker.started.wait(), timeout=30)
-        await asyncio.sleep(0.5)  # the job's RUNNING row is written; its report never goes out
-        await handle.execute_update(TaskWorkflow.cancel_update, "stop")
-        final = await asyncio.wait_for(handle.result(), timeout=30)
-    assert blocker.cancelled.is_set()
-    [row] = executions(sqlite_engine, final.task_id)
-    assert (row.status, row.error, row.finished_at is not None, final.run_count,
-            final.cancelled_count) == ("CANCELLED", "cancelled while running", True, 1, 1), row
+    assert (row.status, row.error, row.finished_at is not None, final.status, final.run_count,
+            final.cancelled_count) == (
+        "CANCELLED", "cancelled while running", True, TaskStatus.CANCELLED, 1, 1), row
 
 
 async def test_a_failed_attempt_cancelled_while_its_lost_start_report_is_awaited_is_recorded_failed(
