@@ -311,6 +311,12 @@ class TaskService:
                 f"task_name {task_name!r} does not match task {task_id} (named {row.name!r})",
                 field="task_name",
             )
+        if request_id is not None and row.status == TaskStatus.CANCELLED:
+            # A retry under the key of a cancel whose answer was lost (a 504) that the workflow
+            # took after all: its answer.
+            done = await self.temporal.cancelled_by(task_id, request_id)
+            if done is not None:
+                return self._out(done)
         self._refuse_final(row)
         self.active_counts.forget(row.tenant_id)  # the task's tenant (an admin may cancel another's)
         return self._out(await self.temporal.cancel(task_id, reason, who.key_id, request_id=request_id))

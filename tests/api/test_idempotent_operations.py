@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 
 import httpx
 import pytest
+from aiohttp import web
 from temporalio.api.common.v1 import WorkflowExecution
 from temporalio.api.workflowservice.v1 import DeleteWorkflowExecutionRequest
 from temporalio.client import WorkflowExecutionStatus
@@ -21,6 +22,7 @@ from scheduling.status import workflow_id
 from tests.api.conftest import Stack, serve_api
 from tests.api.test_e2e import iso, wait_for_status
 from tests.conftest import new_worker
+from tests.faults.processes import free_port
 from tests.target import TargetServer
 from workflows.state import TaskState
 
@@ -117,6 +119,81 @@ async def test_a_trigger_whose_answer_timed_out_is_not_run_again(
                 assert len(await _manual_runs(api, task_id, done=2)) == 2
                 again = await api.post(f"/tasks/{task_id}/trigger", headers=key)
                 assert (again.status_code, again.json()) == (202, retried.json())
+
+
+async def test_a_cancel_whose_answer_timed_out_answers_its_retry_as_done(
+    stack: Stack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The cancel reaches the workflow but no worker answers in time (504); once a worker is
+    back the task is cancelled, and the retry under the key answers so, not 409."""
+    queue = f"idem-{uuid.uuid4()}"
+    async with serve_api(stack.env, stack.engine, temporal_task_queue=queue) as url:
+        async with httpx.AsyncClient(base_url=url, timeout=60, headers={
+                "Authorization": f"Bearer {stack.keys['t1']}"}) as api:
+            async with new_worker(stack.env.client, stack.engine, task_queue=queue, max_cached_workflows=0):
+                task_id = await _create(api)
+                await stack.env.client.get_workflow_handle(workflow_id(task_id)).query("state")
+            monkeypatch.setattr(gateway, "CANCEL_TIMEOUT", timedelta(seconds=2))
+            key, body = _key(), {"task_id": task_id, "reason": "done"}
+            lost = await api.patch("/task/cancel", json=body, headers=key)
+            assert lost.status_code == 504, lost.text
+            async with new_worker(stack.env.client, stack.engine, task_queue=queue):
+                await wait_for_status(api, task_id, {"CANCELLED"})
+                retried = await api.patch("/task/cancel", json=body, headers=key)
+                assert retried.status_code == 202, retried.text
+                assert retried.json()["status"] == "CANCELLED"
+                again = await api.patch("/task/cancel", json=body, headers=key)
+                assert (again.status_code, again.json()) == (202, retried.json())
+                # Without the key, a cancel of a cancelled task is still refused.
+                assert (await api.patch("/task/cancel", json=body)).status_code == 409
+
+
+async def test_a_replay_whose_answer_timed_out_answers_its_retry_as_done(
+    stack: Stack, target: TargetServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The replay of an ended task's dead letter reaches Temporal but no worker answers in time
+    (504); once a worker is back the run has run again, and the retry under the key answers
+    so and runs nothing more."""
+    queue = f"idem-{uuid.uuid4()}"
+    port = free_port()  # nothing listens here yet: the run fails
+    async with serve_api(stack.env, stack.engine, temporal_task_queue=queue) as url:
+        async with httpx.AsyncClient(base_url=url, timeout=60, headers={
+                "Authorization": f"Bearer {stack.keys['t1']}"}) as api:
+            async with new_worker(stack.env.client, stack.engine, task_queue=queue, max_cached_workflows=0):
+                created = await api.post("/task/create", json={
+                    "task_name": "flaky", "schedule_type": "once", "run_at": iso(datetime.now(UTC)),
+                    "job_details": {"type": "http", "url": f"http://127.0.0.1:{port}/hook"},
+                    "retry_policy": {"max_attempts": 1}})
+                task_id = created.json()["task_id"]
+                final = await wait_for_status(api, task_id, {"FAILED"})
+            execution_id = final["last_run"]["execution_id"]
+            monkeypatch.setattr(gateway, "UPDATE_TIMEOUT", timedelta(seconds=2))
+            key = _key()
+            lost = await api.post(f"/dead-letters/{execution_id}/replay", headers=key)
+            assert lost.status_code == 504, lost.text
+            hits: list[str] = []
+
+            async def hook(request: web.Request) -> web.Response:
+                hits.append(request.headers["Idempotency-Key"])
+                return web.json_response({"ok": True})
+
+            app = web.Application()
+            app.router.add_post("/hook", hook)
+            runner = web.AppRunner(app)
+            await runner.setup()
+            await web.TCPSite(runner, "127.0.0.1", port).start()
+            try:
+                async with new_worker(stack.env.client, stack.engine, task_queue=queue):
+                    await wait_for_status(api, task_id, {"COMPLETED"})
+                    retried = await api.post(f"/dead-letters/{execution_id}/replay", headers=key)
+                    await asyncio.sleep(3)  # a second run would show here
+                    rows = (await api.get(f"/tasks/{task_id}/executions")).json()["items"]
+            finally:
+                await runner.cleanup()
+    assert retried.status_code == 202, retried.text
+    assert (retried.json()["id"], retried.json()["dead_letter"]) == (execution_id, "replayed")
+    assert hits == [execution_id] and [(r["status"], r["dead_letter"]) for r in rows] == [
+        ("COMPLETED", "replayed")]  # the replay ran once
 
 
 async def test_pause_resume_update_and_cancel_retried_act_once_and_answer_the_first_time(
