@@ -412,16 +412,20 @@ def scheduled_runs_executed(engine: Engine, task_id: str) -> int:
         return int(session.scalar(query) or 0)
 
 
-def mark_task(engine: Engine, task_id: str, *, status: str, reason: str) -> None:
+def mark_task(engine: Engine, task_id: str, *, status: str, reason: str,
+              seen_version: int | None = None) -> bool:
     """Set a task's status directly (used when its workflow closed without writing its end):
-    it will not run again, so it shows no next run."""
-    with Session(engine) as session:
-        task = session.get(Task, task_id)
-        if task is not None:
-            task.status, task.status_reason, task.updated_at = status, reason, utcnow()
-            task.next_run_at = None
-            session.add(task)
-            session.commit()
+    it will not run again, so it shows no next run. With ``seen_version``, only a row no
+    workflow has written since it was read at that version (a new run of the task may have
+    started meanwhile). True if the row was marked."""
+    task = TASK_TABLE
+    query = update(task).where(task.c.id == task_id)
+    if seen_version is not None:
+        query = query.where(task.c.state_version == seen_version)
+    with engine.begin() as connection:
+        result = connection.execute(query.values(
+            status=status, status_reason=reason, updated_at=utcnow(), next_run_at=None))
+    return bool(result.rowcount)
 
 
 def list_dead_letters(

@@ -208,25 +208,31 @@ class Reconciler:
                 self._failed.pop(task_id, None)
 
     async def _repair_row(self, task_id: str, now: datetime, report: ReconcileReport) -> None:
+        # The row as it was before Temporal was asked: a new run of the task that writes it
+        # after the answer (a replay, another replica's restart) is not marked ended.
+        seen = await asyncio.to_thread(read_task, self._engine, task_id, None)
+        if seen is None:
+            return
         handle = self._client.get_workflow_handle(workflow_id(task_id))
         try:
             description = await handle.describe()
         except RPCError as exc:
             if exc.status is not RPCStatusCode.NOT_FOUND:
                 raise
-            found = await asyncio.to_thread(read_task, self._engine, task_id, None)
-            if found is not None:
-                await self._restart(found, now)
+            if await self._restart(seen, now):
                 report.restarted.append(task_id)
             return
         closed = CLOSED_AS.get(description.status) if description.status else None
         if closed is not None:
             status, reason = closed
-            await asyncio.to_thread(mark_task, self._engine, task_id, status=status, reason=reason)
-            await asyncio.to_thread(_record_marked, self._engine, task_id, status, reason)
-            report.marked.append(task_id)
+            if await asyncio.to_thread(mark_task, self._engine, task_id, status=status, reason=reason,
+                                       seen_version=seen.state_version):
+                await asyncio.to_thread(_record_marked, self._engine, task_id, status, reason)
+                report.marked.append(task_id)
 
-    async def _restart(self, row: Task, now: datetime) -> None:
+    async def _restart(self, row: Task, now: datetime) -> bool:
+        """Start the task's workflow again from its row; False if one runs already (another
+        replica's)."""
         spec = TaskSpec.model_validate(row.spec)
         if spec.schedule_type is ScheduleType.ONCE:
             upcoming = spec.run_at
@@ -239,11 +245,13 @@ class Reconciler:
             # The herd its next run joins, counted as a create counts it.
             state.crowd = await asyncio.to_thread(tasks_due_in_second, self._engine, instant,
                                                   besides=row.id)
-        await start_task_workflow(
+        started = await start_task_workflow(
             self._client, task_queue=self._task_queue, task_id=row.id, tenant_id=row.tenant_id,
             spec=spec, created_at=row.created_at, state=state, actor=RECONCILER,
         )
-        log.warning("reconcile.restarted", task_id=row.id, tenant=row.tenant_id)
+        if started:
+            log.warning("reconcile.restarted", task_id=row.id, tenant=row.tenant_id)
+        return started
 
     async def _workflows_without_rows(
         self, now: datetime, running: dict[str, datetime | None], report: ReconcileReport

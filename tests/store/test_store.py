@@ -12,6 +12,7 @@ from store.models import ExecutionRecord, TaskSnapshot
 from store.tasks import (
     list_executions,
     list_tasks,
+    mark_task,
     read_task,
     save_snapshot,
 )
@@ -195,3 +196,15 @@ def test_dead_letters_listed_and_moved(any_engine: Engine) -> None:
     assert set_dead_letter(any_engine, "d:1", state="replayed")
     assert not set_dead_letter(any_engine, "d:1", state="dismissed")
     assert [r.id for r, _ in list_dead_letters(any_engine, tenant_id=None, limit=10)[0]] == ["d:0"]
+
+
+def test_a_task_is_marked_ended_only_if_no_workflow_wrote_it_since_it_was_read(any_engine: Engine) -> None:
+    save_snapshot(any_engine, snapshot("a", version=3))
+    save_snapshot(any_engine, snapshot("a", version=5))  # a new run of the task wrote it
+    assert not mark_task(any_engine, "a", status="CANCELLED", reason="terminated", seen_version=3)
+    row = read_task(any_engine, "a", "t1")
+    assert row is not None and (row.status, row.next_run_at) == ("PENDING", T0 + timedelta(hours=1))
+    assert mark_task(any_engine, "a", status="CANCELLED", reason="terminated", seen_version=5)
+    row = read_task(any_engine, "a", "t1")
+    assert row is not None and (row.status, row.status_reason, row.next_run_at) == (
+        "CANCELLED", "terminated", None)

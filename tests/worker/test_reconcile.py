@@ -5,10 +5,12 @@ from __future__ import annotations
 import asyncio
 import uuid
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
+import pytest
 from sqlalchemy import Engine, delete, update
 from sqlmodel import col
-from temporalio.client import WorkflowExecutionStatus
+from temporalio.client import WorkflowExecutionStatus, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
 from scheduling.status import workflow_id
@@ -249,3 +251,41 @@ async def test_a_row_the_reconciler_cannot_read_stops_no_other_repair(
         assert not again.full and again.restarted == [ids[0]]
         for task_id in ids:
             await dev_env.client.get_workflow_handle(workflow_id(task_id)).terminate("done")
+
+
+async def test_a_task_started_again_while_the_reconciler_looks_is_not_marked_ended(
+    dev_env: WorkflowEnvironment, sqlite_engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Its workflow was terminated; a new run of it starts and writes its row between the
+    # reconciler's describe (TERMINATED) and its mark: the live task keeps its row.
+    task_spec = spec(schedule_type="interval", interval_seconds=3600)
+    async with new_worker(dev_env.client, sqlite_engine) as worker:
+        first = await start_task(dev_env, worker.task_queue, task_spec)
+        task_id = first.id.removeprefix("task-")
+
+        async def written(after: datetime | None = None) -> bool:
+            row = read_task(sqlite_engine, task_id, "t1")
+            return row is not None and row.status == "PENDING" and (after is None or row.updated_at != after)
+
+        await until(written)
+        await first.terminate("operator")
+        described_as = WorkflowHandle.describe
+
+        async def describe_then_start_again(self: WorkflowHandle[Any, Any], *args: Any, **kwargs: Any) -> Any:
+            described = await described_as(self, *args, **kwargs)
+            if described.status is WorkflowExecutionStatus.TERMINATED:
+                row = read_task(sqlite_engine, task_id, "t1")
+                assert row is not None
+                await start_task(dev_env, worker.task_queue, task_spec, task_id=task_id)
+                await until(lambda: written(row.updated_at))
+            return described
+
+        monkeypatch.setattr(WorkflowHandle, "describe", describe_then_start_again)
+        reconciler = Reconciler(sqlite_engine, dev_env.client, worker.task_queue, grace=timedelta(0))
+        report = await reconciler.reconcile_once()
+        monkeypatch.setattr(WorkflowHandle, "describe", described_as)
+        live = await dev_env.client.get_workflow_handle(first.id).describe()
+        row = read_task(sqlite_engine, task_id, "t1")
+        await dev_env.client.get_workflow_handle(first.id).terminate("test over")
+    assert live.status is WorkflowExecutionStatus.RUNNING
+    assert task_id not in report.marked and row is not None and row.status == "PENDING", report
