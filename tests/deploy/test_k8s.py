@@ -244,6 +244,22 @@ def test_app_pods_get_settings_the_app_reads(
     assert settings.temporal.address.endswith(":7233")
 
 
+def test_the_api_replicas_share_the_documented_rate_limits(
+    objects: dict[tuple[str, str], dict[str, Any]], example_secret: dict[str, str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Counted per replica in memory: the replicas together give each tenant the defaults.
+    api = objects[("Deployment", "task-scheduler-api")]
+    settings = settings_from(container_env(api, objects, example_secret), monkeypatch)
+    limits = settings.rate_limit
+    assert limits.storage == "memory://"
+    defaults = type(limits)()
+    for name in ("writes", "reads", "auth_failures"):
+        mine, default = getattr(limits, name), getattr(defaults, name)
+        per, unit = mine.split("/")
+        assert f"{int(per) * api['spec']['replicas']}/{unit}" == default, name
+
+
 def test_the_secret_example_holds_no_real_values(example_secret: dict[str, str]) -> None:
     assert set(example_secret) == {"SCHEDULER_DATABASE_URL", "SCHEDULER_METRICS_TOKEN",
                                    "SCHEDULER_SIGNING_KEY"}
