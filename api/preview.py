@@ -116,9 +116,7 @@ class Previews:
             await self.service.calendars.check_change(row.tenant_id, changes, state, now,
                                                       payer=tenant)
         def after_change(skip: SkipRule | None = None) -> list[PreviewFire]:
-            return upcoming(new_spec, task_id=task_id, first=change.next_fire_at,
-                            anchor=change.anchor, limit=limit, runs_left=state.runs_left(new_spec),
-                            skip=skip)
+            return self._after_change(state, new_spec, change, limit, skip)
 
         after = await self._charged(tenant, after_change)
         calendars = await self._calendars(row.tenant_id, new_spec, after)
@@ -167,14 +165,21 @@ class Previews:
 
     @staticmethod
     def _fires(state: TaskState, limit: int, skip: SkipRule | None = None) -> list[PreviewFire]:
-        first = state.next_fire_at
-        # A run sent ahead waits on its worker for its instant: its fire has left next_fire_at
-        # but is still to come (only the newest fire taken is ever sent ahead).
-        taken = state.latest_taken
-        if taken is not None and state.position().instant(taken) in state.waiting:
-            first = taken
+        first = _sent_ahead(state) or state.next_fire_at
         return upcoming(state.spec, task_id=state.task_id, first=first, anchor=state.anchor,
-                        limit=limit, runs_left=state.runs_left(state.spec), skip=skip)
+                        limit=limit, runs_left=_left(state, state.spec, first), skip=skip)
+
+    @staticmethod
+    def _after_change(state: TaskState, new_spec: TaskSpec, change: policy.Change, limit: int,
+                      skip: SkipRule | None = None) -> list[PreviewFire]:
+        """The fires after a change, as the workflow makes it: a run sent ahead that a change
+        of bounds only withdraws gives its fire back, and it runs if the new bounds hold it."""
+        first = change.next_fire_at
+        ahead = None if change.retimed else _sent_ahead(state)
+        if ahead is not None and (new_spec.end_date is None or ahead <= new_spec.end_date):
+            first = ahead
+        return upcoming(new_spec, task_id=state.task_id, first=first, anchor=change.anchor,
+                        limit=limit, runs_left=_left(state, new_spec, first), skip=skip)
 
     async def _out(self, tenant_id: str, spec: TaskSpec, fires: list[PreviewFire], *,
                    besides: str | None) -> PreviewOut:
@@ -188,13 +193,25 @@ class Previews:
         return PreviewOut(description=describe(spec), fires=fires, warnings=warnings)
 
 
-def on_resume_now(state: TaskState) -> ResumePreview:
-    """What a resume now would decide for each choice, as the workflow decides it."""
-    now = datetime.now(UTC)
-    # A paused task's runs still in flight have started (the pause withdrew the others); they
-    # are counted as the user's, which the overlap policy meets.
-    going = len(state.running)
-    flight = policy.Flight(total=going, started=going, user_started=going)
+def _sent_ahead(state: TaskState) -> datetime | None:
+    """The fire of a run sent ahead that waits on its worker for its instant: it has left
+    next_fire_at but is still to come (only the newest fire taken is ever sent ahead)."""
+    taken = state.latest_taken
+    return taken if taken is not None and state.position().instant(taken) in state.waiting else None
+
+
+def _left(state: TaskState, spec: TaskSpec, first: datetime | None) -> int | None:
+    """The scheduled runs max_runs leaves to list from ``first``: a run sent ahead is in flight
+    and listed too."""
+    left = state.runs_left(spec)
+    return left + 1 if left is not None and first is not None and first == _sent_ahead(state) else left
+
+
+def on_resume_now(state: TaskState, now: datetime | None = None) -> ResumePreview:
+    """What a resume at ``now`` (default: now) would decide for each choice, as the workflow
+    decides it."""
+    now = now or datetime.now(UTC)
+    flight = state.flight()  # as the workflow last counted its runs in flight
     position = state.position()
     return ResumePreview(as_of=now, skip=decide_resume(position, flight, ResumeMissed.SKIP, now),
                          policy=decide_resume(position, flight, ResumeMissed.POLICY, now))

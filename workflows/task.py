@@ -90,6 +90,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.state import (
         Backfill,
         BackfillRequest,
+        InFlight,
         ReplayRequest,
         TaskState,
         TaskWorkflowInput,
@@ -492,6 +493,9 @@ class TaskWorkflow:
         left it out), and the own instant of the oldest run sent or queued and not started."""
         back = GIVE_BACK if self._runs.reported else frozenset()
         self._state.running, self._state.waiting = self._runs.ids(), self._runs.coming(back)
+        flight = self._runs.flight(workflow.now())
+        self._state.in_flight = InFlight(scheduled=flight.scheduled, started=flight.started,
+                                         user_started=flight.user_started)
         if self._current:
             state = self._state
             queued = [policy.aimed_instant(state.spec, state.task_id, run.scheduled_at, run.trigger)
