@@ -321,8 +321,11 @@ def close_pause(pos: Position, flight: Flight, now: datetime, *, queued_missed: 
 
 
 def _missed_reason(pos: Position, fire: datetime, now: datetime, over: SkipReason) -> SkipReason:
+    """Why a fire of more than a pass is skipped: as a pass would say it (decide_due)."""
     if _in_pause(pos, fire):
         return SkipReason.PAUSED
+    if pos.verdict(fire).excluded:
+        return SkipReason.CALENDAR
     if outside_catchup_window(pos.spec, fire, now):
         return SkipReason.OUTSIDE_WINDOW
     return over

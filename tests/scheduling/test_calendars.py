@@ -85,3 +85,20 @@ def test_the_policy_engine_runs_a_shifted_fire_at_its_new_instant_only() -> None
     assert decide_due(pos, Flight(), fire + timedelta(seconds=1)).start == []
     due = decide_due(pos, Flight(), at(date(2026, 8, 3)))
     assert [run.scheduled_at for run in due.start] == [fire] and not due.skipped
+
+
+@pytest.mark.parametrize("missed", ["skip", "catchup"])
+def test_more_fires_due_than_a_pass_takes_are_skipped_calendar_on_an_excluded_date(missed: str) -> None:
+    # Every minute for six hours (more than a pass), across midnight into an excluded day.
+    start = datetime(2030, 1, 1, 23, 0, tzinfo=BERLIN).astimezone(UTC)
+    spec = TaskSpec.model_validate({
+        "task_name": "t", "job_details": {"type": "handler", "name": "noop"}, "schedule_type": "cron",
+        "cron": "* * * * *", "timezone": "Europe/Berlin", "missed_run_policy": missed,
+        "exclude_calendars": [{"calendar_id": "c"}]})
+    pos = Position(spec=spec, task_id="t", anchor=start, next_fire_at=start + timedelta(minutes=1),
+                   calendar=plan(*spec.exclude_calendars, dates={"c": [date(2030, 1, 2)]}))
+    due = decide_due(pos, Flight(), start + timedelta(hours=6))
+    assert due.more
+    excluded = {reason for fire, reason in due.skipped if fire.astimezone(BERLIN).date() == date(2030, 1, 2)}
+    others = {reason for fire, reason in due.skipped if fire.astimezone(BERLIN).date() != date(2030, 1, 2)}
+    assert excluded == {SkipReason.CALENDAR} and SkipReason.CALENDAR not in others, (excluded, others)
