@@ -2,8 +2,10 @@
 
 A handler is ``async def handler(ctx: HandlerContext) -> Any``. A plain function works too: it
 runs on a thread of its own (PLAIN_THREADS of them), so a blocking one never holds the worker's
-event loop, which every tenant's runs share; a run that times out leaves it running there to its
-end, as nothing can stop a thread. Register it in your package's metadata::
+event loop, which every tenant's runs share. It beats with ``ctx.heartbeat`` (the activity's own
+``heartbeat`` needs the loop). A run that times out leaves it running on its thread to its end,
+as nothing can stop a thread: plain functions that hang fill the threads for every tenant, so
+one that may block long should be async. Register it in your package's metadata::
 
     [project.entry-points."task_scheduler.handlers"]
     send_digest = "myapp.jobs:send_digest"

@@ -33,6 +33,8 @@ SPARED_UNTAKEN = 8  # a run a pause spared, found untaken, goes back to the paus
 CALENDARS_CHANGED = 9  # a calendar read records only the calendars changed since the last one
 PAUSE_KEEPS_SPARE = 9  # a run a pause spared stays the pause's when a later withdrawal spares it
 CANCEL_TRIPS_NOTHING = 10  # a run that fails as its task is cancelled trips no breaker
+NAME_FITS = 10  # TaskName shows as much of the name as fits (attributes.shown_name)
+CANCELLED_RUNNING = 10  # a run cancelled while running, its start report lost, is recorded so
 
 
 class RunOptions(BaseModel):

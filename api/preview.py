@@ -211,7 +211,7 @@ def on_resume_now(state: TaskState, now: datetime | None = None) -> ResumePrevie
     """What a resume at ``now`` (default: now) would decide for each choice, as the workflow
     decides it."""
     now = now or datetime.now(UTC)
-    flight = state.flight()  # as the workflow last counted its runs in flight
+    flight = state.in_flight  # as the workflow last counted its runs in flight
     position = state.position()
     return ResumePreview(as_of=now, skip=decide_resume(position, flight, ResumeMissed.SKIP, now),
                          policy=decide_resume(position, flight, ResumeMissed.POLICY, now))

@@ -311,13 +311,11 @@ class TaskService:
                 f"task_name {task_name!r} does not match task {task_id} (named {row.name!r})",
                 field="task_name",
             )
-        if request_id is not None and row.status == TaskStatus.CANCELLED:
-            # A retry under the key of a cancel whose answer was lost (a 504) that the workflow
-            # took after all: its answer.
-            done = await self.temporal.cancelled_by(task_id, request_id)
-            if done is not None:
-                return self._out(done)
-        self._refuse_final(row)
+        if request_id is None or row.status != TaskStatus.CANCELLED:
+            self._refuse_final(row)
+        # Else a retry under its key of a cancel whose answer was lost (a 504) may have been
+        # taken after all: Temporal answers an update id a workflow took with its outcome, the
+        # workflow closed or not (an id it did not take: 409, it has ended).
         self.active_counts.forget(row.tenant_id)  # the task's tenant (an admin may cancel another's)
         return self._out(await self.temporal.cancel(task_id, reason, who.key_id, request_id=request_id))
 

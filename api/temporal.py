@@ -143,17 +143,6 @@ class TemporalGateway:
         return await self._update(task_id, TaskWorkflow.cancel_update, reason, actor,
                                   request_id=request_id, timeout=CANCEL_TIMEOUT)
 
-    async def cancelled_by(self, task_id: str, request_id: str) -> TaskState | None:
-        """What the cancel of ``request_id`` answered, if the task's workflow took it (its
-        answer lost to a timeout, say); None if it did not, or Temporal cannot tell."""
-        handle = self.client.get_workflow_handle(workflow_id(task_id)).get_update_handle(
-            _update_id(TaskWorkflow.cancel_update, request_id), result_type=TaskState)
-        try:
-            answer: TaskState = await handle.result(rpc_timeout=UPDATE_TIMEOUT)
-        except (RPCError, WorkflowUpdateFailedError, WorkflowUpdateRPCTimeoutOrCancelledError):
-            return None
-        return answer
-
     async def pause(self, task_id: str, reason: str | None, actor: str | None = None, *,
                     request_id: str | None = None) -> TaskState:
         """Pause the task."""

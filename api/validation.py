@@ -82,7 +82,7 @@ async def validate_new_task(
     _check_durations(spec, before)
     if before is None:
         _check_first_fire(spec, now)  # a change: its workflow checks the schedule it leaves
-    await _check_targets(spec, rules, caller)
+    await _check_targets(spec, rules, caller, before)
     _check_quota(spec, usage, rules.gaps, now=now, body_size=body_size, before=before)
     _check_workflow_job(spec, usage.quota, rules.workflow_jobs)
 
@@ -112,7 +112,8 @@ def _check_first_fire(spec: TaskSpec, now: datetime) -> None:
         raise InvalidTask(message, field=name)
 
 
-async def _check_targets(spec: TaskSpec, rules: TaskRules, caller: str) -> None:
+async def _check_targets(spec: TaskSpec, rules: TaskRules, caller: str,
+                         before: TaskSpec | None = None) -> None:
     """Refuse a URL the egress guard blocks, or a handler this deployment does not have."""
     job = spec.job_details
     if isinstance(job, HttpJob):
@@ -125,7 +126,10 @@ async def _check_targets(spec: TaskSpec, rules: TaskRules, caller: str) -> None:
             f"job_details.name: no handler named {job.name!r} is registered (known: {known})",
             field="job_details.name",
         )
-    if isinstance(job, HandlerJob) and (check := rules.handler_args.get(job.name)) is not None:
+    # A job's arguments are judged when they are given: a change of something else keeps
+    # the ones the task was accepted with.
+    judged = before is None or before.job_details != job
+    if isinstance(job, HandlerJob) and judged and (check := rules.handler_args.get(job.name)) is not None:
         try:
             check(job.args)
         except (ValueError, TypeError) as exc:

@@ -239,7 +239,9 @@ def decide_due(pos: Position, flight: Flight, now: datetime, *, queued_missed: b
         if len(ahead) > keep:
             result.more = True
             over = SkipReason.CATCHUP_CAP if policy is MissedRunPolicy.CATCHUP else SkipReason.MISSED
-            result.skipped = [(f, _missed_reason(pos, f, now, over)) for f in due]
+            # Each for the reason a pass would give it (a date the calendars exclude too).
+            result.skipped = [(f, SkipReason.CALENDAR if pos.verdict(f).excluded and not _in_pause(pos, f)
+                               else _missed_reason(pos, f, now, over)) for f in due]
             result.taken = due[-1]
             return result
         due += ahead
@@ -321,11 +323,8 @@ def close_pause(pos: Position, flight: Flight, now: datetime, *, queued_missed: 
 
 
 def _missed_reason(pos: Position, fire: datetime, now: datetime, over: SkipReason) -> SkipReason:
-    """Why a fire of more than a pass is skipped: as a pass would say it (decide_due)."""
     if _in_pause(pos, fire):
         return SkipReason.PAUSED
-    if pos.verdict(fire).excluded:
-        return SkipReason.CALENDAR
     if outside_catchup_window(pos.spec, fire, now):
         return SkipReason.OUTSIDE_WINDOW
     return over

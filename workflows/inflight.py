@@ -137,6 +137,9 @@ class RunsInFlight:
         self.untaken_spared = False
         # Whether a pause keeps what it spared until the resume (from the release too).
         self.pause_keeps_spare = False
+        # Whether a run a jobs worker ends CancelledWhileRunning is a cancelled run (from the
+        # release too: older runs recorded it as a failed one, and replay so).
+        self.knows_cancelled_running = False
         self._cancelled_in: int | None = None  # the history length when a cancel was last sent
         self._sending: asyncio.Task[None] | None = None  # the timer that sends them
 
@@ -474,7 +477,7 @@ class RunsInFlight:
             details = (JobFailureDetails.of(cause.details)
                        if isinstance(cause, ApplicationError) else None)
             unstarted = not flying.started if self.reported else workflow.now() < flying.instant
-            if kind == JobFailure.CANCELLED_RUNNING:
+            if kind == JobFailure.CANCELLED_RUNNING and self.knows_cancelled_running:
                 # Cancelled while its job ran, the start report lost on the way: it ran.
                 kind, unstarted = None, False
                 cause = CancelledError("cancelled while running")

@@ -15,7 +15,7 @@ from temporalio.common import RetryPolicy, SearchAttributeUpdate
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
-    from activities.options import NEXT_RUN_KEPT, QUIET_STATUS
+    from activities.options import NAME_FITS, NEXT_RUN_KEPT, QUIET_STATUS
     from activities.payloads import NOTIFY, RECORD, Notification, Record
     from config.temporal import task_priority
     from scheduling import policy
@@ -285,7 +285,8 @@ class TaskRecord:
         status = attributes.shown_status(now.status, with_runs=self.release < QUIET_STATUS)
         if current.get(attributes.TASK_STATUS) != status:
             updates.append(attributes.TASK_STATUS.value_set(status))
-        name = attributes.shown_name(now.name)
+        # Workflow runs of older releases upserted the whole name (a too long one failed them).
+        name = attributes.shown_name(now.name) if self.release >= NAME_FITS else now.name
         if current.get(attributes.TASK_NAME) != name:
             updates.append(attributes.TASK_NAME.value_set(name))
         if current.get(attributes.SCHEDULE_TYPE) != now.schedule_type:

@@ -118,14 +118,6 @@ class Backfill(BaseModel):
                 "left": len(self.pending)}
 
 
-class InFlight(BaseModel):
-    """The runs in flight as the policy counts them (``policy.Flight``), shown for previews."""
-
-    scheduled: int = 0  # runs of the schedule (max_runs counts them)
-    started: int = 0  # runs whose job started
-    user_started: int = 0  # of those, runs not started by the missed-run policy
-
-
 class LastRun(BaseModel):
     """The most recent finished run."""
 
@@ -168,7 +160,7 @@ class TaskState(BaseModel):
     cancelled_count: int = 0
     consecutive_failures: int = 0
     running: list[str] = Field(default_factory=list, description="execution ids in flight")
-    in_flight: InFlight = Field(default_factory=InFlight, description="how the policy counts them")
+    in_flight: Flight = Field(default_factory=Flight, description="how the policy counts them")
     waiting: list[datetime] = Field(
         default_factory=list, description="instants of the runs sent ahead of them whose fires "
         "are still to run (withdrawn ones too while their fires go back to the schedule)")
@@ -345,16 +337,10 @@ class TaskState(BaseModel):
         return min((i for i in [*self.waiting, self.next_instant()] if i is not None and i > now),
                    default=None)
 
-    def flight(self) -> Flight:
-        """The runs in flight as the workflow last counted them."""
-        shown = self.in_flight
-        return Flight(total=len(self.running), scheduled=shown.scheduled, started=shown.started,
-                      user_started=shown.user_started)
-
     def runs_left(self, spec: TaskSpec) -> int | None:
         """Scheduled runs ``spec``'s max_runs still allows the task, beyond those it has run,
         those in flight and those queued (``policy.runs_left``)."""
-        return runs_left(replace(self.position(), spec=spec), self.flight())
+        return runs_left(replace(self.position(), spec=spec), self.in_flight)
 
     def position(self) -> Position:
         """Where the schedule stands, for the policy engine."""

@@ -31,6 +31,7 @@ with workflow.unsafe.imports_passed_through():
         CALENDARS_CHANGED,
         CANCEL_FIRST,
         CANCEL_TRIPS_NOTHING,
+        CANCELLED_RUNNING,
         DELAY_GOES_ON,
         HELD_KEPT,
         HERD_BEAT,
@@ -90,7 +91,6 @@ with workflow.unsafe.imports_passed_through():
     from workflows.state import (
         Backfill,
         BackfillRequest,
-        InFlight,
         ReplayRequest,
         TaskState,
         TaskWorkflowInput,
@@ -182,6 +182,7 @@ class TaskWorkflow:
         self._runs.withdraws_refused = self._options.release >= REFUSED_WITHDRAWN
         self._runs.untaken_spared = self._options.release >= SPARED_UNTAKEN
         self._runs.pause_keeps_spare = self._options.release >= PAUSE_KEEPS_SPARE
+        self._runs.knows_cancelled_running = self._options.release >= CANCELLED_RUNNING
         if self._options.release >= CANCEL_FIRST:
             self._runs.cancels_first = True
             self._runs.held = self._record.holding
@@ -493,9 +494,7 @@ class TaskWorkflow:
         left it out), and the own instant of the oldest run sent or queued and not started."""
         back = GIVE_BACK if self._runs.reported else frozenset()
         self._state.running, self._state.waiting = self._runs.ids(), self._runs.coming(back)
-        flight = self._runs.flight(workflow.now())
-        self._state.in_flight = InFlight(scheduled=flight.scheduled, started=flight.started,
-                                         user_started=flight.user_started)
+        self._state.in_flight = self._runs.flight(workflow.now())
         if self._current:
             state = self._state
             queued = [policy.aimed_instant(state.spec, state.task_id, run.scheduled_at, run.trigger)

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from activities.handlers import args_check, load_handlers
 from api.errors import ApiError, InvalidTask, PayloadTooLarge, QuotaExceeded
 from api.validation import TaskRules, TenantUsage, validate_new_task
 from outbound.egress import EgressPolicy, static_resolver
@@ -137,3 +138,18 @@ async def test_a_window_widened_past_its_runs_is_held_to_the_minimum_interval() 
     await validate_new_task(spec(**{**cron, "cron": "0 * * * *"}, end_date=NOW + timedelta(days=1)),
                             TenantUsage(Quota(min_interval_seconds=7200)), RULES, now=NOW,
                             before=hourly)
+
+
+async def test_a_handlers_arguments_are_judged_when_they_are_given_not_at_every_change() -> None:
+    rules = TaskRules(frozenset({"sleep"}), EgressPolicy(resolver=static_resolver({})),
+                      handler_args={"sleep": args_check(load_handlers()["sleep"])})  # type: ignore[dict-item]
+    odd = spec(job_details={"type": "handler", "name": "sleep", "args": {"seconds": "soon"}})
+    with pytest.raises(InvalidTask) as refused:
+        await validate_new_task(odd, TenantUsage(Quota()), rules, now=NOW)
+    assert refused.value.field == "job_details.args"
+    # A task accepted before the check came: a rename keeps its arguments as they were.
+    await validate_new_task(odd.model_copy(update={"task_name": "renamed"}), TenantUsage(Quota()),
+                            rules, now=NOW, before=odd)
+    with pytest.raises(InvalidTask):  # but arguments given again are judged
+        await validate_new_task(odd, TenantUsage(Quota()), rules, now=NOW,
+                                before=spec(job_details={"type": "handler", "name": "sleep"}))
