@@ -153,9 +153,8 @@ async def test_after_a_jobs_worker_outage_another_tenants_run_starts_among_the_f
             async with build_jobs_worker(client, task_queue=queue, activities=activities()):
                 await _until(lambda: "quiet" in order.ran, "the quiet tenant's run never ran")
     # Handed out by tenant it came 1st to 10th on a quiet machine (three runs: the worker
-    # starts the runs it took together), 21st to 28th with the machine loaded three times over
-    # (its run reaches the queue later behind the others' dispatches); in queue order it comes
-    # after 71 to 76 loud ones.
+    # starts the runs it took together), 21st to 28th with three copies of this test at once;
+    # in queue order it comes after 71 to 76 loud ones.
     assert order.ran.index("quiet") < LOUD_TASKS // 2, order.ran
 
 
