@@ -14,6 +14,10 @@ paused run no jobs worker took (with `max_runs` 2), saved the same way.
 `asked_while_paused-*.json` is its scenario where a run is asked for during the pause, and
 `given_back_after_resume-*.json` the one where the schedule changes during the pause and a
 stopping jobs worker gives the run back after the resume, both saved the same way.
+Two release-9 histories keep release 10's gates honest: `failed_at_cancel-*-release9.json` is
+`failed_at_cancel` run on the code of release 9 (it ends auto-paused, so without its check), and
+`long_name-*-release9.json` a task named and renamed with 100 emoji (over 1 KiB as `TaskName`),
+run with `activities.options.RELEASE` set to 9.
 
 Each scenario gets a fresh time-skipping server. A run dispatched ahead waits for its instant
 on the worker's (real) clock, and the server's clock is ahead of it by every skip so far: so

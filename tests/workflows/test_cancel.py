@@ -12,6 +12,7 @@ import pytest
 from sqlalchemy import Engine
 from temporalio.testing import WorkflowEnvironment
 
+from activities import options
 from activities.handlers import HandlerContext
 from activities.options import RunOptions
 from activities.starts import StartReports
@@ -206,6 +207,31 @@ async def test_a_cancelled_run_whose_start_report_is_late_or_lost_is_recorded_ca
     assert (row.status, row.error, row.finished_at is not None, final.status, final.run_count,
             final.cancelled_count) == (
         "CANCELLED", "cancelled while running", True, TaskStatus.CANCELLED, 1, 1), row
+
+
+async def test_a_release_9_run_records_a_lost_start_reports_cancel_as_it_always_did(
+    dev_env: WorkflowEnvironment, sqlite_engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Runs of release 9 replay their histories as they recorded them: the jobs worker's
+    # CancelledWhileRunning is a failed run there (release 10 records it cancelled).
+    async def lost(self: StartReports, handle: Any, start: Any) -> bool:
+        await asyncio.sleep(UNTAKEN_AFTER.total_seconds())
+        return False
+
+    monkeypatch.setattr(StartReports, "_send", lost)
+    monkeypatch.setattr(options, "RELEASE", 9)  # what the workflows worker answers its runs
+    blocker = Blocker()
+    task = spec(schedule_type="once", run_at=datetime.now(UTC) + timedelta(seconds=2),
+                job_details=handler_job("block"), heartbeat_timeout_seconds=2)
+    async with new_worker(dev_env.client, sqlite_engine, handlers={"block": blocker}) as worker:
+        handle = await start_task(dev_env, worker.task_queue, task, release=9)
+        await asyncio.wait_for(blocker.started.wait(), timeout=30)
+        await asyncio.sleep(0.5)
+        await handle.execute_update(TaskWorkflow.cancel_update, "stop")
+        final = await asyncio.wait_for(handle.result(), timeout=30)
+    [row] = executions(sqlite_engine, final.task_id)
+    assert (row.status, row.error, final.failure_count) == (
+        "FAILED", "CancelledWhileRunning: cancelled while running", 1), row
 
 
 async def test_a_failed_attempt_cancelled_while_its_lost_start_report_is_awaited_is_recorded_failed(
