@@ -27,6 +27,7 @@ from scheduling.preview import (
 from scheduling.resume import ResumeChoice, decide_resume
 from scheduling.spec import TaskChanges, TaskSpec
 from scheduling.status import FINAL_STATUSES, ResumeMissed, TaskStatus
+from store.models import Task
 from store.quotas import quota_for
 from store.upcoming import tasks_running_next_at
 from workflows.state import TaskState
@@ -88,7 +89,7 @@ class Previews:
         # The service's own reads and refusals: a change is previewed on update's terms.
         row = await self.service._row(who, task_id)
         self.service._refuse_final(row)
-        spec = TaskSpec.model_validate(row.spec)
+        spec = _stored_spec(row)
         try:
             new_spec = changes.apply_to(spec)
         except ValidationError as exc:  # as update answers it
@@ -133,7 +134,7 @@ class Previews:
     async def of_task(self, who: Principal, task_id: str, *, limit: int) -> PreviewOut:
         """A saved task's upcoming fires, from where its workflow stands."""
         row = await self.service._row(who, task_id)
-        spec = TaskSpec.model_validate(row.spec)
+        spec = _stored_spec(row)
         if TaskStatus(row.status) in FINAL_STATUSES:
             return PreviewOut(description=describe(spec), fires=[],
                               warnings=[f"the task has ended ({row.status}): it fires no more"])
@@ -191,6 +192,16 @@ class Previews:
         if herd is not None:
             warnings.append(herd)
         return PreviewOut(description=describe(spec), fires=fires, warnings=warnings)
+
+
+def _stored_spec(row: Task) -> TaskSpec:
+    """The task's spec as its row holds it (409 if this release refuses what an older one
+    stored: a preview of it is no answer, not a server error)."""
+    try:
+        return TaskSpec.model_validate(row.spec)
+    except ValidationError as exc:
+        raise TaskConflict(f"task {row.id}'s stored spec is not valid in this release: "
+                           f"{_first_error(exc)}") from exc
 
 
 def _sent_ahead(state: TaskState) -> datetime | None:

@@ -9,7 +9,9 @@ from typing import Any
 import httpx
 import pytest
 from cryptography.fernet import Fernet
+from sqlalchemy import select, update
 
+from store.models import TASK_TABLE
 from tests.api.conftest import Stack, serve_api
 from tests.ui.tasks import XSS_NAME, create, ran_and_paused, sign_in
 
@@ -150,3 +152,22 @@ async def test_task_page_shows_the_schedule_in_words_and_the_upcoming_fires(stac
     assert "<dt>In words</dt><dd>At 03:00, every day, in Europe/Berlin</dd>" in page
     upcoming = page.split('<table id="upcoming">', 1)[1].split("</table>", 1)[0]
     assert upcoming.count("T03:00:00+0") == 5  # the next five fires, in Berlin time
+
+
+async def test_a_task_whose_stored_spec_this_release_refuses_still_has_its_page(stack: Stack) -> None:
+    # A spec an older release stored and this one refuses (a job header now reserved): its
+    # previews answer 409, and its page shows it without them, never a 500.
+    async with stack.client("t1") as api:
+        created = await api.post("/task/recurring", json={
+            "task_name": "old spec", "job_details": {"type": "http", "url": "https://example.com/hook"},
+            "schedule_type": "interval", "interval_seconds": 3600})
+        task_id = created.json()["task_id"]
+        with stack.engine.begin() as connection:
+            row = connection.execute(select(TASK_TABLE.c.spec).where(TASK_TABLE.c.id == task_id)).one()
+            spec = {**row.spec, "job_details": {**row.spec["job_details"], "headers": {"traceparent": "x"}}}
+            connection.execute(update(TASK_TABLE).where(TASK_TABLE.c.id == task_id).values(spec=spec))
+        upcoming = await api.get(f"/tasks/{task_id}/upcoming")
+        assert upcoming.status_code == 409 and "not valid in this release" in upcoming.text, upcoming.text
+    async with sign_in(stack.base_url, stack.keys["t1"]) as browser:
+        page = await browser.get(f"/ui/tasks/{task_id}")
+    assert page.status_code == 200 and "old spec" in page.text
