@@ -165,7 +165,7 @@ def _runs_table(page: dict[str, Any], *, with_task: bool = False) -> str:
     rows = [
         ([r.get("task_name") or r["task_id"]] if with_task else [])
         + [r["id"], _when(r["scheduled_at"]), r["trigger"], r["status"], str(r["attempts"]),
-           _millis(r["scheduled_at"], r.get("started_at")),
+           _millis(r.get("instant") or r["scheduled_at"], r.get("started_at")),  # jitter is no lateness
            _millis(r.get("started_at"), r.get("finished_at")), _outcome(r)]
         for r in page["items"]
     ]

@@ -16,7 +16,7 @@ def resume_lines(on_resume: dict[str, Any], limit: int) -> str:
         lines.append(f"  --missed {missed + ':':8}{_sum(choice)}")
     policy = on_resume["policy"]
     listed = policy["fires"][-limit:]
-    lines += [f"    {shown(f['scheduled_at'])}  {_what(f)}" for f in listed]
+    lines += [f"    {shown(f['scheduled_at'])}  {shown(_what(f))}" for f in listed]
     older = policy["more"] + len(policy["fires"]) - len(listed)
     if older:
         lines.append(f"    ({older} older not listed)")

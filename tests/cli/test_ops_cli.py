@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 
+from cli import ops
 from tests.api import conftest as api_conftest
 from tests.api.conftest import Stack
 
@@ -233,3 +234,12 @@ async def test_show_prints_the_schedule_in_words_and_the_upcoming_fires(cli: Cli
     assert len(shown["upcoming"]["fires"]) == 2
     code, _, err = await cli("tasks", "show", task_id, "--limit", "0")
     assert code == 1 and "limit" in err
+
+
+def test_a_runs_lateness_counts_from_its_instant_not_its_jittered_schedule() -> None:
+    run = {"id": "t:1", "task_id": "t", "scheduled_at": "2026-12-07T10:00:00+00:00",
+           "instant": "2026-12-07T10:04:00+00:00", "started_at": "2026-12-07T10:04:00.050000+00:00",
+           "finished_at": "2026-12-07T10:04:01.050000+00:00", "trigger": "schedule",
+           "status": "COMPLETED", "attempts": 1, "http_status": 200}
+    table = ops._runs_table({"items": [run], "next_cursor": None})
+    assert " 50ms " in table and "240050ms" not in table, table
