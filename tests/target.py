@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import json
 from collections import Counter
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -123,3 +125,24 @@ class TargetServer(LocalServer):
         if parts[0] == "hang":
             await self._closing.wait()
         return web.json_response({"ok": True, "path": request.path})
+
+
+@asynccontextmanager
+async def hook_comes_up(port: int) -> AsyncIterator[list[str]]:
+    """A target that comes up on ``port`` (where nothing listened, so runs failed): it answers
+    ``POST /hook`` 200 and notes each request's Idempotency-Key, in the list it yields."""
+    keys: list[str] = []
+
+    async def hook(request: web.Request) -> web.Response:
+        keys.append(request.headers["Idempotency-Key"])
+        return web.json_response({"ok": True})
+
+    app = web.Application()
+    app.router.add_post("/hook", hook)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    try:
+        yield keys
+    finally:
+        await runner.cleanup()

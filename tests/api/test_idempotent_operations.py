@@ -11,7 +11,6 @@ from typing import Any, TypeVar
 
 import httpx
 import pytest
-from aiohttp import web
 from sqlalchemy import update
 from temporalio.api.common.v1 import WorkflowExecution
 from temporalio.api.workflowservice.v1 import DeleteWorkflowExecutionRequest
@@ -25,7 +24,7 @@ from tests.api.conftest import Stack, serve_api
 from tests.api.test_e2e import iso, wait_for_status
 from tests.conftest import new_worker
 from tests.faults.processes import free_port
-from tests.target import TargetServer
+from tests.target import TargetServer, hook_comes_up
 from workflows.state import TaskState
 
 T = TypeVar("T")
@@ -179,25 +178,12 @@ async def test_a_replay_whose_answer_timed_out_answers_its_retry_as_done(
             key = _key()
             lost = await api.post(f"/dead-letters/{execution_id}/replay", headers=key)
             assert lost.status_code == 504, lost.text
-            hits: list[str] = []
-
-            async def hook(request: web.Request) -> web.Response:
-                hits.append(request.headers["Idempotency-Key"])
-                return web.json_response({"ok": True})
-
-            app = web.Application()
-            app.router.add_post("/hook", hook)
-            runner = web.AppRunner(app)
-            await runner.setup()
-            await web.TCPSite(runner, "127.0.0.1", port).start()
-            try:
-                async with new_worker(stack.env.client, stack.engine, task_queue=queue):
-                    await wait_for_status(api, task_id, {"COMPLETED"})
-                    retried = await api.post(f"/dead-letters/{execution_id}/replay", headers=key)
-                    await asyncio.sleep(3)  # a second run would show here
-                    rows = (await api.get(f"/tasks/{task_id}/executions")).json()["items"]
-            finally:
-                await runner.cleanup()
+            async with hook_comes_up(port) as hits, new_worker(
+                    stack.env.client, stack.engine, task_queue=queue):
+                await wait_for_status(api, task_id, {"COMPLETED"})
+                retried = await api.post(f"/dead-letters/{execution_id}/replay", headers=key)
+                await asyncio.sleep(3)  # a second run would show here
+                rows = (await api.get(f"/tasks/{task_id}/executions")).json()["items"]
     assert retried.status_code == 202, retried.text
     assert (retried.json()["id"], retried.json()["dead_letter"]) == (execution_id, "replayed")
     assert hits == [execution_id] and [(r["status"], r["dead_letter"]) for r in rows] == [

@@ -9,14 +9,13 @@ from typing import Any
 
 import httpx
 import pytest
-from aiohttp import web
 
 from api.temporal import TemporalGateway
 from store.tasks import get_execution, list_executions
 from tests.api.conftest import ON_BOTH_DATABASES, Stack
 from tests.api.test_e2e import iso, wait_for_status
 from tests.faults.processes import free_port
-from tests.target import TargetServer
+from tests.target import TargetServer, hook_comes_up
 
 
 async def _until(check, timeout: float = 40) -> Any:  # type: ignore[no-untyped-def]
@@ -93,22 +92,9 @@ async def test_replay_of_a_dead_letter_that_now_succeeds_completes_the_task(stac
         final = await wait_for_status(api, task_id, {"FAILED"})
         execution_id = final["last_run"]["execution_id"]
         # The target comes up; the same run, replayed, now succeeds.
-        seen: list[str] = []
-
-        async def hook(request: web.Request) -> web.Response:
-            seen.append(request.headers["Idempotency-Key"])
-            return web.json_response({"ok": True})
-
-        app = web.Application()
-        app.router.add_post("/hook", hook)
-        runner = web.AppRunner(app)
-        await runner.setup()
-        await web.TCPSite(runner, "127.0.0.1", port).start()
-        try:
+        async with hook_comes_up(port) as seen:
             assert (await api.post(f"/dead-letters/{execution_id}/replay")).status_code == 202
             done = await wait_for_status(api, task_id, {"COMPLETED"})
-        finally:
-            await runner.cleanup()
         assert done["last_run"]["execution_id"] == execution_id
         runs = (await api.get(f"/tasks/{task_id}/executions")).json()["items"]
         # The replay is the same run again: its row keeps its trigger and says it was replayed,
