@@ -40,6 +40,17 @@ class DevStack:
         self.log = data_dir / "dev.log"
 
     def start(self) -> None:
+        """Start ``task-scheduler dev``; again on new ports if the Temporal dev server lost a
+        port it picked for itself to another test's process meanwhile (it binds its own
+        services' ports after choosing them)."""
+        for _ in range(3):
+            if self._started():
+                return
+            assert "address already in use" in self.log.read_text(), self.log.read_text()[-3000:]
+            self.api_port, self.temporal_port, self.ui_port = _free_port(), _free_port(), _free_port()
+        raise AssertionError("the dev stack never got its ports: " + self.log.read_text()[-3000:])
+
+    def _started(self) -> bool:
         env = {
             **os.environ,
             "SCHEDULER_DATA_DIR": str(self.data_dir),
@@ -59,9 +70,11 @@ class DevStack:
         )
         deadline = time.monotonic() + 90
         while "Press Ctrl-C to stop" not in self.log.read_text()[offset:]:
-            assert self.process.poll() is None, self.log.read_text()[-3000:]
+            if self.process.poll() is not None:
+                return False
             assert time.monotonic() < deadline, self.log.read_text()[-3000:]
             time.sleep(0.2)
+        return True
 
     def stop(self, sig: int = signal.SIGINT) -> int:
         assert self.process is not None
