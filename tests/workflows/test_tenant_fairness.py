@@ -12,10 +12,13 @@ from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import Engine, func
 from sqlmodel import Session, col, select
+from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
 from activities.handlers import HandlerContext
+from activities.options import RunOptions
 from outbound.egress import EgressPolicy, guarded_client
+from scheduling.status import workflow_id
 from store.models import Task
 from tests.conftest import new_worker
 from tests.target import TargetServer
@@ -132,30 +135,50 @@ async def test_after_a_workflow_worker_outage_another_tenants_fire_is_decided_am
     assert order.ran.index("quiet") < LOUD_TASKS // 10, order.ran
 
 
+# The jobs worker's runs are sent this long ahead of their instants, so that every run waits in
+# the jobs queue, in the order the instants come, before the worker comes back.
+LEAD = 5
+
+
 async def test_after_a_jobs_worker_outage_another_tenants_run_starts_among_the_first(
     dev_env: WorkflowEnvironment, sqlite_engine: Engine
 ) -> None:
     # The jobs worker is down across the instants (for less than the 8 s after which a run no
     # worker took goes to the missed-run policy); the one that comes back takes the backlog.
     client, queue, order = dev_env.client, f"fair-{uuid.uuid4()}", Order()
-    instant = datetime.now(UTC) + timedelta(seconds=15)
+    instant = datetime.now(UTC) + timedelta(seconds=15 + LEAD)
     async with guarded_client(EgressPolicy.from_list(["127.0.0.1"])) as http:
         def activities() -> ActivitySet:
             return build_activities(engine=sqlite_engine, http=http, client=client,
-                                    extra_handlers={"order": order})
+                                    extra_handlers={"order": order},
+                                    run_options=RunOptions(lead_seconds=LEAD))
         async with build_workflow_worker(client, task_queue=queue, activities=activities()):
             await _loud_and_quiet(dev_env, queue, order, instant)
             await _until(lambda: _rows(sqlite_engine, order) == LOUD_TASKS + 1,
                          "the tasks' first workflow tasks never ran")
-            # Every task slept before the instants: the runs are sent in the instants' order.
-            assert datetime.now(UTC) < instant, "setting up took past the instant"
-            await _sleep_until(instant + timedelta(seconds=3))
+            # Every task slept before its run was sent: the runs are sent in the instants' order.
+            assert datetime.now(UTC) < instant - timedelta(seconds=LEAD), \
+                "setting up took past the time the runs are sent"
+            await _sleep_until(instant + timedelta(seconds=2))
+            # On a loaded machine a workflow task takes seconds: the worker must not come back
+            # before the quiet tenant's run is in the queue behind the loud ones.
+            await _every_run_queued(client, order, until=instant + timedelta(seconds=6))
             async with build_jobs_worker(client, task_queue=queue, activities=activities()):
                 await _until(lambda: "quiet" in order.ran, "the quiet tenant's run never ran")
-    # Handed out by tenant it came 1st to 10th on a quiet machine (three runs: the worker
-    # starts the runs it took together), 21st to 28th with three copies of this test at once;
-    # in queue order it comes after 71 to 76 loud ones.
+    # Handed out by tenant it came 2nd alone and 4th to 9th with three copies of this test at
+    # once (the worker starts the runs it took together); in queue order it comes last.
     assert order.ran.index("quiet") < LOUD_TASKS // 2, order.ran
+
+
+async def _every_run_queued(client: Client, order: Order, until: datetime) -> None:
+    """Wait until every task's workflow has sent its run (a pending activity)."""
+    while True:
+        described = await asyncio.gather(*(client.get_workflow_handle(workflow_id(t)).describe()
+                                           for t in order.tenants))
+        if all(d.raw_description.pending_activities for d in described):
+            return
+        assert datetime.now(UTC) < until, "the runs were not all sent before the jobs worker came"
+        await asyncio.sleep(0.2)
 
 
 def _rows(engine: Engine, order: Order) -> int:
