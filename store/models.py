@@ -64,6 +64,9 @@ class TaskFields(SQLModel):
     success_count: int = 0
     failure_count: int = 0
     skipped_count: int = 0
+    # Scheduled runs that ran, as the workflow counts them (max_runs counts these): a backfill
+    # that runs an instant again writes its own trigger over the row of the instant's run.
+    executed: int = Field(default=0, sa_column_kwargs={"server_default": "0"})
     consecutive_failures: int = 0
     next_probe_at: datetime | None = _ts(default=None)
     # The instant of the oldest run due that has neither started nor been decided, as the

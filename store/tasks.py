@@ -402,14 +402,18 @@ def get_execution(engine: Engine, execution_id: str) -> TaskExecution | None:
 
 
 def scheduled_runs_executed(engine: Engine, task_id: str) -> int:
-    """How many of a task's scheduled runs ran (max_runs counts these, not manual ones)."""
+    """How many of a task's scheduled runs ran (max_runs counts these, not manual ones): the
+    more of the count its workflow last wrote on the task row and the rows of such runs. Each
+    may miss some: the row's count a run ended since, the rows a run that a backfill ran
+    again (its row took the backfill's trigger)."""
     with Session(engine) as session:
         query = select(func.count()).select_from(TaskExecution).where(
             col(TaskExecution.task_id) == task_id,
             col(TaskExecution.trigger).in_((Trigger.SCHEDULE, Trigger.CATCHUP)),
             col(TaskExecution.status).in_(RUN_OUTCOMES),
         )
-        return int(session.scalar(query) or 0)
+        counted = session.scalar(select(Task.executed).where(col(Task.id) == task_id))
+        return max(int(session.scalar(query) or 0), counted or 0)
 
 
 def mark_task(engine: Engine, task_id: str, *, status: str, reason: str,

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 from sqlalchemy import Engine
 
 from scheduling.status import DeadLetter
-from store.models import ExecutionRecord
+from store.models import ExecutionRecord, TaskSnapshot
 from store.tasks import get_execution, scheduled_runs_executed, set_dead_letter
 from tests.store.writes import jobs_worker_completed, jobs_worker_started, workflow_rows
 
@@ -121,3 +121,24 @@ def test_a_final_row_without_the_attempts_answer_keeps_the_one_the_jobs_worker_w
     row = get_execution(any_engine, "a:1")
     assert row is not None
     assert (row.status, row.http_status, row.response_snippet) == ("FAILED", 200, "booked")
+
+
+def test_an_instant_a_backfill_ran_again_still_counts_for_max_runs(any_engine: Engine) -> None:
+    def done(instant: datetime, trigger: str) -> ExecutionRecord:
+        return run("COMPLETED", id=f"a:{instant:%H}", scheduled_at=instant, instant=instant,
+                   trigger=trigger, attempts=1, started_at=instant,
+                   finished_at=instant + timedelta(seconds=1))
+
+    later = T0 + timedelta(hours=1)
+    # Two scheduled runs, counted on the task row by the workflow that ran them.
+    counted = TaskSnapshot(task_id="a", tenant_id="t1", name="n", schedule_type="cron",
+                           spec={"cron": "0 * * * *"}, status="PENDING", executed=2,
+                           created_at=T0, updated_at=later, state_version=2)
+    workflow_rows(any_engine, done(T0, "schedule"), done(later, "schedule"), snapshot=counted)
+    # A backfill over both hours runs the first again: its row now says backfill.
+    rerun = done(T0, "backfill").model_copy(update={"started_at": later + timedelta(minutes=5)})
+    jobs_worker_started(any_engine, rerun.model_copy(update={"status": "RUNNING"}))
+    workflow_rows(any_engine, rerun)
+    row = get_execution(any_engine, f"a:{T0:%H}")
+    assert row is not None and row.trigger == "backfill"
+    assert scheduled_runs_executed(any_engine, "a") == 2  # the reconciler's max_runs count

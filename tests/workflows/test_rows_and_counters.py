@@ -100,6 +100,8 @@ async def test_a_replayed_dead_letter_is_no_new_run_and_keeps_its_trigger(
     assert job.calls.count(dead.execution_id) == 2
     assert (final.run_count, final.success_count, final.failure_count) == (3, 3, 0)
     assert final.executed == 3 == scheduled_runs_executed(sqlite_engine, final.task_id)
+    row = read_task(sqlite_engine, final.task_id, "t1")
+    assert row is not None and row.executed == 3  # the workflow's own count, on its row
     assert_counters_match_rows(sqlite_engine, final.task_id)
 
 
