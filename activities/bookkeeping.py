@@ -9,12 +9,13 @@ from sqlalchemy import Engine
 from temporalio import activity
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
-from activities.payloads import RECORD, Record
+from activities.execution_rows import completed_result
+from activities.payloads import COMPLETED_ROW, RECORD, JobResult, Record, RowAsk
 from scheduling.status import workflow_id
 from store.batch import BatchWriter
 from store.events import with_events
 from store.models import ExecutionRecord, TaskSnapshot
-from store.tasks import write_record
+from store.tasks import get_execution, write_record
 
 log = structlog.get_logger("task_scheduler.bookkeeping")
 
@@ -59,6 +60,13 @@ class BookkeepingActivities:
             _log_task_state(record.snapshot)
         for execution in record.executions:
             log_execution(execution)
+
+    @activity.defn(name=COMPLETED_ROW)
+    async def completed_row(self, ask: RowAsk) -> JobResult | None:
+        """What the run's job returned, if its row says it completed (the jobs worker writes
+        that row before the server hears of the attempt's end)."""
+        row = await asyncio.to_thread(get_execution, self._engine, ask.execution_id)
+        return completed_result(row, ask.trigger)
 
     def _submitted(self, run_id: str, record: Record) -> asyncio.Future[None]:
         """The write of ``record`` in the batch writer: the one a given-up attempt left

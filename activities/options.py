@@ -18,7 +18,7 @@ RUN_OPTIONS_TIMEOUT = timedelta(seconds=10)
 # The workflow code's release, recorded with each workflow run's options: a change that may
 # only apply to runs started on it checks it instead of asking a patch, which would cost every
 # new workflow a marker and a search-attribute upsert (docs/upgrades.md lists each release).
-RELEASE = 10
+RELEASE = 11
 # The first release of each change that checks it:
 QUIET_STATUS = 1  # TaskStatus never shows RUNNING; a run sent ahead alone writes no row
 START_RELEASE = 2  # a start input carries its starter's release; from it on, no patch is asked
@@ -35,6 +35,7 @@ PAUSE_KEEPS_SPARE = 9  # a run a pause spared stays the pause's when a later wit
 CANCEL_TRIPS_NOTHING = 10  # a run that fails as its task is cancelled trips no breaker
 NAME_FITS = 10  # TaskName shows as much of the name as fits (attributes.shown_name)
 CANCELLED_RUNNING = 10  # a run cancelled while running, its start report lost, is recorded so
+COMPLETION_READ = 11  # a run whose last attempt timed out after its job started reads its row
 
 
 class RunOptions(BaseModel):

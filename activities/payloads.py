@@ -24,6 +24,8 @@ RUN_STARTED = "run_started"
 # an attempt that timed out with it had run.
 STARTED = "started"
 CLAIM_RUN = "claim_run"
+# What the jobs worker's row of a run says its job returned (a local activity of the workflow).
+COMPLETED_ROW = "completed_row"
 
 
 class JobInput(BaseModel):
@@ -101,6 +103,13 @@ class JobResult(AttemptOutcome):
     """What a successful run returned."""
 
     output: Any = None
+
+
+class RowAsk(BaseModel):
+    """The run whose row the workflow asks about."""
+
+    execution_id: str
+    trigger: Trigger
 
 
 class JobFailureDetails(AttemptOutcome):

@@ -90,7 +90,7 @@ def build_activities(
     options = RunOptionsActivities(run_options or RunOptions())
     calendars = CalendarActivities(engine)
     return ActivitySet(
-        workflow_side=[books.record, notes.notify, options.run_options, calendars.calendar_dates,
+        workflow_side=[books.record, books.completed_row, notes.notify, options.run_options, calendars.calendar_dates,
                        calendars.calendar_changes],
         jobs=[jobs.run_job],
         job_slots=job_slots,

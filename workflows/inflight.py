@@ -21,12 +21,14 @@ from temporalio.exceptions import TimeoutError as TimeoutFailure
 with workflow.unsafe.imports_passed_through():
     from activities.heartbeats import waiting_heartbeat_timeout
     from activities.payloads import (
+        COMPLETED_ROW,
         RUN_JOB,
         STARTED,
         BusyRefusal,
         JobFailureDetails,
         JobInput,
         JobResult,
+        RowAsk,
         RunStart,
     )
     from config.temporal import jobs_queue, task_priority
@@ -49,6 +51,9 @@ with workflow.unsafe.imports_passed_through():
 ATTEMPT_SLACK = timedelta(seconds=15)
 # The withdrawal of a scheduled run no worker reported started in time (policy.untaken).
 UNTAKEN = "untaken"
+# The read of a run's row after its last attempt timed out gives up after this.
+ROW_READ_TIMEOUT = timedelta(seconds=5)
+ROW_READ_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=3)
 # Why a run sent for a schedule since re-timed did not run (withdrawn, or back unrun).
 RESCHEDULED = "rescheduled"
 # The withdrawal of a pause.
@@ -140,6 +145,9 @@ class RunsInFlight:
         # Whether a run a jobs worker ends CancelledWhileRunning is a cancelled run (from the
         # release too: older runs recorded it as a failed one, and replay so).
         self.knows_cancelled_running = False
+        # Whether a run whose last attempt timed out after its job started asks its row
+        # whether the job completed (from the release too: older runs recorded it failed).
+        self.reads_completion = False
         self._cancelled_in: int | None = None  # the history length when a cancel was last sent
         self._sending: asyncio.Task[None] | None = None  # the timer that sends them
 
@@ -502,16 +510,37 @@ class RunsInFlight:
                               reason=flying.unrun(flying.withdrawn))
             elif isinstance(cause, CancelledError):
                 record.status, record.error = ExecutionStatus.CANCELLED, "cancelled while running"
+            elif isinstance(cause, TimeoutFailure) and (done := await self._completed(record, run)):
+                # The attempt's end never reached the server (its worker cut off from it, or
+                # dead after the job): the row the jobs worker wrote says the job completed.
+                record.status, details = ExecutionStatus.COMPLETED, None
+                done.fill(record)
             else:
                 record.status = ExecutionStatus.FAILED
                 record.error = (str(cause) if cause is not None else str(err))[:2000]
             if details:
                 details.fill(record)
-            else:
+            elif record.status is not ExecutionStatus.COMPLETED:
                 record.attempts = _attempts(err, flying, max_attempts)
         flying = self._flying.pop(key)
         if not (flying.ghost and ended.record is None):  # a ghost's fire was decided already
             self.ended.append(ended)
+
+
+    async def _completed(self, record: ExecutionRecord, run: Run) -> JobResult | None:
+        """What the run's job returned, if the jobs worker's row says it completed; None as
+        well when the database does not answer within a few tries (the run is failed then, as
+        before: waiting longer would hold the task's next fires back as overlapping)."""
+        if not self.reads_completion:
+            return None
+        try:
+            done: JobResult | None = await workflow.execute_local_activity(
+                COMPLETED_ROW, RowAsk(execution_id=record.id, trigger=run.trigger),
+                result_type=JobResult, start_to_close_timeout=ROW_READ_TIMEOUT,
+                retry_policy=ROW_READ_RETRY, summary="did the job complete? (its row)")
+        except ActivityError:
+            return None
+        return done
 
 
 def _attempts(err: ActivityError, flying: _Flying, max_attempts: int) -> int:

@@ -32,6 +32,7 @@ with workflow.unsafe.imports_passed_through():
         CANCEL_FIRST,
         CANCEL_TRIPS_NOTHING,
         CANCELLED_RUNNING,
+        COMPLETION_READ,
         DELAY_GOES_ON,
         HELD_KEPT,
         HERD_BEAT,
@@ -183,6 +184,7 @@ class TaskWorkflow:
         self._runs.untaken_spared = self._options.release >= SPARED_UNTAKEN
         self._runs.pause_keeps_spare = self._options.release >= PAUSE_KEEPS_SPARE
         self._runs.knows_cancelled_running = self._options.release >= CANCELLED_RUNNING
+        self._runs.reads_completion = self._options.release >= COMPLETION_READ
         if self._options.release >= CANCEL_FIRST:
             self._runs.cancels_first = True
             self._runs.held = self._record.holding

@@ -17,7 +17,8 @@ stopping jobs worker gives the run back after the resume, both saved the same wa
 Two release-9 histories keep release 10's gates honest: `failed_at_cancel-*-release9.json` is
 `failed_at_cancel` run on the code of release 9 (it ends auto-paused, so without its check), and
 `long_name-*-release9.json` a task named and renamed with 100 emoji (over 1 KiB as `TaskName`),
-run with `activities.options.RELEASE` set to 9.
+run with `activities.options.RELEASE` set to 9. `lost_completion-*-release10.json` keeps release
+11's: the scenario run with `RELEASE` set to 10 (its run ends failed).
 
 Each scenario gets a fresh time-skipping server. A run dispatched ahead waits for its instant
 on the worker's (real) clock, and the server's clock is ahead of it by every skip so far: so
@@ -38,6 +39,7 @@ from pathlib import Path
 
 from sqlalchemy import Engine
 from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
 from activities.handlers import Handler, HandlerContext
@@ -64,13 +66,14 @@ from tests.workflows.helpers import (
     task_state,
     until,
 )
+from tests.workflows.test_lost_completion import Counting, LoseFirstCompletion
 from workflows.events import Origin, SpecChange
 from workflows.starter import start_task_workflow
 from workflows.state import BackfillItem, BackfillRequest, ReplayRequest, TaskState
 from workflows.task import TaskWorkflow
 
 HERE = Path(__file__).parent
-STAMP = "20261207-release10"  # the release in the run options and start input (activities/options.py)
+STAMP = "20261207-release11"  # the release in the run options and start input (activities/options.py)
 MINUTE = timedelta(minutes=1)
 
 Scenario = Callable[[WorkflowEnvironment, Engine], Awaitable[TaskHandle]]
@@ -510,6 +513,24 @@ async def failed_at_cancel(env: WorkflowEnvironment, engine: Engine) -> TaskHand
         await handle.signal(TaskWorkflow.cancel_signal, "no longer needed")
         state = await handle.result()
     assert (state.failure_count, state.status_reason) == (1, "no longer needed"), state
+    return handle
+
+
+@scenario
+async def lost_completion(env: WorkflowEnvironment, engine: Engine) -> TaskHandle:
+    # The only attempt's end never reaches the server: the run is what its row says.
+    lossy = LoseFirstCompletion()
+    config = env.client.config()
+    client = Client(env.client.service_client, namespace=config["namespace"],
+                    data_converter=config["data_converter"], interceptors=[lossy])
+    async with new_worker(client, engine, handlers={"count": Counting()}) as worker:
+        task = spec(schedule_type="once", run_at=await env.get_current_time(),
+                    job_details=handler_job("count"), heartbeat_timeout_seconds=2,
+                    retry_policy={"max_attempts": 1})
+        handle = await start_task(env, worker.task_queue, task)
+        state = await handle.result()
+    assert lossy.lost, "no completion was lost"
+    assert (state.success_count, state.failure_count) == (1, 0), state
     return handle
 
 

@@ -89,6 +89,35 @@ async def test_a_retry_after_a_lost_completion_does_not_run_the_job_again(
     assert run.started_at is not None and run.finished_at is not None
 
 
+@pytest.mark.parametrize("heartbeat_timeout", [1, 20])
+async def test_a_lost_completion_of_the_last_attempt_is_a_completed_run(
+    time_env: WorkflowEnvironment, sqlite_engine: Engine, heartbeat_timeout: int
+) -> None:
+    # No retry finds the row: the workflow reads it once the server times the attempt out.
+    lossy = LoseFirstCompletion()
+    config = time_env.client.config()
+    client = Client(
+        time_env.client.service_client, namespace=config["namespace"],
+        data_converter=config["data_converter"], interceptors=[lossy],
+    )
+    handler = Counting()
+    now = await time_env.get_current_time()
+    task = spec(
+        schedule_type="once", run_at=now, job_details=handler_job("count"),
+        heartbeat_timeout_seconds=heartbeat_timeout, retry_policy={"max_attempts": 1},
+    )
+    async with new_worker(client, sqlite_engine, handlers={"count": handler}) as worker:
+        handle = await start_task(time_env, worker.task_queue, task)
+        state = await handle.result()
+
+    assert len(lossy.lost) == 1 and handler.calls == 1
+    assert state.status is TaskStatus.COMPLETED
+    assert (state.success_count, state.failure_count) == (1, 0)
+    [run] = executions(sqlite_engine, state.task_id)
+    assert (run.status, run.attempts, run.error) == ("COMPLETED", 1, None)
+    assert run.started_at is not None and run.finished_at is not None
+
+
 def test_only_a_completed_row_counts_as_the_job_done() -> None:
     from datetime import UTC, datetime, timedelta
 
