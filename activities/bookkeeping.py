@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC
 
 import structlog
 from sqlalchemy import Engine
@@ -10,7 +11,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 from activities.execution_rows import completed_result
-from activities.payloads import COMPLETED_ROW, RECORD, JobResult, Record, RowAsk
+from activities.payloads import COMPLETED_ROW, RECORD, CompletedRun, Record, RowAsk
 from scheduling.status import workflow_id
 from store.batch import BatchWriter
 from store.events import with_events
@@ -62,11 +63,18 @@ class BookkeepingActivities:
             log_execution(execution)
 
     @activity.defn(name=COMPLETED_ROW)
-    async def completed_row(self, ask: RowAsk) -> JobResult | None:
-        """What the run's job returned, if its row says it completed (the jobs worker writes
-        that row before the server hears of the attempt's end)."""
+    async def completed_row(self, ask: RowAsk) -> CompletedRun | None:
+        """What the run's job returned, if its row says it completed after ``ask.since`` (the
+        jobs worker writes that row before the server hears of the attempt's end; one from
+        before is an earlier run's of the same id)."""
         row = await asyncio.to_thread(get_execution, self._engine, ask.execution_id)
-        return completed_result(row, ask.trigger)
+        done = completed_result(row, ask.trigger)
+        if done is None or row is None or row.finished_at is None:
+            return None
+        finished = row.finished_at.replace(tzinfo=row.finished_at.tzinfo or UTC)
+        if ask.since is not None and finished <= ask.since:
+            return None
+        return CompletedRun(**done.model_dump(), finished_at=finished)
 
     def _submitted(self, run_id: str, record: Record) -> asyncio.Future[None]:
         """The write of ``record`` in the batch writer: the one a given-up attempt left

@@ -106,10 +106,17 @@ class JobResult(AttemptOutcome):
 
 
 class RowAsk(BaseModel):
-    """The run whose row the workflow asks about."""
+    """The run whose row the workflow asks about, and when the run was sent."""
 
     execution_id: str
     trigger: Trigger
+    since: datetime | None = None
+
+
+class CompletedRun(JobResult):
+    """What a run's row says its job returned, and when it ended."""
+
+    finished_at: datetime | None = None
 
 
 class JobFailureDetails(AttemptOutcome):

@@ -184,7 +184,8 @@ class TemporalGateway:
         replay = Run(scheduled_at=scheduled_at, trigger=Trigger.REPLAY, execution_id=execution_id)
         # The new run starts with the replay queued: whatever order its first task takes the
         # start and the update in, it runs it, and the update finds it there (state.add_replay).
-        # ``executed``: the scheduled runs its rows say ran, so that max_runs still counts them.
+        # ``executed``: the scheduled runs that ran (store.tasks.scheduled_runs_executed), so
+        # that max_runs still counts them.
         state = state_from_row(row, next_fire_at=None, queue=[replay], executed=executed,
                                reason="replaying a dead letter")
         start = start_with_update(task_queue=self.task_queue, task_id=row.id, tenant_id=row.tenant_id,

@@ -25,6 +25,7 @@ with workflow.unsafe.imports_passed_through():
         RUN_JOB,
         STARTED,
         BusyRefusal,
+        CompletedRun,
         JobFailureDetails,
         JobInput,
         JobResult,
@@ -45,6 +46,7 @@ with workflow.unsafe.imports_passed_through():
     from scheduling.status import ExecutionStatus, JobFailure, Trigger
     from store.models import ExecutionRecord
     from workflows.describe import describe_job, summary
+    from workflows.record import BACKOFF_ON_TIMER, WRITE_HOLDS_COMMANDS
 
 # Room, past the job's own run timeout and the wait for its instant, before the server gives
 # up on an attempt whose worker went silent (the heartbeat timeout notices that sooner).
@@ -106,6 +108,7 @@ class _Flying:
     spared_for: str | None = None  # that withdrawal's reason, kept for a refusal to come
     spared_next: str | None = None  # a later withdrawal's, kept while a pause holds spared_for
     refused: bool = False  # a worker gave it back: none holds it until it is sent again
+    sent_at: datetime | None = None  # when it was first sent
 
     @property
     def ghost(self) -> bool:
@@ -132,6 +135,7 @@ class RunsInFlight:
         # How long this workflow task's commands may wait before they reach the server (set
         # by the workflow: a row write in flight holds them): a withdrawal allows for it.
         self.held: Callable[[], timedelta] = lambda: timedelta(0)
+        self._reading = 0  # reads of run rows in flight (``_completed``): they hold them too
         # Whether a local activity waits for the cancels of its workflow task to be sent.
         self.cancels_first = False
         # Whether a run a worker gave back is withdrawn however near its instant (set by the
@@ -180,7 +184,7 @@ class RunsInFlight:
         instants to be withdrawn: the longest of their beats, and the hold on this workflow
         task's commands (none such: 0)."""
         beats = [f.beat for f in self._flying.values() if self._near(f, now)]
-        return max(beats) + self.held() if beats else timedelta(0)
+        return max(beats) + self._held() if beats else timedelta(0)
 
     def _near(self, flying: _Flying, now: datetime) -> bool:
         """Not started, and too near its instant to be withdrawn (or spared by a withdrawal:
@@ -190,7 +194,11 @@ class RunsInFlight:
     def _withdrawable(self, flying: _Flying, now: datetime) -> bool:
         """Far enough from its instant that a cancel sent now reaches it before it starts
         (policy.may_withdraw), even if this workflow task's commands are held (``held``)."""
-        return may_withdraw(flying.instant, now, flying.beat, self.held())
+        return may_withdraw(flying.instant, now, flying.beat, self._held())
+
+    def _held(self) -> timedelta:
+        """How long this workflow task's commands may wait: for a row write, or a row read."""
+        return max(self.held(), WRITE_HOLDS_COMMANDS if self._reading else timedelta(0))
 
     async def send_cancels(self) -> None:
         """Before a local activity, or before a message answers: let the cancels of this
@@ -306,7 +314,8 @@ class RunsInFlight:
                                  run=run, run_id=run_id, instant=instant, sent_at=workflow.now(),
                                  lead=lead, beat=beat, spec_version=spec_version, aimed=aimed)
         self._flying[key] = _Flying(run=run, run_id=run_id, instant=instant, beat=beat,
-                                    handle=send(True), aimed=aimed, send=send)
+                                    handle=send(True), aimed=aimed, send=send,
+                                    sent_at=workflow.now())
         record = ExecutionRecord(id=run_id, task_id=task_id, tenant_id=tenant_id,
                                  scheduled_at=run.scheduled_at, instant=aimed, trigger=run.trigger.value,
                                  status=ExecutionStatus.RUNNING, spec_version=spec_version)
@@ -510,11 +519,12 @@ class RunsInFlight:
                               reason=flying.unrun(flying.withdrawn))
             elif isinstance(cause, CancelledError):
                 record.status, record.error = ExecutionStatus.CANCELLED, "cancelled while running"
-            elif isinstance(cause, TimeoutFailure) and (done := await self._completed(record, run)):
+            elif isinstance(cause, TimeoutFailure) and (done := await self._completed(flying, run_id)):
                 # The attempt's end never reached the server (its worker cut off from it, or
                 # dead after the job): the row the jobs worker wrote says the job completed.
                 record.status, details = ExecutionStatus.COMPLETED, None
                 done.fill(record)
+                record.finished_at = done.finished_at
             else:
                 record.status = ExecutionStatus.FAILED
                 record.error = (str(cause) if cause is not None else str(err))[:2000]
@@ -527,19 +537,26 @@ class RunsInFlight:
             self.ended.append(ended)
 
 
-    async def _completed(self, record: ExecutionRecord, run: Run) -> JobResult | None:
-        """What the run's job returned, if the jobs worker's row says it completed; None as
-        well when the database does not answer within a few tries (the run is failed then, as
-        before: waiting longer would hold the task's next fires back as overlapping)."""
-        if not self.reads_completion:
+    async def _completed(self, flying: _Flying, run_id: str) -> CompletedRun | None:
+        """What the run's job returned, if the jobs worker's row says it completed since the
+        run was sent; None as well when the database does not answer within a few tries (the
+        run is failed then, as before: waiting longer would hold the task's next fires back as
+        overlapping). A ghost's row is its catch-up's: it reads none."""
+        if not self.reads_completion or flying.ghost:
             return None
+        await self.send_cancels()  # a read holds this workflow task's commands, as a write does
+        self._reading += 1
         try:
-            done: JobResult | None = await workflow.execute_local_activity(
-                COMPLETED_ROW, RowAsk(execution_id=record.id, trigger=run.trigger),
-                result_type=JobResult, start_to_close_timeout=ROW_READ_TIMEOUT,
-                retry_policy=ROW_READ_RETRY, summary="did the job complete? (its row)")
+            done: CompletedRun | None = await workflow.execute_local_activity(
+                COMPLETED_ROW, RowAsk(execution_id=run_id, trigger=flying.run.trigger,
+                                      since=flying.sent_at),
+                result_type=CompletedRun, start_to_close_timeout=ROW_READ_TIMEOUT,
+                retry_policy=ROW_READ_RETRY, local_retry_threshold=BACKOFF_ON_TIMER,
+                summary="did the job complete? (its row)")
         except ActivityError:
             return None
+        finally:
+            self._reading -= 1
         return done
 
 

@@ -95,8 +95,10 @@ class TaskRecord:
         instant, dead letter), write it with the next ``write`` and tell the webhook of a dead
         letter or a drift."""
         now = workflow.now()
-        # The start is the worker's clock, the end the workflow's: never before the start.
-        record.finished_at = max(now, record.started_at) if record.started_at else now
+        # The start is the worker's clock, the end the workflow's: never before the start. (A
+        # run whose end the server never heard of has the end its jobs worker wrote.)
+        if record.finished_at is None:
+            record.finished_at = max(now, record.started_at) if record.started_at else now
         if record.started_at is not None:
             lateness = record.started_at - (record.instant or record.scheduled_at)
             record.lateness_ms = max(0.0, lateness.total_seconds() * 1000)

@@ -4,6 +4,7 @@ and the retry finds the run completed instead of running the job again."""
 from __future__ import annotations
 
 import asyncio
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -115,7 +116,9 @@ async def test_a_lost_completion_of_the_last_attempt_is_a_completed_run(
     assert (state.success_count, state.failure_count) == (1, 0)
     [run] = executions(sqlite_engine, state.task_id)
     assert (run.status, run.attempts, run.error) == ("COMPLETED", 1, None)
+    # Its end is the one the jobs worker wrote, not when the server gave up on the attempt.
     assert run.started_at is not None and run.finished_at is not None
+    assert run.finished_at - run.started_at < timedelta(seconds=heartbeat_timeout)
 
 
 def test_only_a_completed_row_counts_as_the_job_done() -> None:
@@ -145,3 +148,32 @@ def test_only_a_completed_row_counts_as_the_job_done() -> None:
     assert completed_result(backfilled, Trigger.BACKFILL) is not None
     # a replayed dead letter keeps the row's trigger: its completed row is its own
     assert completed_result(row("COMPLETED", start + timedelta(seconds=1)), Trigger.REPLAY) is not None
+
+
+async def test_the_workflow_takes_only_a_row_completed_since_the_run_was_sent(
+    sqlite_engine: Engine,
+) -> None:
+    from datetime import UTC, datetime
+
+    from activities.bookkeeping import BookkeepingActivities
+    from activities.payloads import CompletedRun, RowAsk
+    from scheduling.status import Trigger
+    from store.models import ExecutionRecord
+    from tests.store.writes import jobs_worker_completed
+
+    start = datetime(2026, 11, 30, 12, tzinfo=UTC)
+    jobs_worker_completed(sqlite_engine, ExecutionRecord(
+        id="t:1", task_id="t", tenant_id="t1", scheduled_at=start, trigger="backfill",
+        status="COMPLETED", attempts=1, started_at=start, finished_at=start + timedelta(seconds=2),
+        http_status=200))
+    books = BookkeepingActivities(sqlite_engine)
+
+    async def asked(sent: datetime) -> CompletedRun | None:
+        return await books.completed_row(RowAsk(execution_id="t:1", trigger=Trigger.BACKFILL,
+                                                since=sent))
+
+    done = await asked(start)
+    assert done is not None and done.finished_at == start + timedelta(seconds=2)
+    assert done.http_status == 200
+    # Sent after that row's run ended: the row is an earlier run's of the same instant.
+    assert await asked(start + timedelta(seconds=3)) is None
