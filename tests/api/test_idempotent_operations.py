@@ -20,12 +20,14 @@ from temporalio.service import RPCError, RPCStatusCode
 from api import temporal as gateway
 from scheduling.status import workflow_id
 from store.models import TASK_TABLE
-from tests.api.conftest import Stack, serve_api
+from tests.api.conftest import ON_BOTH_DATABASES, Stack, serve_api
 from tests.api.test_e2e import iso, wait_for_status
 from tests.conftest import new_worker
 from tests.faults.processes import free_port
 from tests.target import TargetServer, hook_comes_up
 from workflows.state import TaskState
+
+pytestmark = ON_BOTH_DATABASES
 
 T = TypeVar("T")
 HOURLY: dict[str, Any] = {"task_name": "hourly", "job_details": {"type": "handler", "name": "noop"},

@@ -35,18 +35,18 @@ class FailsThenHolds:
 
 
 async def test_replay_of_ended_task_carries_request_id(dev_env: WorkflowEnvironment,
-                                                      sqlite_engine: Engine) -> None:
+                                                      any_engine: Engine) -> None:
     handler = FailsThenHolds()
     now = await dev_env.get_current_time()
     task = spec(schedule_type="once", run_at=now + timedelta(seconds=1), job_details=handler_job("flaky"),
                 retry_policy={"max_attempts": 1})
-    async with new_worker(dev_env.client, sqlite_engine, handlers={"flaky": handler}) as worker:
+    async with new_worker(dev_env.client, any_engine, handlers={"flaky": handler}) as worker:
         handle = await start_task(dev_env, worker.task_queue, task)
         ended = await handle.result()
         assert ended.status is TaskStatus.FAILED
-        row = read_task(sqlite_engine, ended.task_id, "t1")
+        row = read_task(any_engine, ended.task_id, "t1")
         assert row is not None and row.status == TaskStatus.FAILED
-        [dead] = executions(sqlite_engine, ended.task_id)
+        [dead] = executions(any_engine, ended.task_id)
         assert dead.dead_letter == "open"
         gateway = TemporalGateway(dev_env.client, worker.task_queue)
 
@@ -64,8 +64,8 @@ async def test_replay_of_ended_task_carries_request_id(dev_env: WorkflowEnvironm
     accepted = [e.workflow_execution_update_accepted_event_attributes.accepted_request.meta.update_id
                 for e in history.events if e.HasField("workflow_execution_update_accepted_event_attributes")]
     assert accepted == ["replay_update-req-1"]
-    [replayed] = executions(sqlite_engine, ended.task_id)
+    [replayed] = executions(any_engine, ended.task_id)
     # The same run again: its row keeps its trigger, and the task counts it once.
     assert (replayed.id, replayed.status, replayed.trigger) == (dead.id, "COMPLETED", "schedule")
-    final = read_task(sqlite_engine, ended.task_id, "t1")
+    final = read_task(any_engine, ended.task_id, "t1")
     assert final is not None and (final.run_count, final.success_count, final.failure_count) == (1, 1, 0)
