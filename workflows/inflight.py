@@ -109,6 +109,7 @@ class _Flying:
     spared_next: str | None = None  # a later withdrawal's, kept while a pause holds spared_for
     refused: bool = False  # a worker gave it back: none holds it until it is sent again
     sent_at: datetime | None = None  # when it was first sent
+    reading: bool = False  # its activity timed out; its row is read (``_completed``): no wait
 
     @property
     def ghost(self) -> bool:
@@ -184,19 +185,20 @@ class RunsInFlight:
         instants to be withdrawn: the longest of their beats, and the hold on this workflow
         task's commands (none such: 0)."""
         beats = [f.beat for f in self._flying.values() if self._near(f, now)]
-        return max(beats) + self._held() if beats else timedelta(0)
+        return max(beats) + self.holding() if beats else timedelta(0)
 
     def _near(self, flying: _Flying, now: datetime) -> bool:
         """Not started, and too near its instant to be withdrawn (or spared by a withdrawal:
         once the hold that spared it ends, it may look far enough, but it still runs)."""
-        return not flying.started and (flying.spared or not self._withdrawable(flying, now))
+        return (not flying.started and not flying.reading
+                and (flying.spared or not self._withdrawable(flying, now)))
 
     def _withdrawable(self, flying: _Flying, now: datetime) -> bool:
         """Far enough from its instant that a cancel sent now reaches it before it starts
         (policy.may_withdraw), even if this workflow task's commands are held (``held``)."""
-        return may_withdraw(flying.instant, now, flying.beat, self._held())
+        return may_withdraw(flying.instant, now, flying.beat, self.holding())
 
-    def _held(self) -> timedelta:
+    def holding(self) -> timedelta:
         """How long this workflow task's commands may wait: for a row write, or a row read."""
         return max(self.held(), WRITE_HOLDS_COMMANDS if self._reading else timedelta(0))
 
@@ -261,7 +263,7 @@ class RunsInFlight:
         a ghost (its fire decided again). It is running once its start is reported; a claim
         whose start never comes (its worker died) is found untaken UNTAKEN_AFTER later."""
         for flying in self._reported(claim):
-            if flying.withdrawn is None:
+            if flying.withdrawn is None and not flying.reading:
                 flying.claimed = workflow.now()
                 return True
         return False
@@ -295,7 +297,7 @@ class RunsInFlight:
         if not self.reported:
             return []
         return [f for f in self._flying.values() if f.withdrawn is None and not f.started
-                and f.run.trigger is Trigger.SCHEDULE]
+                and not f.reading and f.run.trigger is Trigger.SCHEDULE]
 
     def dispatch(self, spec: TaskSpec, *, task_id: str, tenant_id: str, run: Run, run_id: str,
                  instant: datetime, lead: timedelta, beat: timedelta,
@@ -545,6 +547,8 @@ class RunsInFlight:
         if not self.reads_completion or flying.ghost:
             return None
         await self.send_cancels()  # a read holds this workflow task's commands, as a write does
+        # Its activity has ended: whatever the read takes, it is no run waiting to start.
+        flying.reading = True
         self._reading += 1
         try:
             done: CompletedRun | None = await workflow.execute_local_activity(

@@ -713,7 +713,7 @@ class TaskWorkflow:
             # heartbeats, or ended first: a waiting run hears of the cancel at its next
             # heartbeat).
             self._request_cancel(reason, actor)
-            settle = max(CANCEL_SETTLE + self._runs.held(),
+            settle = max(CANCEL_SETTLE + self._runs.holding(),
                          self._runs.cancel_reach(workflow.now()) + CANCEL_SLACK)
             try:
                 await workflow.wait_condition(lambda: self._state.status in FINAL_STATUSES,
