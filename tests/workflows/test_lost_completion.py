@@ -21,6 +21,7 @@ from activities.payloads import RUN_JOB
 from scheduling.status import TaskStatus
 from tests.conftest import new_worker
 from tests.workflows.helpers import executions, handler_job, spec, start_task
+from workflows.state import TaskState
 
 
 class LoseFirstCompletion(ClientInterceptor, WorkerInterceptor):
@@ -59,6 +60,24 @@ class Counting:
         return {"call": self.calls}
 
 
+async def _run_losing_first_completion(
+    env: WorkflowEnvironment, engine: Engine, **task: Any
+) -> tuple[LoseFirstCompletion, Counting, TaskState]:
+    """A one-time task due now whose first job attempt's completion is lost, run to its end."""
+    lossy = LoseFirstCompletion()
+    config = env.client.config()
+    client = Client(
+        env.client.service_client, namespace=config["namespace"],
+        data_converter=config["data_converter"], interceptors=[lossy],
+    )
+    handler = Counting()
+    due = spec(schedule_type="once", run_at=await env.get_current_time(),
+               job_details=handler_job("count"), **task)
+    async with new_worker(client, engine, handlers={"count": handler}) as worker:
+        handle = await start_task(env, worker.task_queue, due)
+        return lossy, handler, await handle.result()
+
+
 # 1 s: the retry comes before the workflow would find an unreported run untaken (8 s past its
 # instant); 20 s: after it, so only the start report, sent as the job starts, keeps the fire
 # from being decided again and run a second time as a catch-up.
@@ -66,21 +85,8 @@ class Counting:
 async def test_a_retry_after_a_lost_completion_does_not_run_the_job_again(
     time_env: WorkflowEnvironment, sqlite_engine: Engine, heartbeat_timeout: int
 ) -> None:
-    lossy = LoseFirstCompletion()
-    config = time_env.client.config()
-    client = Client(
-        time_env.client.service_client, namespace=config["namespace"],
-        data_converter=config["data_converter"], interceptors=[lossy],
-    )
-    handler = Counting()
-    now = await time_env.get_current_time()
-    task = spec(
-        schedule_type="once", run_at=now, job_details=handler_job("count"),
-        heartbeat_timeout_seconds=heartbeat_timeout,
-    )
-    async with new_worker(client, sqlite_engine, handlers={"count": handler}) as worker:
-        handle = await start_task(time_env, worker.task_queue, task)
-        state = await handle.result()
+    lossy, handler, state = await _run_losing_first_completion(
+        time_env, sqlite_engine, heartbeat_timeout_seconds=heartbeat_timeout)
 
     assert len(lossy.lost) == 1  # the first attempt's completion was lost, and it was retried
     assert handler.calls == 1
@@ -95,21 +101,9 @@ async def test_a_lost_completion_of_the_last_attempt_is_a_completed_run(
     time_env: WorkflowEnvironment, sqlite_engine: Engine, heartbeat_timeout: int
 ) -> None:
     # No retry finds the row: the workflow reads it once the server times the attempt out.
-    lossy = LoseFirstCompletion()
-    config = time_env.client.config()
-    client = Client(
-        time_env.client.service_client, namespace=config["namespace"],
-        data_converter=config["data_converter"], interceptors=[lossy],
-    )
-    handler = Counting()
-    now = await time_env.get_current_time()
-    task = spec(
-        schedule_type="once", run_at=now, job_details=handler_job("count"),
-        heartbeat_timeout_seconds=heartbeat_timeout, retry_policy={"max_attempts": 1},
-    )
-    async with new_worker(client, sqlite_engine, handlers={"count": handler}) as worker:
-        handle = await start_task(time_env, worker.task_queue, task)
-        state = await handle.result()
+    lossy, handler, state = await _run_losing_first_completion(
+        time_env, sqlite_engine, heartbeat_timeout_seconds=heartbeat_timeout,
+        retry_policy={"max_attempts": 1})
 
     assert len(lossy.lost) == 1 and handler.calls == 1
     assert state.status is TaskStatus.COMPLETED
