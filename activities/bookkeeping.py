@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from datetime import UTC
 
 import structlog
 from sqlalchemy import Engine
@@ -71,10 +70,9 @@ class BookkeepingActivities:
         done = completed_result(row, ask.trigger)
         if done is None or row is None or row.finished_at is None:
             return None
-        finished = row.finished_at.replace(tzinfo=row.finished_at.tzinfo or UTC)
-        if ask.since is not None and finished <= ask.since:
+        if ask.since is not None and row.finished_at <= ask.since:
             return None
-        return CompletedRun(**done.model_dump(), finished_at=finished)
+        return CompletedRun(**done.model_dump(), finished_at=row.finished_at)
 
     def _submitted(self, run_id: str, record: Record) -> asyncio.Future[None]:
         """The write of ``record`` in the batch writer: the one a given-up attempt left

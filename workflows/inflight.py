@@ -136,7 +136,6 @@ class RunsInFlight:
         # How long this workflow task's commands may wait before they reach the server (set
         # by the workflow: a row write in flight holds them): a withdrawal allows for it.
         self.held: Callable[[], timedelta] = lambda: timedelta(0)
-        self._reading = 0  # reads of run rows in flight (``_completed``): they hold them too
         # Whether a local activity waits for the cancels of its workflow task to be sent.
         self.cancels_first = False
         # Whether a run a worker gave back is withdrawn however near its instant (set by the
@@ -200,7 +199,8 @@ class RunsInFlight:
 
     def holding(self) -> timedelta:
         """How long this workflow task's commands may wait: for a row write, or a row read."""
-        return max(self.held(), WRITE_HOLDS_COMMANDS if self._reading else timedelta(0))
+        reading = any(f.reading for f in self._flying.values())
+        return max(self.held(), WRITE_HOLDS_COMMANDS if reading else timedelta(0))
 
     async def send_cancels(self) -> None:
         """Before a local activity, or before a message answers: let the cancels of this
@@ -547,9 +547,9 @@ class RunsInFlight:
         if not self.reads_completion or flying.ghost:
             return None
         await self.send_cancels()  # a read holds this workflow task's commands, as a write does
-        # Its activity has ended: whatever the read takes, it is no run waiting to start.
+        # Its activity has ended: whatever the read takes, it is no run waiting to start (and
+        # it leaves the runs in flight as soon as the read ends).
         flying.reading = True
-        self._reading += 1
         try:
             done: CompletedRun | None = await workflow.execute_local_activity(
                 COMPLETED_ROW, RowAsk(execution_id=run_id, trigger=flying.run.trigger,
@@ -559,8 +559,6 @@ class RunsInFlight:
                 summary="did the job complete? (its row)")
         except ActivityError:
             return None
-        finally:
-            self._reading -= 1
         return done
 
 

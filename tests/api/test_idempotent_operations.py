@@ -54,6 +54,15 @@ async def _create(api: httpx.AsyncClient, body: dict[str, Any] = HOURLY) -> str:
     return str(created.json()["task_id"])
 
 
+async def _created_then_no_worker(stack: Stack, api: httpx.AsyncClient, queue: str) -> str:
+    """A task created while a worker of ``queue`` runs its first workflow task; the worker is
+    gone after, with no workflow cache left sticking to it."""
+    async with new_worker(stack.env.client, stack.engine, task_queue=queue, max_cached_workflows=0):
+        task_id = await _create(api)
+        await stack.env.client.get_workflow_handle(workflow_id(task_id)).query("state")
+    return task_id
+
+
 async def _manual_runs(api: httpx.AsyncClient, task_id: str, done: int) -> list[dict[str, Any]]:
     """The task's manual runs, once ``done`` of them have completed."""
     async def completed() -> list[dict[str, Any]]:
@@ -101,11 +110,7 @@ async def test_a_trigger_whose_answer_timed_out_is_not_run_again(
     async with serve_api(stack.env, stack.engine, temporal_task_queue=queue) as url:
         async with httpx.AsyncClient(base_url=url, timeout=60, headers={
                 "Authorization": f"Bearer {stack.keys['t1']}"}) as api:
-            # No workflow cache: nothing sticks to this worker once it is gone.
-            async with new_worker(stack.env.client, stack.engine, task_queue=queue, max_cached_workflows=0):
-                task_id = await _create(api)
-                handle = stack.env.client.get_workflow_handle(workflow_id(task_id))
-                await handle.query("state")  # the workflow has run its first task
+            task_id = await _created_then_no_worker(stack, api, queue)
             usual = gateway.UPDATE_TIMEOUT
             monkeypatch.setattr(gateway, "UPDATE_TIMEOUT", timedelta(seconds=2))
             key = _key()
@@ -135,9 +140,7 @@ async def test_a_cancel_whose_answer_timed_out_answers_its_retry_as_done(
     async with serve_api(stack.env, stack.engine, temporal_task_queue=queue) as url:
         async with httpx.AsyncClient(base_url=url, timeout=60, headers={
                 "Authorization": f"Bearer {stack.keys['t1']}"}) as api:
-            async with new_worker(stack.env.client, stack.engine, task_queue=queue, max_cached_workflows=0):
-                task_id = await _create(api)
-                await stack.env.client.get_workflow_handle(workflow_id(task_id)).query("state")
+            task_id = await _created_then_no_worker(stack, api, queue)
             monkeypatch.setattr(gateway, "CANCEL_TIMEOUT", timedelta(seconds=2))
             key, body = _key(), {"task_id": task_id, "reason": "done"}
             lost = await api.patch("/task/cancel", json=body, headers=key)
